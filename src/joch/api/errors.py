@@ -1,0 +1,177 @@
+"""The error hierarchy every layer raises and every interface maps exactly once.
+
+Each error knows the Kubernetes ``Status`` it becomes (``reason`` and HTTP ``code``) and the exit
+code the CLI uses, so the server and the CLI never guess. ``Invalid`` carries one ``Cause`` per
+problem so a user sees every error in a document at once, each with its field path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One problem with one field: ``field`` is a dotted path such as ``spec.agentRef.name``."""
+
+    field: str
+    message: str
+    reason: str = "FieldValueInvalid"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
+
+class JochError(Exception):
+    """Base of every error Joch reports to a user."""
+
+    reason: ClassVar[str] = "InternalError"
+    code: ClassVar[int] = 500
+    exit_code: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        causes: list[Cause] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.name = name
+        self.causes = list(causes or [])
+        self.extra = dict(extra or {})
+
+    def to_status(self) -> dict[str, Any]:
+        """The Kubernetes ``Status`` body for this error."""
+        details: dict[str, Any] = {}
+        if self.name is not None:
+            details["name"] = self.name
+        if self.kind is not None:
+            details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = [c.to_dict() for c in self.causes]
+        details.update(self.extra)
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if details:
+            status["details"] = details
+        return status
+
+
+class BadRequest(JochError):
+    reason = "BadRequest"
+    code = 400
+    exit_code = 2
+
+
+class Invalid(JochError):
+    reason = "Invalid"
+    code = 422
+    exit_code = 2
+
+
+class Unauthorized(JochError):
+    reason = "Unauthorized"
+    code = 401
+    exit_code = 4
+
+
+class Forbidden(JochError):
+    reason = "Forbidden"
+    code = 403
+    exit_code = 4
+
+
+class NotFound(JochError):
+    reason = "NotFound"
+    code = 404
+    exit_code = 3
+
+
+class MethodNotAllowed(JochError):
+    reason = "MethodNotAllowed"
+    code = 405
+    exit_code = 2
+
+
+class AlreadyExists(JochError):
+    reason = "AlreadyExists"
+    code = 409
+    exit_code = 5
+
+
+class Conflict(JochError):
+    reason = "Conflict"
+    code = 409
+    exit_code = 5
+
+
+class Gone(JochError):
+    """A watch or continue token refers to a revision that compaction already removed."""
+
+    reason = "Expired"
+    code = 410
+    exit_code = 6
+
+
+class RequestEntityTooLarge(JochError):
+    reason = "RequestEntityTooLarge"
+    code = 413
+    exit_code = 2
+
+
+class UnsupportedMediaType(JochError):
+    reason = "UnsupportedMediaType"
+    code = 415
+    exit_code = 2
+
+
+class ServiceUnavailable(JochError):
+    reason = "ServiceUnavailable"
+    code = 503
+    exit_code = 7
+
+
+class Internal(JochError):
+    reason = "InternalError"
+    code = 500
+    exit_code = 1
+
+
+_BY_REASON: dict[tuple[str, int], type[JochError]] = {
+    (cls.reason, cls.code): cls
+    for cls in (
+        BadRequest, Invalid, Unauthorized, Forbidden, NotFound, MethodNotAllowed, AlreadyExists,
+        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, ServiceUnavailable, Internal,
+    )
+}
+
+
+def from_status(status: dict[str, Any]) -> JochError:
+    """Rebuild an error from a ``Status`` body (the CLI uses this on every 4xx/5xx)."""
+    reason = str(status.get("reason") or "InternalError")
+    code = int(status.get("code") or 500)
+    cls = _BY_REASON.get((reason, code))
+    if cls is None:
+        cls = next((c for (r, _), c in _BY_REASON.items() if r == reason), Internal)
+    details = status.get("details") or {}
+    causes = [
+        Cause(field=str(c.get("field", "")), message=str(c.get("message", "")),
+              reason=str(c.get("reason", "FieldValueInvalid")))
+        for c in details.get("causes") or []
+    ]
+    extra = {k: v for k, v in details.items() if k not in {"name", "kind", "causes"}}
+    return cls(str(status.get("message") or reason), kind=details.get("kind"),
+               name=details.get("name"), causes=causes, extra=extra)

@@ -1,0 +1,365 @@
+"""The v1alpha1 kinds: their spec/status schemas and their registry declarations.
+
+Field names follow DESIGN.md §3 and the Jangar seed (``providerRef``, ``argsTemplate``,
+``execution.coordinates.git``, ``implementationRef`` or ``implementation.inline``). Maps that a
+provider may extend freely (``parameters``, ``runtime.config``) are typed as open dicts; everything
+else forbids unknown fields so a typo is an error naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from joch.api.meta import (
+    Bool,
+    Condition,
+    ConditionedStatus,
+    Int,
+    LocalObjectReference,
+    Model,
+    NonNegativeInt,
+    Number,
+    PositiveInt,
+    Str,
+)
+from joch.api.registry import Column, KindInfo, Reference, register
+
+JOCH = "joch.dev"
+RUNTIME = "runtime.joch.dev"
+OPS = "ops.joch.dev"
+V1ALPHA1 = "v1alpha1"
+
+RuntimeType = Literal["local", "kubernetes", "argo", "temporal", "custom"]
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+class EnvVar(Model):
+    name: Str = Field(min_length=1)
+    value: Str = ""
+
+
+class Resources(Model):
+    cpu: Str | Number | None = None
+    memory: Str | None = None
+    ephemeralStorage: Str | None = None
+
+
+class RuntimeSpec(Model):
+    type: RuntimeType = "local"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Workload(Model):
+    image: Str | None = None
+    resources: Resources | None = None
+    volumes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+# --- joch.dev/Agent ------------------------------------------------------------------------------
+
+class AgentDefaults(Model):
+    timeoutSeconds: PositiveInt = 3600
+    retryLimit: NonNegativeInt = 0
+    budgetUsd: Number | None = Field(default=None, ge=0)
+
+
+class AgentSecurity(Model):
+    allowedSecrets: list[Str] = Field(default_factory=list)
+    allowedServiceAccounts: list[Str] = Field(default_factory=list)
+
+
+class AgentSpec(Model):
+    providerRef: LocalObjectReference
+    description: Str | None = None
+    modelRoute: Str | None = None
+    systemPrompt: Str | None = None
+    tools: list[LocalObjectReference] = Field(default_factory=list)
+    mcpServers: list[LocalObjectReference] = Field(default_factory=list)
+    memoryRef: LocalObjectReference | None = None
+    policies: list[LocalObjectReference] = Field(default_factory=list)
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    resources: Resources | None = None
+    env: list[EnvVar] = Field(default_factory=list)
+    defaults: AgentDefaults = Field(default_factory=AgentDefaults)
+    security: AgentSecurity = Field(default_factory=AgentSecurity)
+    requiresApproval: Bool = False
+    maxConcurrentRuns: PositiveInt | None = None
+
+
+class AgentStatus(ConditionedStatus):
+    compiledManifestHash: Str | None = None
+
+
+# --- joch.dev/AgentProvider ----------------------------------------------------------------------
+
+class InputFile(Model):
+    path: Str = Field(min_length=1)
+    content: Str
+
+
+class OutputArtifact(Model):
+    name: Str = Field(min_length=1)
+    path: Str = Field(min_length=1)
+    optional: Bool = False
+
+
+class SecretKeyRef(Model):
+    name: Str = Field(min_length=1)
+    key: Str = Field(min_length=1)
+
+
+class SecretEnv(Model):
+    name: Str = Field(min_length=1)
+    secretRef: SecretKeyRef
+
+
+class AgentProviderSpec(Model):
+    binary: Str = Field(min_length=1)
+    argsTemplate: list[Str] = Field(default_factory=list)
+    envTemplate: dict[Str, Str] = Field(default_factory=dict)
+    inputFiles: list[InputFile] = Field(default_factory=list)
+    outputArtifacts: list[OutputArtifact] = Field(default_factory=list)
+    secretEnv: list[SecretEnv] = Field(default_factory=list)
+    workload: Workload | None = None
+
+
+class AgentProviderStatus(ConditionedStatus):
+    pass
+
+
+# --- joch.dev/ImplementationSpec -----------------------------------------------------------------
+
+class ImplementationSource(Model):
+    provider: Literal["github", "linear", "manual", "custom"]
+    externalId: Str | None = None
+    url: Str | None = None
+
+
+class ImplementationSpecSpec(Model):
+    text: Str = Field(min_length=1)
+    summary: Str | None = None
+    description: Str | None = None
+    acceptanceCriteria: list[Str] = Field(default_factory=list)
+    labels: list[Str] = Field(default_factory=list)
+    source: ImplementationSource | None = None
+
+
+class ImplementationSpecStatus(ConditionedStatus):
+    syncedAt: Str | None = None
+    sourceVersion: Str | None = None
+
+
+# --- joch.dev/Policy -----------------------------------------------------------------------------
+
+class PolicySelector(Model):
+    matchLabels: dict[Str, Str] = Field(default_factory=dict)
+    kinds: list[Str] = Field(default_factory=list)
+
+
+class PolicyRule(Model):
+    name: Str = Field(min_length=1)
+    phase: Literal["admission", "dispatch"] = "admission"
+    expression: Str = Field(min_length=1)
+    action: Literal["deny", "requireApproval", "warn"] = "deny"
+    message: Str | None = None
+
+
+class PolicySpec(Model):
+    selector: PolicySelector = Field(default_factory=PolicySelector)
+    rules: list[PolicyRule] = Field(min_length=1)
+
+
+class PolicyStatus(ConditionedStatus):
+    pass
+
+
+# --- runtime.joch.dev/AgentRun -------------------------------------------------------------------
+
+class GitCoordinates(Model):
+    url: Str = Field(min_length=1)
+    ref: Str = "HEAD"
+    path: Str = "."
+
+
+class Coordinates(Model):
+    git: GitCoordinates | None = None
+    workspace: dict[str, Any] = Field(default_factory=dict)
+
+
+class Execution(Model):
+    coordinates: Coordinates
+
+
+class InlineImplementation(Model):
+    inline: ImplementationSpecSpec
+
+
+class AgentRunSpec(Model):
+    agentRef: LocalObjectReference
+    implementationRef: LocalObjectReference | None = None
+    implementation: InlineImplementation | None = None
+    execution: Execution | None = None
+    workload: Workload | None = None
+    runtime: RuntimeSpec | None = None
+    runtimeOverrides: dict[str, Any] = Field(default_factory=dict)
+    parameters: dict[Str, Str] = Field(default_factory=dict)
+    secrets: list[Str] = Field(default_factory=list)
+    input: dict[str, Any] = Field(default_factory=dict)
+    timeoutSeconds: PositiveInt | None = None
+    idempotencyKey: Str | None = None
+    ttlSecondsAfterFinished: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _one_implementation(self) -> AgentRunSpec:
+        if (self.implementationRef is None) == (self.implementation is None):
+            raise ValueError(
+                "set exactly one of spec.implementationRef or spec.implementation.inline"
+            )
+        return self
+
+
+class Artifact(Model):
+    name: Str
+    path: Str
+    sha256: Str | None = None
+    size: Int | None = None
+    url: Str | None = None
+
+
+RunPhase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
+
+
+class AgentRunStatus(ConditionedStatus):
+    phase: RunPhase | None = None
+    reason: Str | None = None
+    message: Str | None = None
+    runtimeRef: dict[str, Any] | None = None
+    startedAt: Str | None = None
+    finishedAt: Str | None = None
+    attempt: Int | None = None
+    specHash: Str | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    costUsd: Number | None = None
+    exitCode: Int | None = None
+
+
+# --- runtime.joch.dev/Approval -------------------------------------------------------------------
+
+class ApprovalSpec(Model):
+    runRef: LocalObjectReference
+    action: Literal["dispatch", "tool-use", "secret-access", "write-back", "release", "escalation"] = (
+        "dispatch"
+    )
+    requestedBy: Str | None = None
+    reason: Str | None = None
+
+
+class ApprovalStatus(ConditionedStatus):
+    phase: Literal["Pending", "Approved", "Denied", "Expired"] | None = None
+    decidedBy: Str | None = None
+    decidedAt: Str | None = None
+    reason: Str | None = None
+
+
+# --- ops.joch.dev/Secret and Event ---------------------------------------------------------------
+
+class SecretSpec(Model):
+    type: Str = "Opaque"
+    data: dict[Str, Str] = Field(default_factory=dict)
+    stringData: dict[Str, Str] = Field(default_factory=dict)
+
+
+class SecretStatus(Model):
+    pass
+
+
+class ObjectReference(Model):
+    apiVersion: Str | None = None
+    kind: Str
+    name: Str
+    namespace: Str | None = None
+    uid: Str | None = None
+
+
+class EventSource(Model):
+    component: Str | None = None
+    host: Str | None = None
+
+
+class EventSpec(Model):
+    involvedObject: ObjectReference
+    reason: Str
+    message: Str = ""
+    type: Literal["Normal", "Warning"] = "Normal"
+    count: PositiveInt = 1
+    firstTimestamp: Str | None = None
+    lastTimestamp: Str | None = None
+    source: EventSource | None = None
+
+
+class EventStatus(Model):
+    pass
+
+
+# --- registrations -------------------------------------------------------------------------------
+
+READY = Column("READY", "status.conditions[type=Ready].status")
+AGE = Column("AGE", "metadata.creationTimestamp")
+
+AGENT = register(KindInfo(
+    group=JOCH, version=V1ALPHA1, kind="Agent", plural="agents", short_names=("ag",),
+    spec_model=AgentSpec, status_model=AgentStatus,
+    references=(Reference("spec.providerRef.name", "AgentProvider", missing="warn"),),
+    columns=(Column("PROVIDER", "spec.providerRef.name"), READY,
+             Column("RUNTIME", "spec.runtime.type", wide=True), AGE),
+))
+AGENT_PROVIDER = register(KindInfo(
+    group=JOCH, version=V1ALPHA1, kind="AgentProvider", plural="agentproviders", short_names=("ap",),
+    spec_model=AgentProviderSpec, status_model=AgentProviderStatus,
+    columns=(Column("BINARY", "spec.binary"), AGE),
+))
+IMPLEMENTATION_SPEC = register(KindInfo(
+    group=JOCH, version=V1ALPHA1, kind="ImplementationSpec", plural="implementationspecs",
+    short_names=("impl", "is"), spec_model=ImplementationSpecSpec, status_model=ImplementationSpecStatus,
+    columns=(Column("SUMMARY", "spec.summary"), Column("SOURCE", "spec.source.provider"), AGE),
+))
+POLICY = register(KindInfo(
+    group=JOCH, version=V1ALPHA1, kind="Policy", plural="policies", short_names=("pol",),
+    spec_model=PolicySpec, status_model=PolicyStatus,
+    columns=(Column("RULES", "spec.rules[*].name"), AGE),
+))
+AGENT_RUN = register(KindInfo(
+    group=RUNTIME, version=V1ALPHA1, kind="AgentRun", plural="agentruns", short_names=("run", "runs", "ar"),
+    spec_model=AgentRunSpec, status_model=AgentRunStatus,
+    references=(
+        Reference("spec.agentRef.name", "Agent"),
+        Reference("spec.implementationRef.name", "ImplementationSpec"),
+    ),
+    columns=(Column("AGENT", "spec.agentRef.name"), Column("PHASE", "status.phase"),
+             Column("REASON", "status.reason", wide=True), Column("ATTEMPT", "status.attempt", wide=True),
+             AGE),
+))
+APPROVAL = register(KindInfo(
+    group=RUNTIME, version=V1ALPHA1, kind="Approval", plural="approvals", short_names=("apr",),
+    spec_model=ApprovalSpec, status_model=ApprovalStatus,
+    references=(Reference("spec.runRef.name", "AgentRun"),),
+    columns=(Column("RUN", "spec.runRef.name"), Column("ACTION", "spec.action"),
+             Column("PHASE", "status.phase"), AGE),
+))
+SECRET = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
+    spec_model=SecretSpec, status_model=SecretStatus, spec_required=False,
+    columns=(Column("TYPE", "spec.type"), AGE),
+))
+EVENT = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Event", plural="events", short_names=("ev",),
+    spec_model=EventSpec, status_model=EventStatus,
+    columns=(Column("TYPE", "spec.type"), Column("REASON", "spec.reason"),
+             Column("OBJECT", "spec.involvedObject.name"), Column("MESSAGE", "spec.message"), AGE),
+))
+
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "EVENT", "IMPLEMENTATION_SPEC",
+           "POLICY", "SECRET", "Condition"]

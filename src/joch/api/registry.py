@@ -1,0 +1,142 @@
+"""The one registry of kinds.
+
+A kind is declared once, as a ``KindInfo``: its group/version/kind, plural and short names, scope,
+the pydantic models of its spec and status, the references admission checks and the columns the
+CLI prints. The HTTP routes, discovery, OpenAPI, admission and the CLI all read this registry, so
+adding a kind is one ``register()`` call and no edit anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel
+
+from joch.api import errors
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A field of a kind's spec naming another object in the same namespace.
+
+    ``path`` is dotted from the object root, e.g. ``spec.agentRef.name``. ``missing`` says what
+    admission does when the target does not exist: ``reject`` the write, or ``warn`` and accept.
+    """
+
+    path: str
+    kind: str
+    missing: Literal["reject", "warn"] = "reject"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column the CLI prints for a kind: a header and a dotted path into the object."""
+
+    name: str
+    path: str
+    wide: bool = False
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    spec_model: type[BaseModel]
+    status_model: type[BaseModel]
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ("all",)
+    references: tuple[Reference, ...] = ()
+    columns: tuple[Column, ...] = ()
+    spec_required: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def key(self) -> str:
+        """The store key of the kind: stable across versions of the same group and kind."""
+        return f"{self.group}/{self.kind}"
+
+    @property
+    def resource(self) -> str:
+        """``plural.group``, the fully qualified resource name kubectl accepts."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def names(self) -> Iterator[str]:
+        yield self.kind.lower()
+        yield self.plural
+        yield self.resource
+        yield f"{self.kind.lower()}.{self.group}"
+        yield from self.short_names
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._kinds: list[KindInfo] = []
+        self._by_name: dict[str, KindInfo] = {}
+        self._by_gvk: dict[tuple[str, str], KindInfo] = {}
+
+    def register(self, info: KindInfo) -> KindInfo:
+        if (info.api_version, info.kind) in self._by_gvk:
+            raise ValueError(f"kind {info.api_version}/{info.kind} registered twice")
+        self._kinds.append(info)
+        self._by_gvk[(info.api_version, info.kind)] = info
+        for name in info.names():
+            self._by_name.setdefault(name, info)
+        return info
+
+    def __iter__(self) -> Iterator[KindInfo]:
+        return iter(self._kinds)
+
+    def groups(self) -> dict[str, list[KindInfo]]:
+        out: dict[str, list[KindInfo]] = {}
+        for info in self._kinds:
+            out.setdefault(info.group, []).append(info)
+        return out
+
+    def resolve(self, name: str) -> KindInfo:
+        """A kind from anything kubectl accepts: Kind, kind, plural, short name, plural.group."""
+        info = self._by_name.get(name) or self._by_name.get(name.lower())
+        if info is None:
+            known = ", ".join(sorted(i.plural for i in self._kinds))
+            raise errors.NotFound(
+                f'the server doesn\'t have a resource type "{name}" (known: {known})', kind=name
+            )
+        return info
+
+    def for_object(self, api_version: str, kind: str) -> KindInfo:
+        info = self._by_gvk.get((api_version, kind))
+        if info is None:
+            same_kind = [i for i in self._kinds if i.kind == kind]
+            hint = f"; did you mean apiVersion: {same_kind[0].api_version}?" if same_kind else ""
+            raise errors.NotFound(f"no kind {kind!r} is registered in {api_version!r}{hint}", kind=kind)
+        return info
+
+    def by_key(self, key: str) -> KindInfo:
+        for info in self._kinds:
+            if info.key == key:
+                return info
+        raise errors.NotFound(f"no kind is registered under {key!r}")
+
+    def for_route(self, group: str, version: str, plural: str) -> KindInfo:
+        for info in self._kinds:
+            if info.group == group and info.version == version and info.plural == plural:
+                return info
+        raise errors.NotFound(f"the server could not find the requested resource {plural}.{group}/{version}")
+
+
+REGISTRY = Registry()
+
+
+def register(info: KindInfo) -> KindInfo:
+    return REGISTRY.register(info)

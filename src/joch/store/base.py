@@ -1,0 +1,156 @@
+"""The Store contract every backend implements, and the shapes it returns.
+
+Objects are plain JSON dicts (``apiVersion, kind, metadata, spec, status``). The store is
+synchronous and thread-safe; the HTTP server calls it from worker threads and consumes watches
+through ``Watch.aget``. Semantics (they hold for every backend and the contract tests check them):
+
+* One global revision per store, strictly increasing; each write takes the next revision, and an
+  object's ``metadata.resourceVersion`` is the revision of its last write (as a decimal string).
+* ``create`` sets uid, creationTimestamp, generation=1 and resolves ``metadata.generateName``.
+* ``update`` replaces metadata (labels, annotations, finalizers, ownerReferences) and spec, never
+  status; a ``metadata.resourceVersion`` on the input is a precondition (stale → ``Conflict``).
+  ``generation`` increments only when spec changes. An update that changes nothing writes nothing
+  and returns the stored object with its old resourceVersion.
+* ``update_status`` replaces status only; same precondition rule.
+* ``delete`` on an object with finalizers sets ``deletionTimestamp`` (a MODIFIED event); the object
+  is removed (DELETED) once an update leaves its finalizers empty.
+* ``watch(resource_version=R)`` replays every change after R in revision order, then follows;
+  R older than the compaction horizon raises ``Gone``. Without R it first emits the current
+  objects as ADDED, then follows. BOOKMARK events carry only ``metadata.resourceVersion``.
+* Every write and its change-log row commit in one transaction (``transaction()`` groups several
+  writes: all of them commit or none does).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from joch.api.registry import KindInfo
+
+Obj = dict[str, Any]
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: EventType
+    object: Obj
+    revision: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "object": self.object}
+
+
+@dataclass
+class ListResult:
+    items: list[Obj]
+    resource_version: str
+    continue_token: str | None = None
+    remaining: int | None = None
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Label requirements (``key=value``, ``key!=value``, ``key``, ``!key``, ``key in (a,b)``,
+    ``key notin (a,b)``) and field requirements on ``metadata.name``/``metadata.namespace``."""
+
+    labels: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    fields: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass
+class ListOptions:
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    limit: int | None = None
+    continue_token: str | None = None
+
+
+@dataclass
+class WatchOptions:
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    resource_version: str | None = None
+    allow_bookmarks: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Watch(abc.ABC):
+    """A stream of events. ``get`` blocks (threads); ``aget`` awaits (asyncio); both return None
+    on timeout. ``close`` is idempotent and ends the stream."""
+
+    @abc.abstractmethod
+    def get(self, timeout: float | None = None) -> WatchEvent | None: ...
+
+    @abc.abstractmethod
+    async def aget(self, timeout: float | None = None) -> WatchEvent | None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        while True:
+            event = self.get(timeout=None)
+            if event is None:
+                return
+            yield event
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Writer(abc.ABC):
+    """The write half of the contract; a ``transaction()`` hands one out."""
+
+    @abc.abstractmethod
+    def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj: ...
+
+    @abc.abstractmethod
+    def create(self, kind: KindInfo, obj: Obj) -> Obj: ...
+
+    @abc.abstractmethod
+    def update(self, kind: KindInfo, obj: Obj) -> Obj: ...
+
+    @abc.abstractmethod
+    def update_status(self, kind: KindInfo, obj: Obj) -> Obj: ...
+
+    @abc.abstractmethod
+    def delete(
+        self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
+        uid: str | None = None,
+    ) -> Obj: ...
+
+
+class Store(Writer):
+    """A versioned object store. See the module docstring for the semantics."""
+
+    @abc.abstractmethod
+    def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult: ...
+
+    @abc.abstractmethod
+    def watch(self, kind: KindInfo | None, options: WatchOptions | None = None) -> Watch: ...
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractContextManager[Writer]: ...
+
+    @abc.abstractmethod
+    def current_revision(self) -> int: ...
+
+    @abc.abstractmethod
+    def compacted_revision(self) -> int: ...
+
+    @abc.abstractmethod
+    def compact(self, revision: int) -> int:
+        """Drop change-log entries at or below ``revision``; returns the new horizon."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
