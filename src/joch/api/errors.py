@@ -7,7 +7,7 @@ problem so a user sees every error in a document at once, each with its field pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 

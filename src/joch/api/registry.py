@@ -9,7 +9,7 @@ adding a kind is one ``register()`` call and no edit anywhere else.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel

@@ -1,0 +1,42 @@
+"""The versioned object store: the contract in ``base``, one SQL implementation in ``sql`` shared by
+the ``sqlite`` (embedded default) and ``postgres`` backends."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from joch.store.base import ListOptions, ListResult, Store, Watch, WatchEvent, WatchOptions, Writer
+
+__all__ = ["ListOptions", "ListResult", "Store", "Watch", "WatchEvent", "WatchOptions", "Writer",
+           "default_url", "open_store"]
+
+
+def default_url(data_dir: str | os.PathLike[str]) -> str:
+    return f"sqlite:///{Path(data_dir).resolve() / 'joch.db'}"
+
+
+def open_store(url: str, *, history: int | None = 100_000) -> Store:
+    """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]`` or
+    ``postgresql://USER@HOST:PORT/DB`` (any libpq URL). ``history`` bounds the change log: older
+    revisions are compacted automatically (None keeps everything)."""
+    from joch.store.sql import SqlStore
+
+    if url.startswith(("postgresql://", "postgres://")):
+        from joch.store.postgres import PostgresBackend
+
+        return SqlStore(PostgresBackend(url), history=history)
+    if url.startswith("sqlite:"):
+        parts = urlsplit(url)
+        path = (parts.netloc + parts.path) if parts.netloc else parts.path
+        if path.startswith("//"):
+            path = path[1:]
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        from joch.store.sqlite import SqliteBackend
+
+        backend = SqliteBackend(Path(path), synchronous=options.get("synchronous", "NORMAL"))
+        return SqlStore(backend, history=history)
+    raise ValueError(
+        f"unsupported store URL {url!r}: use sqlite:///PATH/joch.db or postgresql://USER@HOST:PORT/DB"
+    )

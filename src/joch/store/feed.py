@@ -1,0 +1,322 @@
+"""The change feed: one reader of the change log per store, fanning events out to watches.
+
+Why one reader: a hundred watches on one kind should cost one query per commit, not a hundred. The
+feed thread sleeps until a local commit or a Postgres NOTIFY wakes it (or ``poll_interval`` passes,
+for writers nobody told us about), reads every change after its position in revision order, and
+offers each to the subscriptions whose filter matches.
+
+How a watch from revision R misses nothing and repeats nothing: the subscription registers with the
+feed *first*, so it receives every change the feed reads from then on; it then replays the log from
+R itself. Both streams are merged by revision — an event at or below the last revision delivered is
+dropped — and since the log is in revision order and commit order equals revision order (see
+``sql``), the result is gap-free and ordered.
+
+Compaction: a subscription replaying below the compaction horizon ends with an ERROR event carrying
+a 410 ``Expired`` Status, as a Kubernetes watch does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from joch.api import errors, selectors
+from joch.store.base import Obj, Watch, WatchEvent
+
+log = logging.getLogger(__name__)
+
+Wake = Callable[[], None]
+_REPLAY_PAGE = 500
+_COMPACT_EVERY = 30.0
+
+
+class Change(NamedTuple):
+    revision: int
+    kind: str
+    namespace: str
+    name: str
+    type: str
+    body: str
+
+
+ReadChanges = Callable[[int, str | None, int], tuple[int, list[Change]]]
+
+
+@dataclass(frozen=True)
+class Filter:
+    kind: str | None = None
+    namespace: str | None = None
+    labels: tuple[selectors.Requirement, ...] = ()
+    fields: tuple[selectors.Requirement, ...] = ()
+
+    def match_key(self, change: Change) -> bool:
+        if self.kind is not None and change.kind != self.kind:
+            return False
+        return self.namespace is None or change.namespace == self.namespace
+
+    def decode(self, change: Change) -> WatchEvent | None:
+        """The event for ``change`` when it passes the filter (the body is parsed per watch, so
+        each consumer owns its dicts)."""
+        if not self.match_key(change):
+            return None
+        obj = json.loads(change.body)
+        if (self.labels or self.fields) and not selectors.matches(obj, self.labels, self.fields):
+            return None
+        return WatchEvent(change.type, obj, change.revision)  # type: ignore[arg-type]
+
+
+def bookmark_object(api_version: str, kind: str) -> Obj:
+    return {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "0"}}
+
+
+def gone_status(message: str) -> Obj:
+    return errors.Gone(message).to_status()
+
+
+class Subscription(Watch):
+    def __init__(
+        self, feed: Feed, flt: Filter, *, after: int | None, bookmarks: bool, bookmark_interval: float,
+        bookmark_template: Obj,
+    ) -> None:
+        self._feed = feed
+        self._filter = flt
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: collections.deque[WatchEvent] = collections.deque()
+        self._ready: collections.deque[WatchEvent] = collections.deque()
+        self._last = after if after is not None else -1
+        self._replaying = after is not None
+        self._closed = False
+        self._bookmarks = bookmarks
+        self._bookmark_interval = bookmark_interval
+        self._bookmark_template = bookmark_template
+        self._last_emit = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_wake: asyncio.Event | None = None
+
+    # --- fed by the feed thread ------------------------------------------------------------------
+
+    def offer(self, change: Change) -> None:
+        event = self._filter.decode(change)
+        if event is None:
+            return
+        with self._cond:
+            self._queue.append(event)
+            self._cond.notify_all()
+        self._wake_async()
+
+    def _wake_async(self) -> None:
+        loop, wake = self._loop, self._async_wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+                loop.call_soon_threadsafe(wake.set)
+
+    def start_live(self, revision: int, bodies: list[str]) -> None:
+        """Begin with the current objects as ADDED events, then follow from ``revision``."""
+        for body in bodies:
+            obj = json.loads(body)
+            if selectors.matches(obj, self._filter.labels, self._filter.fields):
+                rv = int(obj.get("metadata", {}).get("resourceVersion") or revision)
+                self._ready.append(WatchEvent("ADDED", obj, rv))
+        self._last = revision
+        self._replaying = False
+
+    # --- consumed by the watcher -----------------------------------------------------------------
+
+    def _replay_page(self) -> None:
+        compacted, changes = self._feed.read_changes(self._last, self._filter.kind, _REPLAY_PAGE)
+        if compacted > self._last:
+            status = gone_status(
+                f"too old resource version: {self._last} ({compacted}); list again and watch from there"
+            )
+            self._ready.append(WatchEvent("ERROR", status, compacted))
+            self._replaying = False
+            self._closed = True
+            return
+        for change in changes:
+            event = self._filter.decode(change)
+            if event is not None:
+                self._ready.append(event)
+        if changes:
+            self._last = changes[-1].revision
+        if len(changes) < _REPLAY_PAGE:
+            self._replaying = False
+
+    def _poll(self) -> WatchEvent | None:
+        """Next event without waiting (may read the database while replaying)."""
+        while True:
+            if self._ready:
+                event = self._ready.popleft()
+                self._last = max(self._last, event.revision) if event.type != "ERROR" else self._last
+                self._last_emit = time.monotonic()
+                return event
+            if self._closed:
+                return None
+            if self._replaying:
+                self._replay_page()
+                continue
+            with self._lock:
+                while self._queue:
+                    event = self._queue.popleft()
+                    if event.revision > self._last:
+                        self._last = event.revision
+                        self._last_emit = time.monotonic()
+                        return event
+            return None
+
+    def _bookmark_due(self) -> WatchEvent | None:
+        if not self._bookmarks or self._replaying:
+            return None
+        if time.monotonic() - self._last_emit < self._bookmark_interval:
+            return None
+        # Read the position before looking at the queue: the feed offers a change before it advances
+        # its position, so an empty queue afterwards means every change up to it was consumed.
+        position = self._feed.position
+        with self._lock:
+            if self._queue:
+                return None
+        revision = max(self._last, position)
+        self._last = revision
+        self._last_emit = time.monotonic()
+        obj = json.loads(json.dumps(self._bookmark_template))
+        obj["metadata"]["resourceVersion"] = str(revision)
+        return WatchEvent("BOOKMARK", obj, revision)
+
+    def _wait_budget(self, deadline: float | None) -> float | None:
+        budget = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if self._bookmarks:
+            until_bookmark = max(0.0, self._last_emit + self._bookmark_interval - time.monotonic())
+            budget = until_bookmark if budget is None else min(budget, until_bookmark)
+        return budget
+
+    def get(self, timeout: float | None = None) -> WatchEvent | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            event = self._poll() or self._bookmark_due()
+            if event is not None or self._closed:
+                return event
+            budget = self._wait_budget(deadline)
+            if budget is not None and budget <= 0 and deadline is not None and time.monotonic() >= deadline:
+                return None
+            with self._cond:
+                if not self._queue and not self._closed:
+                    self._cond.wait(budget)
+
+    async def aget(self, timeout: float | None = None) -> WatchEvent | None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._async_wake = asyncio.Event()
+        wake = self._async_wake
+        if wake is None:  # pragma: no cover - set just above
+            raise RuntimeError("watch has no event loop")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wake.clear()
+            if self._replaying:
+                event = await asyncio.to_thread(self._poll)
+            else:
+                event = self._poll()
+            event = event or self._bookmark_due()
+            if event is not None or self._closed:
+                return event
+            budget = self._wait_budget(deadline)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), budget)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._wake_async()
+        self._feed.unsubscribe(self)
+
+
+class Feed:
+    def __init__(
+        self, *, read_changes: ReadChanges, current: Callable[[], int], poll_interval: float,
+        compact: Callable[[], None] | None = None,
+    ) -> None:
+        self.read_changes = read_changes
+        self._current = current
+        self._poll_interval = poll_interval
+        self._compact = compact
+        self._lock = threading.Lock()
+        self._subs: set[Subscription] = set()
+        self._event = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.position = 0
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def subscribe(self, flt: Filter, *, after: int | None, bookmarks: bool, bookmark_interval: float,
+                  bookmark_template: Obj) -> Subscription:
+        self._ensure_started()
+        sub = Subscription(self, flt, after=after, bookmarks=bookmarks, bookmark_interval=bookmark_interval,
+                           bookmark_template=bookmark_template)
+        with self._lock:
+            self._subs.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs.discard(sub)
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self.position = self._current()
+            self._thread = threading.Thread(target=self._run, name="joch-change-feed", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        last_compact = time.monotonic()
+        while not self._stop:
+            self._event.wait(self._poll_interval)
+            self._event.clear()
+            if self._stop:
+                return
+            try:
+                self._pump()
+                if self._compact is not None and time.monotonic() - last_compact > _COMPACT_EVERY:
+                    last_compact = time.monotonic()
+                    self._compact()
+            except Exception:  # the feed must survive a transient database error
+                log.exception("change feed: reading the change log failed; retrying")
+                time.sleep(self._poll_interval)
+
+    def _pump(self) -> None:
+        while True:
+            _, changes = self.read_changes(self.position, None, _REPLAY_PAGE)
+            if not changes:
+                return
+            with self._lock:
+                subs = list(self._subs)
+                for change in changes:
+                    for sub in subs:
+                        sub.offer(change)
+                self.position = changes[-1].revision
+            if len(changes) < _REPLAY_PAGE:
+                return
+
+    def close(self) -> None:
+        self._stop = True
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            sub.close()

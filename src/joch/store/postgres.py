@@ -1,0 +1,126 @@
+"""The shared Postgres backend (psycopg 3): a connection pool, a row lock for revision order, and
+LISTEN/NOTIFY so every replica's watchers wake on every replica's commits.
+
+Writers lock the ``revision`` row of ``joch_meta`` (``SELECT … FOR UPDATE``) before writing, so
+commits are serialized in revision order across every server sharing the database (see ``sql``).
+The NOTIFY is sent inside the write transaction; Postgres delivers it only on commit.
+Migrations run under an advisory lock so replicas starting together apply each file once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from joch.api.meta import now
+from joch.store import feed as feeds
+from joch.store import migrations
+from joch.store.sql import Backend, Conn, Cursor
+
+log = logging.getLogger(__name__)
+CHANNEL = "joch_changes"
+_MIGRATION_LOCK = 0x6A6F6368  # "joch"
+
+
+class _PgConn:
+    """Adapts ``?`` placeholders to psycopg's ``%s`` (cached per statement)."""
+
+    _cache: dict[str, str] = {}
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Cursor:
+        query = self._cache.get(sql)
+        if query is None:
+            query = self._cache.setdefault(sql, sql.replace("?", "%s"))
+        return self.conn.execute(query, params, prepare=True)
+
+
+class PostgresBackend(Backend):
+    name = "postgres"
+    lock_revision_sql = "SELECT value FROM joch_meta WHERE key = 'revision' FOR UPDATE"
+
+    def __init__(self, conninfo: str, *, max_connections: int = 10) -> None:
+        self.conninfo = conninfo
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=True,
+            name="joch-store",
+        )
+        self._listener: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._pool.connection() as raw:
+            conn = _PgConn(raw)
+            conn.execute("SELECT pg_advisory_lock(?)", (_MIGRATION_LOCK,))
+            try:
+                with raw.transaction():
+                    conn.execute(migrations.CREATE_TABLE)
+                    (applied,) = conn.execute(
+                        "SELECT COALESCE(MAX(version), 0) FROM joch_schema_migrations"
+                    ).fetchone()
+                    for migration in migrations.load("postgres"):
+                        if migration.version <= applied:
+                            continue
+                        for statement in migration.statements():
+                            raw.execute(statement.encode())
+                        conn.execute(
+                            "INSERT INTO joch_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                            (migration.version, migration.name, now()),
+                        )
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(?)", (_MIGRATION_LOCK,))
+
+    @contextmanager
+    def write(self) -> Iterator[Conn]:
+        with self._pool.connection() as raw, raw.transaction():
+            yield _PgConn(raw)
+
+    @contextmanager
+    def read(self) -> Iterator[Conn]:
+        with self._pool.connection() as raw:
+            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield _PgConn(raw)
+            finally:
+                raw.execute("COMMIT")
+
+    def notify(self, conn: Conn, revision: int) -> None:
+        conn.execute("SELECT pg_notify(?, ?)", (CHANNEL, str(revision)))
+
+    @property
+    def poll_interval(self) -> float:
+        return 2.0
+
+    def listen(self, wake: feeds.Wake) -> None:
+        self._listener = threading.Thread(target=self._listen, args=(wake,), name="joch-pg-listen",
+                                          daemon=True)
+        self._listener.start()
+
+    def _listen(self, wake: feeds.Wake) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    wake()  # catch up on anything committed while we were not listening
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=0.5, stop_after=1):
+                            wake()
+            except psycopg.Error:
+                if not self._stop.is_set():
+                    log.warning("postgres LISTEN connection lost; reconnecting", exc_info=True)
+                    self._stop.wait(1.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.join(timeout=5)
+        self._pool.close()

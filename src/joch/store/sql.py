@@ -1,0 +1,482 @@
+"""The store's semantics, written once over SQL and shared by the SQLite and Postgres backends.
+
+Contracts and pitfalls:
+
+* **One revision, one writer at a time.** Every write transaction first reads the global revision
+  under a lock (SQLite: ``BEGIN IMMEDIATE``; Postgres: ``SELECT … FOR UPDATE`` on the counter row)
+  and hands out the next numbers itself. Holding that lock until commit makes commit order equal
+  revision order, so a watcher that has seen revision N has seen every revision below N — a plain
+  sequence cannot promise that, because a later value can commit before an earlier one.
+* **Object row and change-log row commit together.** The counter row is written once at the end of
+  the transaction, so a multi-object apply costs one counter update, not one per object.
+* **No-op writes write nothing.** An update or status update that changes nothing returns the stored
+  object unchanged: re-applying a file keeps every resourceVersion.
+* Bodies are stored as JSON text in both dialects: the store never queries inside them, and text
+  keeps the submitted key order, which ``-o yaml`` shows back to the user.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import binascii
+import builtins
+import json
+import secrets
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
+
+from joch.api import errors, selectors
+from joch.api.meta import now
+from joch.api.registry import REGISTRY, KindInfo
+from joch.store import feed as feeds
+from joch.store.base import ListOptions, ListResult, Obj, Store, Watch, WatchOptions, Writer
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
+_LIST_CHUNK = 500
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Conn(Protocol):
+    """The slice of a DB-API connection the store uses; SQL is written with ``?`` placeholders."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+
+class Backend(abc.ABC):
+    """What differs between dialects: connections, locking, notification and migrations."""
+
+    name: str
+    lock_revision_sql = "SELECT value FROM joch_meta WHERE key = 'revision'"
+
+    @abc.abstractmethod
+    def write(self) -> AbstractContextManager[Conn]:
+        """A connection inside a write transaction that commits on exit, rolls back on error."""
+
+    @abc.abstractmethod
+    def read(self) -> AbstractContextManager[Conn]:
+        """A connection inside a read-only transaction with one consistent snapshot."""
+
+    def notify(self, conn: Conn, revision: int) -> None:  # noqa: B027 - optional hook
+        """Tell other processes about new changes (called inside the write transaction)."""
+
+    def listen(self, wake: feeds.Wake) -> None:  # noqa: B027 - optional hook
+        """Start waking ``wake`` when another process commits changes."""
+
+    @property
+    def poll_interval(self) -> float:
+        """How often the change feed looks for changes nobody told it about."""
+        return 1.0
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+def object_key(kind: KindInfo, namespace: str | None) -> str:
+    if not kind.namespaced:
+        return ""
+    if not namespace:
+        raise errors.BadRequest(f"{kind.kind} is namespaced: a namespace is required")
+    return namespace
+
+
+def dumps(obj: Obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ident(kind: KindInfo, namespace: str, name: str) -> str:
+    return f'{kind.resource} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
+
+
+def _not_found(kind: KindInfo, namespace: str, name: str) -> errors.NotFound:
+    return errors.NotFound(f"{_ident(kind, namespace, name)} not found", kind=kind.plural, name=name)
+
+
+def _conflict(kind: KindInfo, name: str, why: str) -> errors.Conflict:
+    return errors.Conflict(
+        f'Operation cannot be fulfilled on {kind.resource} "{name}": {why}', kind=kind.plural, name=name
+    )
+
+
+def _check_preconditions(
+    kind: KindInfo, current: Obj, *, resource_version: str | None, uid: str | None
+) -> None:
+    m = current["metadata"]
+    if resource_version and resource_version != m["resourceVersion"]:
+        raise _conflict(
+            kind, m["name"],
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    if uid and uid != m.get("uid"):
+        raise _conflict(kind, m["name"], f"the UID in the precondition ({uid}) does not match ({m.get('uid')})")
+
+
+class _Tx(Writer):
+    """A write transaction: revisions are handed out in memory and the counter written at the end."""
+
+    def __init__(self, conn: Conn, revision: int) -> None:
+        self.conn = conn
+        self.start = revision
+        self.revision = revision
+
+    def _load(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
+        row = self.conn.execute(
+            "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
+            (kind.key, namespace, name),
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def _record(self, kind: KindInfo, obj: Obj, event: str) -> Obj:
+        self.revision += 1
+        m = obj["metadata"]
+        m["resourceVersion"] = str(self.revision)
+        namespace, name = m.get("namespace") or "", m["name"]
+        body = dumps(obj)
+        if event == "ADDED":
+            self.conn.execute(
+                "INSERT INTO joch_objects (kind, namespace, name, uid, revision, body) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (kind.key, namespace, name, m["uid"], self.revision, body),
+            )
+        elif event == "MODIFIED":
+            self.conn.execute(
+                "UPDATE joch_objects SET revision = ?, body = ? WHERE kind = ? AND namespace = ? AND name = ?",
+                (self.revision, body, kind.key, namespace, name),
+            )
+        else:
+            self.conn.execute(
+                "DELETE FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
+                (kind.key, namespace, name),
+            )
+        self.conn.execute(
+            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body) VALUES (?, ?, ?, ?, ?, ?)",
+            (self.revision, kind.key, namespace, name, event, body),
+        )
+        return obj
+
+    def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
+        ns = object_key(kind, namespace)
+        obj = self._load(kind, ns, name)
+        if obj is None:
+            raise _not_found(kind, ns, name)
+        return obj
+
+    def create(self, kind: KindInfo, obj: Obj) -> Obj:
+        m = dict(obj.get("metadata") or {})
+        ns = object_key(kind, m.get("namespace"))
+        name = m.get("name")
+        if not name:
+            prefix = m.get("generateName")
+            if not prefix:
+                raise errors.Invalid(
+                    f"{kind.kind}: metadata.name or metadata.generateName is required", kind=kind.kind,
+                    causes=[errors.Cause("metadata.name", "Required value: name or generateName is required",
+                                         "FieldValueRequired")],
+                )
+            name = self._generate_name(kind, ns, prefix)
+        elif self._load(kind, ns, name) is not None:
+            raise errors.AlreadyExists(f"{_ident(kind, ns, name)} already exists", kind=kind.plural, name=name)
+        m.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
+        m.pop("deletionTimestamp", None)
+        if kind.namespaced:
+            m["namespace"] = ns
+        else:
+            m.pop("namespace", None)
+        new = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": m}
+        new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata"))
+        return self._record(kind, new, "ADDED")
+
+    def _generate_name(self, kind: KindInfo, namespace: str, prefix: str) -> str:
+        for _ in range(8):
+            name = prefix + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+            if self._load(kind, namespace, name) is None:
+                return name
+        raise errors.AlreadyExists(f"could not generate a unique name from prefix {prefix!r}; try again")
+
+    def update(self, kind: KindInfo, obj: Obj) -> Obj:
+        m = obj.get("metadata") or {}
+        current = self.get(kind, m.get("namespace"), m.get("name") or "")
+        _check_preconditions(kind, current, resource_version=m.get("resourceVersion"), uid=m.get("uid"))
+        cm = current["metadata"]
+        new_meta = {k: v for k, v in cm.items() if k not in _USER_METADATA}
+        new_meta.update((k, m[k]) for k in _USER_METADATA if m.get(k))
+        new = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": new_meta}
+        new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status"))
+        if "status" in current:
+            new["status"] = current["status"]
+        if new.get("spec") != current.get("spec"):
+            new_meta["generation"] = int(cm.get("generation") or 0) + 1
+        if cm.get("deletionTimestamp") and not new_meta.get("finalizers"):
+            return self._record(kind, new, "DELETED")
+        if new == current:
+            return current
+        return self._record(kind, new, "MODIFIED")
+
+    def update_status(self, kind: KindInfo, obj: Obj) -> Obj:
+        m = obj.get("metadata") or {}
+        current = self.get(kind, m.get("namespace"), m.get("name") or "")
+        _check_preconditions(kind, current, resource_version=m.get("resourceVersion"), uid=m.get("uid"))
+        status = obj.get("status")
+        if status == current.get("status"):
+            return current
+        new = dict(current)
+        if status is None:
+            new.pop("status", None)
+        else:
+            new["status"] = status
+        return self._record(kind, new, "MODIFIED")
+
+    def delete(
+        self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
+        uid: str | None = None,
+    ) -> Obj:
+        current = self.get(kind, namespace, name)
+        _check_preconditions(kind, current, resource_version=resource_version, uid=uid)
+        cm = current["metadata"]
+        if cm.get("finalizers"):
+            if cm.get("deletionTimestamp"):
+                return current
+            marked = {**current, "metadata": {**cm, "deletionTimestamp": now()}}
+            return self._record(kind, marked, "MODIFIED")
+        return self._record(kind, current, "DELETED")
+
+
+def _encode_continue(revision: int, namespace: str, name: str) -> str:
+    raw = json.dumps({"rv": revision, "ns": namespace, "n": name}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return int(data["rv"]), str(data["ns"]), str(data["n"])
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise errors.BadRequest(f"invalid continue token {token!r}: pass the token a list returned") from exc
+
+
+class SqlStore(Store):
+    def __init__(self, backend: Backend, *, history: int | None = None) -> None:
+        self.backend = backend
+        self.history = history
+        self.feed = feeds.Feed(
+            read_changes=self._changes_after, current=self.current_revision,
+            poll_interval=backend.poll_interval, compact=self._auto_compact if history else None,
+        )
+        backend.listen(self.feed.wake)
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Writer]:
+        with self.backend.write() as conn:
+            (revision,) = conn.execute(self.backend.lock_revision_sql).fetchone()
+            tx = _Tx(conn, int(revision))
+            yield tx
+            if tx.revision != tx.start:
+                conn.execute("UPDATE joch_meta SET value = ? WHERE key = 'revision'", (tx.revision,))
+                self.backend.notify(conn, tx.revision)
+        if tx.revision != tx.start:
+            self.feed.wake()
+
+    def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
+        ns = object_key(kind, namespace)
+        with self.backend.read() as conn:
+            row = conn.execute(
+                "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
+                (kind.key, ns, name),
+            ).fetchone()
+        if row is None:
+            raise _not_found(kind, ns, name)
+        result: Obj = json.loads(row[0])
+        return result
+
+    def create(self, kind: KindInfo, obj: Obj) -> Obj:
+        with self.transaction() as tx:
+            return tx.create(kind, obj)
+
+    def update(self, kind: KindInfo, obj: Obj) -> Obj:
+        with self.transaction() as tx:
+            return tx.update(kind, obj)
+
+    def update_status(self, kind: KindInfo, obj: Obj) -> Obj:
+        with self.transaction() as tx:
+            return tx.update_status(kind, obj)
+
+    def delete(
+        self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
+        uid: str | None = None,
+    ) -> Obj:
+        with self.transaction() as tx:
+            return tx.delete(kind, namespace, name, resource_version=resource_version, uid=uid)
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
+        opts = options or ListOptions()
+        labels = selectors.parse_labels(opts.label_selector)
+        fields = selectors.parse_fields(opts.field_selector)
+        if opts.limit is not None and opts.limit < 0:
+            raise errors.BadRequest(f"limit must be a positive number, got {opts.limit}")
+        limit = opts.limit or None
+        namespace = (opts.namespace or None) if kind.namespaced else None
+        after: tuple[str, str] | None = None
+        first_revision: int | None = None
+        if opts.continue_token:
+            first_revision, ns_after, name_after = _decode_continue(opts.continue_token)
+            after = (ns_after, name_after)
+        where, params = self._list_filter(kind, namespace, fields)
+        items: list[Obj] = []
+        more = False
+        with self.backend.read() as conn:
+            (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+            while True:
+                chunk = _LIST_CHUNK if limit is None else max(limit + 1 - len(items), 64)
+                sql = f"SELECT namespace, name, body FROM joch_objects WHERE {where}"
+                page_params = list(params)
+                if after is not None:
+                    sql += " AND (namespace > ? OR (namespace = ? AND name > ?))"
+                    page_params += [after[0], after[0], after[1]]
+                sql += " ORDER BY namespace, name LIMIT ?"
+                rows = conn.execute(sql, [*page_params, chunk]).fetchall()
+                for ns_row, name_row, body in rows:
+                    obj = json.loads(body)
+                    if labels and not selectors.matches(obj, labels, ()):
+                        after = (ns_row, name_row)
+                        continue
+                    if limit is not None and len(items) == limit:
+                        more = True
+                        break
+                    items.append(obj)
+                    after = (ns_row, name_row)
+                if more or len(rows) < chunk:
+                    break
+            remaining = None
+            if more and not labels and after is not None:
+                sql = f"SELECT COUNT(*) FROM joch_objects WHERE {where}"
+                sql += " AND (namespace > ? OR (namespace = ? AND name > ?))"
+                (remaining,) = conn.execute(sql, [*params, after[0], after[0], after[1]]).fetchone()
+        list_revision = first_revision if first_revision is not None else int(revision)
+        token = _encode_continue(list_revision, *after) if more and after is not None else None
+        return ListResult(items=items, resource_version=str(list_revision), continue_token=token,
+                          remaining=remaining)
+
+    @staticmethod
+    def _list_filter(
+        kind: KindInfo, namespace: str | None, fields: tuple[selectors.Requirement, ...]
+    ) -> tuple[str, builtins.list[Any]]:
+        where, params = ["kind = ?"], [kind.key]
+        if namespace is not None:
+            where.append("namespace = ?")
+            params.append(namespace)
+        for req in fields:
+            column = "name" if req.key == "metadata.name" else "namespace"
+            where.append(f"{column} {'=' if req.op == '=' else '<>'} ?")
+            params.append(req.values[0])
+        return " AND ".join(where), params
+
+    def current_revision(self) -> int:
+        with self.backend.read() as conn:
+            (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+        return int(revision)
+
+    def compacted_revision(self) -> int:
+        with self.backend.read() as conn:
+            (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'compacted'").fetchone()
+        return int(revision)
+
+    def compact(self, revision: int) -> int:
+        with self.backend.write() as conn:
+            (current,) = conn.execute(self.backend.lock_revision_sql).fetchone()
+            (compacted,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'compacted'").fetchone()
+            target = min(int(revision), int(current))
+            if target <= int(compacted):
+                return int(compacted)
+            conn.execute("DELETE FROM joch_changes WHERE revision <= ?", (target,))
+            conn.execute("UPDATE joch_meta SET value = ? WHERE key = 'compacted'", (target,))
+        return target
+
+    def _auto_compact(self) -> None:
+        if self.history:
+            self.compact(self.current_revision() - self.history)
+
+    def _changes_after(
+        self, revision: int, kind: str | None, limit: int
+    ) -> tuple[int, builtins.list[feeds.Change]]:
+        """Changes after ``revision`` (oldest first) and the compaction horizon, in one snapshot."""
+        with self.backend.read() as conn:
+            (compacted,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'compacted'").fetchone()
+            if kind is None:
+                rows = conn.execute(
+                    "SELECT revision, kind, namespace, name, type, body FROM joch_changes "
+                    "WHERE revision > ? ORDER BY revision LIMIT ?",
+                    (revision, limit),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT revision, kind, namespace, name, type, body FROM joch_changes "
+                    "WHERE kind = ? AND revision > ? ORDER BY revision LIMIT ?",
+                    (kind, revision, limit),
+                ).fetchall()
+        return int(compacted), [feeds.Change(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def _snapshot(self, kind: KindInfo, namespace: str | None) -> tuple[int, builtins.list[str]]:
+        ns = namespace if kind.namespaced else None
+        with self.backend.read() as conn:
+            (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+            if ns:
+                rows = conn.execute(
+                    "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? ORDER BY namespace, name",
+                    (kind.key, ns),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT body FROM joch_objects WHERE kind = ? ORDER BY namespace, name", (kind.key,)
+                ).fetchall()
+        return int(revision), [r[0] for r in rows]
+
+    def watch(self, kind: KindInfo | None, options: WatchOptions | None = None) -> Watch:
+        opts = options or WatchOptions()
+        flt = feeds.Filter(
+            kind=kind.key if kind else None,
+            namespace=(opts.namespace or None) if (kind is None or kind.namespaced) else None,
+            labels=selectors.parse_labels(opts.label_selector),
+            fields=selectors.parse_fields(opts.field_selector),
+        )
+        interval = float(opts.extra.get("bookmark_interval", 10.0))
+        bookmark = feeds.bookmark_object(kind.api_version, kind.kind) if kind else feeds.bookmark_object("", "")
+        rv = opts.resource_version
+        if rv in (None, "", "0"):
+            sub = self.feed.subscribe(flt, after=None, bookmarks=opts.allow_bookmarks,
+                                      bookmark_interval=interval, bookmark_template=bookmark)
+            if kind is None:
+                sub.start_live(self.current_revision(), [])
+            else:
+                revision, bodies = self._snapshot(kind, flt.namespace)
+                sub.start_live(revision, bodies)
+            return sub
+        try:
+            after = int(rv)
+        except ValueError as exc:
+            raise errors.BadRequest(f"invalid resourceVersion {rv!r}: it must be a number") from exc
+        compacted = self.compacted_revision()
+        if after < compacted:
+            raise errors.Gone(
+                f"too old resource version: {after} ({compacted}); list again to get a current "
+                "resourceVersion and watch from there",
+            )
+        return self.feed.subscribe(flt, after=after, bookmarks=opts.allow_bookmarks,
+                                   bookmark_interval=interval, bookmark_template=bookmark)
+
+    def close(self) -> None:
+        self.feed.close()
+        self.backend.close()
+
+
+__all__ = ["REGISTRY", "Backend", "Conn", "SqlStore", "dumps", "object_key"]

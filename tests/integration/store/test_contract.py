@@ -1,0 +1,388 @@
+"""The Store contract, run against every backend (``store`` is parametrized: sqlite, postgres)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from joch.api import errors
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN
+from joch.store import ListOptions, Store, WatchOptions
+
+
+def agent(name: str, provider: str = "p", **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "joch.dev/v1alpha1", "kind": "Agent",
+        "metadata": {"name": name, "namespace": "default", **meta},
+        "spec": {"providerRef": {"name": provider}},
+    }
+
+
+def test_create_sets_server_fields(store: Store) -> None:
+    created = store.create(AGENT, agent("coder", labels={"team": "a"}))
+    m = created["metadata"]
+    assert m["uid"] and m["creationTimestamp"].endswith("Z")
+    assert m["generation"] == 1
+    assert int(m["resourceVersion"]) == store.current_revision()
+    assert store.get(AGENT, "default", "coder") == created
+
+
+def test_create_twice_is_already_exists(store: Store) -> None:
+    store.create(AGENT, agent("coder"))
+    with pytest.raises(errors.AlreadyExists, match=r'agents\.joch\.dev "coder"'):
+        store.create(AGENT, agent("coder"))
+
+
+def test_get_missing_is_not_found(store: Store) -> None:
+    with pytest.raises(errors.NotFound, match="not found"):
+        store.get(AGENT, "default", "nope")
+
+
+def test_generate_name(store: Store) -> None:
+    obj = agent("")
+    obj["metadata"] = {"generateName": "run-", "namespace": "default"}
+    names = {store.create(AGENT, obj)["metadata"]["name"] for _ in range(5)}
+    assert len(names) == 5 and all(n.startswith("run-") and len(n) == 9 for n in names)
+
+
+def test_revisions_strictly_increase(store: Store) -> None:
+    revs = [int(store.create(AGENT, agent(f"a{i}"))["metadata"]["resourceVersion"]) for i in range(5)]
+    assert revs == sorted(revs) and len(set(revs)) == 5
+    assert store.current_revision() == revs[-1]
+
+
+def test_generation_bumps_on_spec_change_only(store: Store) -> None:
+    created = store.create(AGENT, agent("coder"))
+    relabeled = store.update(AGENT, {**created, "metadata": {**created["metadata"], "labels": {"x": "y"}}})
+    assert relabeled["metadata"]["generation"] == 1
+    assert relabeled["metadata"]["resourceVersion"] != created["metadata"]["resourceVersion"]
+    respec = store.update(AGENT, {**relabeled, "spec": {"providerRef": {"name": "q"}}})
+    assert respec["metadata"]["generation"] == 2
+    status = store.update_status(AGENT, {**respec, "status": {"conditions": []}})
+    assert status["metadata"]["generation"] == 2
+
+
+def test_noop_update_writes_nothing(store: Store) -> None:
+    created = store.create(AGENT, agent("coder"))
+    before = store.current_revision()
+    same = store.update(AGENT, created)
+    assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert store.current_revision() == before
+
+
+def test_stale_resource_version_conflicts(store: Store) -> None:
+    created = store.create(AGENT, agent("coder"))
+    store.update(AGENT, {**created, "spec": {"providerRef": {"name": "first"}}})
+    with pytest.raises(errors.Conflict, match="has been modified"):
+        store.update(AGENT, {**created, "spec": {"providerRef": {"name": "second"}}})
+    with pytest.raises(errors.Conflict):
+        store.update_status(AGENT, {**created, "status": {"conditions": []}})
+
+
+def test_concurrent_writers_with_same_version_one_wins(store: Store) -> None:
+    created = store.create(AGENT, agent("coder"))
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def write(i: int) -> None:
+        barrier.wait()
+        try:
+            store.update(AGENT, {**created, "spec": {"providerRef": {"name": f"p{i}"}}})
+            outcomes.append("ok")
+        except errors.Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * 7 + ["ok"]
+
+
+def test_update_never_touches_status_and_status_never_touches_spec(store: Store) -> None:
+    created = store.create(AGENT, agent("coder"))
+    with_status = store.update_status(AGENT, {**created, "status": {"observedGeneration": 1}})
+    updated = store.update(AGENT, {**with_status, "spec": {"providerRef": {"name": "q"}}, "status": {}})
+    assert updated["status"] == {"observedGeneration": 1}
+    sneaky = {**updated, "spec": {"providerRef": {"name": "zzz"}}, "status": {"observedGeneration": 2}}
+    after = store.update_status(AGENT, sneaky)
+    assert after["spec"] == {"providerRef": {"name": "q"}}
+    assert after["status"] == {"observedGeneration": 2}
+
+
+def test_delete_without_finalizers_removes(store: Store) -> None:
+    store.create(AGENT, agent("coder"))
+    store.delete(AGENT, "default", "coder")
+    with pytest.raises(errors.NotFound):
+        store.get(AGENT, "default", "coder")
+
+
+def test_delete_honours_finalizers(store: Store) -> None:
+    store.create(AGENT, agent("coder", finalizers=["joch.dev/cleanup"]))
+    marked = store.delete(AGENT, "default", "coder")
+    assert marked["metadata"]["deletionTimestamp"]
+    again = store.delete(AGENT, "default", "coder")
+    assert again["metadata"]["resourceVersion"] == marked["metadata"]["resourceVersion"]
+    current = store.get(AGENT, "default", "coder")
+    released = {**current, "metadata": {**current["metadata"], "finalizers": []}}
+    store.update(AGENT, released)
+    with pytest.raises(errors.NotFound):
+        store.get(AGENT, "default", "coder")
+
+
+def test_delete_preconditions(store: Store) -> None:
+    created = store.create(AGENT, agent("coder"))
+    with pytest.raises(errors.Conflict):
+        store.delete(AGENT, "default", "coder", uid="not-the-uid")
+    with pytest.raises(errors.Conflict):
+        store.delete(AGENT, "default", "coder", resource_version="999999")
+    store.delete(AGENT, "default", "coder", uid=created["metadata"]["uid"])
+
+
+def test_transaction_is_all_or_nothing(store: Store) -> None:
+    before = store.current_revision()
+    with pytest.raises(errors.AlreadyExists):
+        with store.transaction() as tx:
+            tx.create(AGENT, agent("one"))
+            tx.create(AGENT, agent("two"))
+            tx.create(AGENT, agent("one"))
+    assert store.list(AGENT).items == []
+    assert store.current_revision() == before
+    with store.transaction() as tx:
+        tx.create(AGENT, agent("one"))
+        assert tx.get(AGENT, "default", "one")["metadata"]["name"] == "one"
+        tx.create(AGENT, agent("two"))
+    assert [o["metadata"]["name"] for o in store.list(AGENT).items] == ["one", "two"]
+
+
+def test_list_namespaces_and_kinds_are_separate(store: Store) -> None:
+    store.create(AGENT, agent("a"))
+    other = agent("b")
+    other["metadata"]["namespace"] = "team-x"
+    store.create(AGENT, other)
+    store.create(AGENT_PROVIDER, {"metadata": {"name": "a", "namespace": "default"}, "spec": {"binary": "x"}})
+    assert [o["metadata"]["name"] for o in store.list(AGENT, ListOptions(namespace="default")).items] == ["a"]
+    assert [o["metadata"]["name"] for o in store.list(AGENT).items] == ["a", "b"]
+    assert len(store.list(AGENT_PROVIDER).items) == 1
+
+
+def test_list_selectors(store: Store) -> None:
+    store.create(AGENT, agent("a", labels={"team": "x", "tier": "1"}))
+    store.create(AGENT, agent("b", labels={"team": "y"}))
+    store.create(AGENT, agent("c"))
+
+    def names(**kw: Any) -> list[str]:
+        return [o["metadata"]["name"] for o in store.list(AGENT, ListOptions(**kw)).items]
+
+    assert names(label_selector="team=x") == ["a"]
+    assert names(label_selector="team!=x") == ["b", "c"]
+    assert names(label_selector="team") == ["a", "b"]
+    assert names(label_selector="!team") == ["c"]
+    assert names(label_selector="team in (x,y),tier") == ["a"]
+    assert names(field_selector="metadata.name=b") == ["b"]
+    assert names(field_selector="metadata.name!=b") == ["a", "c"]
+    with pytest.raises(errors.BadRequest):
+        names(field_selector="spec.foo=bar")
+
+
+def test_list_paging_with_continue(store: Store) -> None:
+    with store.transaction() as tx:
+        for i in range(25):
+            tx.create(AGENT, agent(f"a{i:02d}", labels={"even": str(i % 2 == 0).lower()}))
+    seen: list[str] = []
+    token = None
+    pages = 0
+    first_rv = None
+    while True:
+        page = store.list(AGENT, ListOptions(limit=10, continue_token=token))
+        first_rv = first_rv or page.resource_version
+        assert page.resource_version == first_rv
+        seen += [o["metadata"]["name"] for o in page.items]
+        pages += 1
+        token = page.continue_token
+        if token is None:
+            break
+        assert page.remaining == 25 - len(seen)
+    assert pages == 3 and seen == [f"a{i:02d}" for i in range(25)]
+    evens = store.list(AGENT, ListOptions(limit=5, label_selector="even=true"))
+    assert [o["metadata"]["name"] for o in evens.items] == ["a00", "a02", "a04", "a06", "a08"]
+    rest = store.list(AGENT, ListOptions(limit=50, label_selector="even=true",
+                                         continue_token=evens.continue_token))
+    assert len(rest.items) == 8 and rest.continue_token is None
+    with pytest.raises(errors.BadRequest, match="continue token"):
+        store.list(AGENT, ListOptions(continue_token="garbage!"))
+
+
+def test_watch_replays_from_resource_version_in_order(store: Store) -> None:
+    first = store.create(AGENT, agent("a"))
+    rv = first["metadata"]["resourceVersion"]
+    b = store.create(AGENT, agent("b"))
+    store.update(AGENT, {**b, "spec": {"providerRef": {"name": "z"}}})
+    store.delete(AGENT, "default", "a")
+    with store.watch(AGENT, WatchOptions(resource_version=rv)) as w:
+        events = [w.get(timeout=2) for _ in range(3)]
+        assert [(e.type, e.object["metadata"]["name"]) for e in events if e] == [
+            ("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "a")]
+        revs = [e.revision for e in events if e]
+        assert revs == sorted(revs)
+        store.create(AGENT, agent("c"))
+        live = w.get(timeout=5)
+        assert live is not None and (live.type, live.object["metadata"]["name"]) == ("ADDED", "c")
+        assert w.get(timeout=0.2) is None
+
+
+def test_watch_without_version_lists_then_follows(store: Store) -> None:
+    store.create(AGENT, agent("a"))
+    store.create(AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"}, "spec": {"binary": "x"}})
+    with store.watch(AGENT, WatchOptions()) as w:
+        first = w.get(timeout=2)
+        assert first is not None and first.type == "ADDED" and first.object["metadata"]["name"] == "a"
+        store.create(AGENT, agent("b"))
+        second = w.get(timeout=5)
+        assert second is not None and second.object["metadata"]["name"] == "b"
+
+
+def test_watch_filters_namespace_and_labels(store: Store) -> None:
+    rv = str(store.current_revision())
+    with store.watch(AGENT, WatchOptions(resource_version=rv, namespace="team-x",
+                                         label_selector="app=yes")) as w:
+        store.create(AGENT, agent("nope", labels={"app": "yes"}))
+        other = agent("yes-1", labels={"app": "yes"})
+        other["metadata"]["namespace"] = "team-x"
+        store.create(AGENT, other)
+        unlabeled = agent("no-label")
+        unlabeled["metadata"]["namespace"] = "team-x"
+        store.create(AGENT, unlabeled)
+        event = w.get(timeout=5)
+        assert event is not None and event.object["metadata"]["name"] == "yes-1"
+        assert w.get(timeout=0.3) is None
+
+
+def test_watch_all_kinds(store: Store) -> None:
+    rv = str(store.current_revision())
+    with store.watch(None, WatchOptions(resource_version=rv)) as w:
+        store.create(AGENT, agent("a"))
+        store.create(AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"},
+                                      "spec": {"binary": "x"}})
+        kinds = [w.get(timeout=5).object["kind"] for _ in range(2)]  # type: ignore[union-attr]
+        assert kinds == ["Agent", "AgentProvider"]
+
+
+def test_watch_from_compacted_revision_is_gone(store: Store) -> None:
+    old = store.create(AGENT, agent("a"))["metadata"]["resourceVersion"]
+    store.create(AGENT, agent("b"))
+    store.create(AGENT, agent("c"))
+    horizon = store.compact(store.current_revision() - 1)
+    assert store.compacted_revision() == horizon
+    with pytest.raises(errors.Gone, match="too old resource version"):
+        store.watch(AGENT, WatchOptions(resource_version=old))
+    with store.watch(AGENT, WatchOptions(resource_version=str(horizon))) as w:
+        event = w.get(timeout=2)
+        assert event is not None and event.object["metadata"]["name"] == "c"
+
+
+def test_watch_compacted_while_replaying_ends_with_expired(store: Store) -> None:
+    rv = store.create(AGENT, agent("a"))["metadata"]["resourceVersion"]
+    with store.transaction() as tx:
+        for i in range(600):
+            tx.create(AGENT, agent(f"b{i}"))
+    w = store.watch(AGENT, WatchOptions(resource_version=rv))
+    first = w.get(timeout=2)
+    assert first is not None and first.type == "ADDED"
+    store.compact(store.current_revision())
+    types = set()
+    while (event := w.get(timeout=2)) is not None:
+        types.add(event.type)
+        if event.type == "ERROR":
+            assert event.object["code"] == 410 and event.object["reason"] == "Expired"
+            break
+    assert "ERROR" in types
+    w.close()
+
+
+def test_watch_bookmarks(store: Store) -> None:
+    store.create(AGENT, agent("a"))
+    rv = str(store.current_revision())
+    options = WatchOptions(resource_version=rv, allow_bookmarks=True, extra={"bookmark_interval": 0.2})
+    with store.watch(AGENT, options) as w:
+        store.create(AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"},
+                                      "spec": {"binary": "x"}})
+        event = w.get(timeout=3)
+        assert event is not None and event.type == "BOOKMARK"
+        assert event.object["kind"] == "Agent"
+        assert int(event.object["metadata"]["resourceVersion"]) >= int(rv)
+
+
+def test_async_watch(store: Store) -> None:
+    import asyncio
+
+    async def run() -> list[str]:
+        rv = str(store.current_revision())
+        w = store.watch(AGENT_RUN, WatchOptions(resource_version=rv))
+        assert await w.aget(timeout=0.1) is None
+        run_obj = {"metadata": {"name": "r", "namespace": "default"},
+                   "spec": {"agentRef": {"name": "a"}, "implementationRef": {"name": "i"}}}
+        await asyncio.to_thread(store.create, AGENT_RUN, run_obj)
+        event = await w.aget(timeout=5)
+        w.close()
+        return [event.type] if event else []
+
+    assert asyncio.run(run()) == ["ADDED"]
+
+
+def test_watcher_never_misses_concurrent_writes(store: Store) -> None:
+    rv = str(store.current_revision())
+    writers, per_writer = 4, 25
+    w = store.watch(AGENT, WatchOptions(resource_version=rv))
+
+    def write(n: int) -> None:
+        for i in range(per_writer):
+            store.create(AGENT, agent(f"w{n}-{i}"))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    revisions = []
+    while len(revisions) < writers * per_writer:
+        event = w.get(timeout=10)
+        assert event is not None, f"watch stalled after {len(revisions)} events"
+        revisions.append(event.revision)
+    for t in threads:
+        t.join()
+    w.close()
+    assert revisions == sorted(revisions)
+    assert revisions == list(range(int(rv) + 1, int(rv) + 1 + writers * per_writer))
+
+
+def test_reopen_keeps_data_and_revision(store_url: str) -> None:
+    from joch.store import open_store
+
+    s = open_store(store_url)
+    s.create(AGENT, agent("a"))
+    rev = s.current_revision()
+    s.close()
+    s = open_store(store_url)
+    try:
+        assert s.current_revision() == rev
+        assert s.get(AGENT, "default", "a")["metadata"]["resourceVersion"] == str(rev)
+    finally:
+        s.close()
+
+
+def test_writes_from_another_store_instance_reach_watchers(store_url: str) -> None:
+    """Two servers on one database: a write through one wakes watchers on the other."""
+    from joch.store import open_store
+
+    reader, writer = open_store(store_url), open_store(store_url)
+    try:
+        rv = str(reader.current_revision())
+        with reader.watch(AGENT, WatchOptions(resource_version=rv)) as w:
+            writer.create(AGENT, agent("from-elsewhere"))
+            event = w.get(timeout=5)
+            assert event is not None and event.object["metadata"]["name"] == "from-elsewhere"
+    finally:
+        reader.close()
+        writer.close()
