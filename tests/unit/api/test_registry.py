@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+
+from joch.api import REGISTRY, errors
+from joch.api.kinds import AGENT, AGENT_RUN
+from joch.api.registry import KindInfo, Registry
+
+
+@pytest.mark.parametrize("name", ["Agent", "agent", "agents", "ag", "agents.joch.dev", "agent.joch.dev"])
+def test_resolve_like_kubectl(name: str) -> None:
+    assert REGISTRY.resolve(name) is AGENT
+
+
+@pytest.mark.parametrize("name", ["run", "agentruns", "AgentRun", "agentruns.runtime.joch.dev"])
+def test_resolve_agent_run(name: str) -> None:
+    assert REGISTRY.resolve(name) is AGENT_RUN
+
+
+def test_unknown_kind_names_the_known_ones() -> None:
+    with pytest.raises(errors.NotFound, match='resource type "widgets".*agents'):
+        REGISTRY.resolve("widgets")
+
+
+def test_for_object_suggests_the_right_api_version() -> None:
+    with pytest.raises(errors.NotFound, match="did you mean apiVersion: joch.dev/v1alpha1"):
+        REGISTRY.for_object("v1", "Agent")
+
+
+def test_the_issue_kinds_are_registered() -> None:
+    assert {(k.group, k.kind) for k in REGISTRY} >= {
+        ("joch.dev", "Agent"), ("joch.dev", "AgentProvider"), ("joch.dev", "ImplementationSpec"),
+        ("joch.dev", "Policy"), ("runtime.joch.dev", "AgentRun"), ("runtime.joch.dev", "Approval"),
+        ("ops.joch.dev", "Secret"), ("ops.joch.dev", "Event"),
+    }
+
+
+def test_registering_twice_fails() -> None:
+    registry = Registry()
+    registry.register(AGENT)
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(AGENT)
+
+
+def test_a_new_kind_is_one_declaration() -> None:
+    registry = Registry()
+    info = registry.register(KindInfo(group="example.dev", version="v1", kind="Widget", plural="widgets",
+                                      spec_model=AGENT.spec_model, status_model=AGENT.status_model,
+                                      short_names=("wd",)))
+    assert registry.resolve("wd") is info and info.resource == "widgets.example.dev"
+    assert registry.for_route("example.dev", "v1", "widgets") is info

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from joch.api import errors, selectors
+
+
+def obj(name: str = "a", **labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "default", "labels": labels}}
+
+
+@pytest.mark.parametrize(("selector", "labels", "expected"), [
+    ("app=web", {"app": "web"}, True),
+    ("app==web", {"app": "db"}, False),
+    ("app!=web", {}, True),
+    ("app", {"app": ""}, True),
+    ("!app", {"app": "x"}, False),
+    ("env in (prod, staging)", {"env": "staging"}, True),
+    ("env notin (prod)", {"env": "prod"}, False),
+    ("env in (a,b),tier=1", {"env": "a", "tier": "1"}, True),
+    ("env in (a,b),tier=1", {"env": "a", "tier": "2"}, False),
+])
+def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
+    assert selectors.matches(obj(**labels), selectors.parse_labels(selector), ()) is expected
+
+
+def test_field_selectors() -> None:
+    fields = selectors.parse_fields("metadata.name=a,metadata.namespace!=kube-system")
+    assert selectors.matches(obj("a"), (), fields)
+    assert not selectors.matches(obj("b"), (), fields)
+
+
+@pytest.mark.parametrize("bad", ["a=b=c", "in (x)", "x in y"])
+def test_bad_label_selector(bad: str) -> None:
+    with pytest.raises(errors.BadRequest, match="unable to parse"):
+        selectors.parse_labels(bad)
+
+
+def test_unsupported_field() -> None:
+    with pytest.raises(errors.BadRequest, match="field label not supported: spec.x"):
+        selectors.parse_fields("spec.x=1")
