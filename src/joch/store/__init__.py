@@ -17,16 +17,16 @@ def default_url(data_dir: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(data_dir).resolve() / 'joch.db'}"
 
 
-def open_store(url: str, *, history: int | None = 100_000) -> Store:
+def open_store(url: str, *, history: int | None = 100_000, compact_interval: float = 30.0) -> Store:
     """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]`` or
     ``postgresql://USER@HOST:PORT/DB`` (any libpq URL). ``history`` bounds the change log: older
-    revisions are compacted automatically (None keeps everything)."""
+    revisions are compacted automatically every ``compact_interval`` seconds (None keeps all)."""
     from joch.store.sql import SqlStore
 
     if url.startswith(("postgresql://", "postgres://")):
         from joch.store.postgres import PostgresBackend
 
-        return SqlStore(PostgresBackend(url), history=history)
+        return SqlStore(PostgresBackend(url), history=history, compact_interval=compact_interval)
     if url.startswith("sqlite:"):
         parts = urlsplit(url)
         path = (parts.netloc + parts.path) if parts.netloc else parts.path
@@ -36,7 +36,7 @@ def open_store(url: str, *, history: int | None = 100_000) -> Store:
         from joch.store.sqlite import SqliteBackend
 
         backend = SqliteBackend(Path(path), synchronous=options.get("synchronous", "NORMAL"))
-        return SqlStore(backend, history=history)
+        return SqlStore(backend, history=history, compact_interval=compact_interval)
     raise ValueError(
         f"unsupported store URL {url!r}: use sqlite:///PATH/joch.db or postgresql://USER@HOST:PORT/DB"
     )

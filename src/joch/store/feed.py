@@ -244,9 +244,10 @@ class Subscription(Watch):
 class Feed:
     def __init__(
         self, *, read_changes: ReadChanges, current: Callable[[], int], poll_interval: float,
-        compact: Callable[[], None] | None = None,
+        compact: Callable[[], None] | None = None, compact_interval: float = _COMPACT_EVERY,
     ) -> None:
         self.read_changes = read_changes
+        self._compact_interval = compact_interval
         self._current = current
         self._poll_interval = poll_interval
         self._compact = compact
@@ -273,6 +274,9 @@ class Feed:
         with self._lock:
             self._subs.discard(sub)
 
+    def start(self) -> None:
+        self._ensure_started()
+
     def _ensure_started(self) -> None:
         with self._lock:
             if self._thread is not None:
@@ -284,13 +288,14 @@ class Feed:
     def _run(self) -> None:
         last_compact = time.monotonic()
         while not self._stop:
-            self._event.wait(self._poll_interval)
+            wait = self._poll_interval if self._compact is None else min(self._poll_interval, self._compact_interval)
+            self._event.wait(wait)
             self._event.clear()
             if self._stop:
                 return
             try:
                 self._pump()
-                if self._compact is not None and time.monotonic() - last_compact > _COMPACT_EVERY:
+                if self._compact is not None and time.monotonic() - last_compact > self._compact_interval:
                     last_compact = time.monotonic()
                     self._compact()
             except Exception:  # the feed must survive a transient database error

@@ -262,14 +262,17 @@ def _decode_continue(token: str) -> tuple[int, str, str]:
 
 
 class SqlStore(Store):
-    def __init__(self, backend: Backend, *, history: int | None = None) -> None:
+    def __init__(self, backend: Backend, *, history: int | None = None, compact_interval: float = 30.0) -> None:
         self.backend = backend
         self.history = history
         self.feed = feeds.Feed(
             read_changes=self._changes_after, current=self.current_revision,
             poll_interval=backend.poll_interval, compact=self._auto_compact if history else None,
+            compact_interval=compact_interval,
         )
         backend.listen(self.feed.wake)
+        if history:
+            self.feed.start()  # the feed thread also compacts, so it runs even with no watcher
 
     # --- writes -----------------------------------------------------------------------------------
 

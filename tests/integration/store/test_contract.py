@@ -386,3 +386,22 @@ def test_writes_from_another_store_instance_reach_watchers(store_url: str) -> No
     finally:
         reader.close()
         writer.close()
+
+
+def test_history_is_compacted_automatically(store_url: str) -> None:
+    import time
+
+    from joch.store import open_store
+
+    s = open_store(store_url, history=5, compact_interval=0.05)
+    try:
+        for i in range(20):
+            s.create(AGENT, agent(f"a{i}"))
+        deadline = time.monotonic() + 5
+        while s.compacted_revision() < 15 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.compacted_revision() == s.current_revision() - 5
+        with pytest.raises(errors.Gone):
+            s.watch(AGENT, WatchOptions(resource_version="1"))
+    finally:
+        s.close()
