@@ -18,12 +18,12 @@ def test_resolve_agent_run(name: str) -> None:
 
 
 def test_unknown_kind_names_the_known_ones() -> None:
-    with pytest.raises(errors.NotFound, match='resource type "widgets".*agents'):
+    with pytest.raises(errors.NotFound, match=r'resource type "widgets".*agents'):
         REGISTRY.resolve("widgets")
 
 
 def test_for_object_suggests_the_right_api_version() -> None:
-    with pytest.raises(errors.NotFound, match="did you mean apiVersion: joch.dev/v1alpha1"):
+    with pytest.raises(errors.NotFound, match=r"did you mean apiVersion: joch\.dev/v1alpha1"):
         REGISTRY.for_object("v1", "Agent")
 
 

@@ -37,5 +37,5 @@ def test_bad_label_selector(bad: str) -> None:
 
 
 def test_unsupported_field() -> None:
-    with pytest.raises(errors.BadRequest, match="field label not supported: spec.x"):
+    with pytest.raises(errors.BadRequest, match=r"field label not supported: spec\.x"):
         selectors.parse_fields("spec.x=1")

@@ -1,0 +1,436 @@
+"""Writing through admission: atomic multi-document apply and create, and the single-object
+writes (create, replace, merge-patch, status) the HTTP server needs.
+
+Design decisions:
+
+* **Validate everything, then write everything, in one transaction.** ``apply_documents`` admits
+  every document first (references may point at other documents of the batch, in any order),
+  and only when all are valid writes them inside the same ``store.transaction()``. Any error —
+  admission, a store conflict, anything — rolls the whole batch back: nothing is half-written.
+* **How a rejected batch reads.** One ``errors.Invalid`` with the message
+  ``"N of M documents are invalid; nothing was applied"``. Each cause's ``field`` starts with the
+  document's label, then its own path::
+
+      documents[3] (Agent/coder in quickstart.yaml:14).spec.providerRef.name
+
+  (``documents[i]`` is the 0-based position in that file, ``:14`` the line the document starts on;
+  see ``documents.Document.label``). ``extra["documents"]`` repeats this per document, for
+  programs: ``index``, ``item``, ``source``, ``line``, ``kind``, ``name``, ``message`` (the
+  object's own Kubernetes-style message) and ``causes`` with paths relative to the object.
+* **Apply is declarative.** A document is the desired spec, labels and annotations; a
+  ``resourceVersion`` in it is ignored (re-applying ``get -o yaml`` output works). Finalizers and
+  ownerReferences the document leaves out are kept, because controllers own them (a cleanup
+  finalizer must survive a re-apply). If spec, labels, annotations and the admission-owned status
+  are what the store already holds, the document is ``unchanged`` and nothing is written, so
+  resourceVersions stay put. ``metadata.generateName`` is honoured only by create.
+* **Dry run** runs the same code, store writes included, and then aborts the transaction with a
+  private exception: what a dry run reports is exactly what a real run would have done.
+* The single-object helpers (``create_object``, ``update_object``, ``patch_object``,
+  ``update_status``) have Kubernetes semantics: PUT replaces user metadata and spec and honours a
+  ``resourceVersion`` precondition; a merge patch is applied to the stored object and written with
+  the read ``resourceVersion`` as precondition, retried on ``Conflict`` unless the patch itself
+  carried a ``resourceVersion``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, cast
+
+from joch.admission.documents import Document
+from joch.admission.merge import merge_patch
+from joch.admission.references import Pending
+from joch.admission.validation import (
+    DEFAULT_OPTIONS,
+    AdmissionOptions,
+    Admitted,
+    admit,
+    display_name,
+    invalid,
+    resolve_kind,
+    validate_status,
+)
+from joch.api import errors
+from joch.api.errors import Cause
+from joch.api.meta import DEFAULT_NAMESPACE
+from joch.api.registry import KindInfo
+from joch.store.base import Obj, Store, Writer
+
+Action = Literal["created", "configured", "unchanged"]
+Mode = Literal["apply", "create"]
+Identity = tuple[str, str | None, str]
+PATCH_ATTEMPTS = 5
+_CONTROLLER_METADATA = ("finalizers", "ownerReferences")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class ApplyItem:
+    index: int
+    kind: KindInfo
+    namespace: str | None
+    name: str
+    action: Action
+    object: Obj
+    warnings: list[str] = field(default_factory=list)
+    source: str = "-"
+
+    @property
+    def ref(self) -> str:
+        """``agent.joch.dev/coder``, as kubectl prints it."""
+        return f"{self.kind.singular}.{self.kind.group}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    items: list[ApplyItem]
+    dry_run: bool = False
+
+    def lines(self) -> Iterator[str]:
+        """``agent.joch.dev/coder created`` per item, ``(server dry run)`` appended on a dry run."""
+        suffix = " (server dry run)" if self.dry_run else ""
+        for item in self.items:
+            yield f"{item.ref} {item.action}{suffix}"
+
+    def warnings(self) -> list[str]:
+        return [f"{item.ref}: {text}" for item in self.items for text in item.warnings]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    doc: Document
+    admitted: Admitted
+    old: Obj | None
+
+
+class _DryRun(Exception):
+    """Raised inside a transaction to roll back a dry run; carries the would-be result."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+def apply_documents(
+    store: Store, docs: list[Document], *, dry_run: bool = False,
+    options: AdmissionOptions | None = None, field_manager: str = "joch",
+) -> ApplyResult:
+    """Create or update every document, atomically. ``field_manager`` is accepted for kubectl
+    compatibility and not recorded yet (Joch keeps no managedFields)."""
+    del field_manager
+    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "apply"))
+    return ApplyResult(items=items, dry_run=dry_run)
+
+
+def create_documents(
+    store: Store, docs: list[Document], *, dry_run: bool = False,
+    options: AdmissionOptions | None = None,
+) -> ApplyResult:
+    """Create every document, atomically; ``generateName`` is honoured, an existing name is
+    ``errors.AlreadyExists`` naming the document."""
+    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "create"))
+    return ApplyResult(items=items, dry_run=dry_run)
+
+
+def _run(store: Store, dry_run: bool, body: Callable[[Writer], _T]) -> _T:
+    try:
+        with store.transaction() as writer:
+            result = body(writer)
+            if dry_run:
+                raise _DryRun(result)
+    except _DryRun as abort:
+        return cast(_T, abort.result)
+    return result
+
+
+def _batch(writer: Writer, docs: list[Document], options: AdmissionOptions, mode: Mode) -> list[ApplyItem]:
+    identities = [_identity(doc) for doc in docs]
+    pending = frozenset(i for i in identities if i is not None)
+    counts = Counter(i for i in identities if i is not None)
+    plans: list[_Plan] = []
+    failures: list[tuple[Document, errors.Invalid]] = []
+    for doc, identity in zip(docs, identities, strict=True):
+        duplicate = _first_with(docs, identities, identity) if identity and counts[identity] > 1 else None
+        try:
+            plans.append(_admit_document(writer, doc, options, mode, pending, identity, duplicate))
+        except errors.Invalid as exc:
+            failures.append((doc, exc))
+    if failures:
+        raise _batch_invalid(failures, total=len(docs), mode=mode)
+    return [_write(writer, plan) for plan in plans]
+
+
+def _identity(doc: Document) -> Identity | None:
+    """``(Kind, namespace, name)`` of a document, when it resolves; else None."""
+    try:
+        kind = resolve_kind(doc.obj)
+    except errors.Invalid:
+        return None
+    metadata = doc.obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if not kind.namespaced:
+        return kind.kind, None, name
+    return kind.kind, namespace if isinstance(namespace, str) and namespace else DEFAULT_NAMESPACE, name
+
+
+def _first_with(docs: list[Document], identities: list[Identity | None], identity: Identity) -> Document:
+    return docs[identities.index(identity)]
+
+
+def _admit_document(
+    writer: Writer, doc: Document, options: AdmissionOptions, mode: Mode, pending: Pending,
+    identity: Identity | None, duplicate: Document | None,
+) -> _Plan:
+    old = _existing(writer, doc, identity) if mode == "apply" else None
+    admitted = _admit_with(
+        writer, _desired(doc.obj, old, mode), old=old, options=options, doc=doc,
+        pending=pending - {identity} if identity else pending,
+        extra=list(_batch_rules(doc, mode, duplicate)),
+    )
+    return _Plan(doc=doc, admitted=admitted, old=old)
+
+
+def _admit_with(
+    writer: Writer, obj: Obj, *, old: Obj | None, options: AdmissionOptions, extra: list[Cause],
+    doc: Document | None = None, pending: Pending = frozenset(),
+) -> Admitted:
+    """``admit``, with the caller's own causes (batch rules) joined to admission's."""
+    try:
+        admitted = admit(writer, obj, old=old, options=options, pending=pending,
+                         raw=doc.raw if doc else None)
+    except errors.Invalid as exc:
+        if not extra:
+            raise
+        raise errors.Invalid(exc.message, kind=exc.kind, name=exc.name,
+                             causes=[*exc.causes, *extra]) from exc
+    if extra:
+        raise invalid(admitted.kind, display_name(obj), extra)
+    return admitted
+
+
+def _single(obj: Obj) -> Document:
+    return Document(index=0, source="request", obj=obj)
+
+
+def _batch_rules(doc: Document, mode: Mode, duplicate: Document | None) -> Iterator[Cause]:
+    metadata = doc.obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    if duplicate is not None and duplicate is not doc:
+        yield Cause("metadata.name", f"{duplicate.label()} defines the same object; each object may "
+                    "appear once in a batch", "FieldValueDuplicate")
+    if mode == "apply" and not metadata.get("name") and metadata.get("generateName"):
+        yield Cause("metadata.name", "required by apply: metadata.generateName is honoured only by "
+                    "create (joch create -f)", "FieldValueRequired")
+    if mode == "create" and metadata.get("resourceVersion"):
+        yield Cause("metadata.resourceVersion", "must not be set on an object to be created",
+                    "FieldValueForbidden")
+
+
+def _existing(writer: Writer, doc: Document, identity: Identity | None) -> Obj | None:
+    if identity is None:
+        return None
+    kind = resolve_kind(doc.obj)
+    try:
+        return writer.get(kind, identity[1], identity[2])
+    except errors.NotFound:
+        return None
+
+
+def _desired(obj: Obj, old: Obj | None, mode: Mode) -> Obj:
+    """What apply asks for: no resourceVersion precondition, controller metadata kept."""
+    if mode != "apply" or not isinstance(obj.get("metadata"), dict):
+        return obj
+    metadata = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+    old_metadata = (old or {}).get("metadata") or {}
+    for key in _CONTROLLER_METADATA:
+        if key not in metadata and key in old_metadata:
+            metadata[key] = copy.deepcopy(old_metadata[key])
+    return {**obj, "metadata": metadata}
+
+
+def _write(writer: Writer, plan: _Plan) -> ApplyItem:
+    kind, obj = plan.admitted.kind, plan.admitted.obj
+    action: Action = "configured"
+    if plan.old is None:
+        stored, action = _create(writer, kind, obj, plan.doc), "created"
+    elif _unchanged(plan.old, obj):
+        stored, action = plan.old, "unchanged"
+    else:
+        stored = _update(writer, kind, plan.old, obj, always=False)
+    m = stored["metadata"]
+    return ApplyItem(index=plan.doc.index, kind=kind, namespace=m.get("namespace"), name=m["name"],
+                     action=action, object=stored, warnings=list(plan.admitted.warnings),
+                     source=plan.doc.source)
+
+
+def _create(writer: Writer, kind: KindInfo, obj: Obj, doc: Document | None) -> Obj:
+    try:
+        return writer.create(kind, obj)
+    except errors.AlreadyExists as exc:
+        if doc is None:
+            raise
+        raise errors.AlreadyExists(f"{doc.label()}: {exc.message}; nothing was written",
+                                   kind=exc.kind, name=exc.name) from exc
+
+
+def _update(writer: Writer, kind: KindInfo, old: Obj, obj: Obj, *, always: bool) -> Obj:
+    """Write spec/metadata when they changed (or ``always``, for a precondition), then the
+    admission-owned status when it changed."""
+    stored = old
+    if always or _user_part(old) != _user_part(obj):
+        stored = writer.update(kind, obj)
+    status = obj.get("status") or {}
+    if status != (stored.get("status") or {}):
+        stored = writer.update_status(kind, {**stored, "status": status})
+    return stored
+
+
+def _unchanged(old: Obj, new: Obj) -> bool:
+    return _user_part(old) == _user_part(new) and (old.get("status") or {}) == (new.get("status") or {})
+
+
+def _user_part(obj: Obj) -> tuple[Any, ...]:
+    m = obj.get("metadata") or {}
+    return (obj.get("spec"), m.get("labels") or {}, m.get("annotations") or {},
+            m.get("finalizers") or [], m.get("ownerReferences") or [])
+
+
+def _batch_invalid(failures: list[tuple[Document, errors.Invalid]], *, total: int, mode: Mode) -> errors.Invalid:
+    done = "applied" if mode == "apply" else "created"
+    causes: list[Cause] = []
+    details: list[dict[str, Any]] = []
+    for doc, exc in failures:
+        own = exc.causes or [Cause("", exc.message)]
+        causes += [Cause(_prefixed(doc.label(), c.field), c.message, c.reason) for c in own]
+        details.append(_detail(doc, exc, own))
+    return errors.Invalid(f"{len(failures)} of {total} documents are invalid; nothing was {done}",
+                          causes=causes, extra={"documents": details})
+
+
+def _prefixed(label: str, path: str) -> str:
+    if not path:
+        return label
+    return f"{label}{path}" if path.startswith("[") else f"{label}.{path}"
+
+
+def _detail(doc: Document, exc: errors.Invalid, causes: list[Cause]) -> dict[str, Any]:
+    metadata = doc.obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    detail = {"index": doc.index, "item": doc.item, "source": doc.source, "line": doc.line,
+              "kind": doc.obj.get("kind"), "name": name, "message": exc.message,
+              "causes": [c.to_dict() for c in causes]}
+    return {k: v for k, v in detail.items() if v is not None}
+
+
+# --- single objects (the HTTP server) ------------------------------------------------------------
+
+def create_object(
+    store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, dry_run: bool = False,
+    options: AdmissionOptions | None = None,
+) -> tuple[Obj, list[str]]:
+    """POST: admit and create one object (``generateName`` honoured). Returns it and warnings."""
+    obj = _identified(kind, obj, namespace=namespace, name=None)
+
+    def body(writer: Writer) -> tuple[Obj, list[str]]:
+        admitted = _admit_with(writer, obj, old=None, options=options or DEFAULT_OPTIONS,
+                               extra=list(_batch_rules(_single(obj), "create", None)))
+        return _create(writer, kind, admitted.obj, None), admitted.warnings
+
+    return _run(store, dry_run, body)
+
+
+def update_object(
+    store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, name: str,
+    dry_run: bool = False, options: AdmissionOptions | None = None,
+) -> tuple[Obj, list[str]]:
+    """PUT: replace user metadata and spec of an existing object; ``metadata.resourceVersion`` in
+    the body is a precondition. Name and namespace in the body must match the URL's."""
+    obj = _identified(kind, obj, namespace=namespace, name=name)
+    return _run(store, dry_run, lambda w: _replace(w, kind, obj, namespace, name, options))
+
+
+def patch_object(
+    store: Store, kind: KindInfo, namespace: str | None, name: str, patch: Obj, *,
+    dry_run: bool = False, options: AdmissionOptions | None = None, attempts: int = PATCH_ATTEMPTS,
+) -> tuple[Obj, list[str]]:
+    """PATCH (merge patch, RFC 7386) through admission; retried on ``Conflict`` unless the patch
+    names a ``resourceVersion`` of its own."""
+    if not isinstance(patch, dict):
+        raise errors.BadRequest("a merge patch must be a JSON object")
+    metadata = patch.get("metadata")
+    pinned = isinstance(metadata, dict) and bool(metadata.get("resourceVersion"))
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, patch, options))
+        except errors.Conflict:
+            if pinned or attempt >= attempts:
+                raise
+
+
+def update_status(
+    store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, name: str, dry_run: bool = False,
+) -> Obj:
+    """PUT on the status subresource: validate ``obj["status"]`` and write only the status;
+    ``metadata.resourceVersion`` in the body is a precondition."""
+    obj = _identified(kind, obj, namespace=namespace, name=name)
+    status = validate_status(kind, obj)
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+
+    def body(writer: Writer) -> Obj:
+        current = writer.get(kind, namespace, name)
+        metadata = {**current["metadata"], "resourceVersion": version or current["metadata"]["resourceVersion"]}
+        return writer.update_status(kind, {**current, "metadata": metadata, "status": status})
+
+    return _run(store, dry_run, body)
+
+
+def _replace(
+    writer: Writer, kind: KindInfo, obj: Obj, namespace: str | None, name: str,
+    options: AdmissionOptions | None,
+) -> tuple[Obj, list[str]]:
+    old = writer.get(kind, namespace, name)
+    admitted = admit(writer, obj, old=old, options=options or DEFAULT_OPTIONS)
+    return _update(writer, kind, old, admitted.obj, always=True), admitted.warnings
+
+
+def _patch(
+    writer: Writer, kind: KindInfo, namespace: str | None, name: str, patch: Obj,
+    options: AdmissionOptions | None,
+) -> tuple[Obj, list[str]]:
+    current = writer.get(kind, namespace, name)
+    merged = _identified(kind, merge_patch(current, patch), namespace=namespace, name=name)
+    return _replace(writer, kind, merged, namespace, name, options)
+
+
+def _identified(kind: KindInfo, obj: Obj, *, namespace: str | None, name: str | None) -> Obj:
+    """A copy of ``obj`` that names what the URL names (filled in where the body is silent)."""
+    if not isinstance(obj, dict):
+        raise errors.BadRequest(f"the body must be a {kind.kind} object")
+    out = dict(obj)
+    for key, expected in (("apiVersion", kind.api_version), ("kind", kind.kind)):
+        value = out.setdefault(key, expected)
+        if value != expected:
+            raise errors.BadRequest(f"the body's {key} {value!r} does not match the URL, which serves "
+                                    f"{expected!r}", kind=kind.plural, name=name)
+    given = out.get("metadata")
+    metadata = dict(given) if isinstance(given, dict) else {}
+    for key, wanted in (("namespace", namespace if kind.namespaced else None), ("name", name)):
+        if wanted is None:
+            continue
+        given_value = metadata.setdefault(key, wanted)
+        if given_value != wanted:
+            raise errors.BadRequest(f"the {key} of the provided object ({given_value!r}) does not match "
+                                    f"the {key} in the URL ({wanted!r})", kind=kind.plural, name=name)
+    if isinstance(given, dict) or given is None:
+        out["metadata"] = metadata
+    return out

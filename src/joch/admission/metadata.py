@@ -1,0 +1,141 @@
+"""Validation and normalization of ``metadata``, with Kubernetes' own rules.
+
+Names are DNS-1123 subdomains (at most 253 characters), namespaces DNS-1123 labels; label and
+annotation keys are qualified names (``prefix/name``), label values at most 63 characters of the
+same alphabet, and annotations together at most 256 KiB — the limits ``kubectl`` users already know.
+
+``normalize_metadata`` keeps only the fields a user owns (name, generateName, namespace, labels,
+annotations, finalizers, ownerReferences). Server-owned fields (uid, resourceVersion, generation,
+timestamps, managedFields) in the input are ignored here: the store sets them, and the callers
+decide whether a ``resourceVersion`` is a precondition. A namespaced object without a namespace
+gets ``default``; a cluster-scoped object must not name one. Empty maps and lists are dropped so an
+object with ``labels: {}`` and one without labels are the same object.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import ValidationError
+
+from joch.admission.diagnostics import causes_from_validation, format_path
+from joch.admission.documents import RawScalars
+from joch.api.errors import Cause
+from joch.api.meta import DEFAULT_NAMESPACE, DNS1123_LABEL, DNS1123_SUBDOMAIN, ObjectMeta
+from joch.api.registry import KindInfo
+
+USER_FIELDS = ("name", "generateName", "namespace", "labels", "annotations", "finalizers",
+               "ownerReferences")
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_SUBDOMAIN_RULE = ("a lowercase RFC 1123 subdomain: lowercase letters, digits, '-' and '.', "
+                   "starting and ending with a letter or digit, at most 253 characters")
+_LABEL_RULE = ("a lowercase RFC 1123 label: lowercase letters, digits and '-', "
+               "starting and ending with a letter or digit, at most 63 characters")
+_QUALIFIED_RULE = ("a qualified name: an optional DNS subdomain prefix and '/', then at most 63 "
+                   "letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+
+
+def normalize_metadata(
+    kind: KindInfo, value: Any, *, raw: RawScalars
+) -> tuple[dict[str, Any], list[Cause]]:
+    """The user-owned metadata, defaulted, and every problem with it."""
+    causes: list[Cause] = []
+    try:
+        ObjectMeta.model_validate({} if value is None else value)
+    except ValidationError as exc:
+        causes.extend(causes_from_validation(exc, model=ObjectMeta, prefix=("metadata",), raw=raw))
+    m: dict[str, Any] = value if isinstance(value, dict) else {}
+    causes.extend(_rules(kind, m))
+    out = {k: copy.deepcopy(m[k]) for k in USER_FIELDS if m.get(k) not in (None, "", [], {})}
+    if kind.namespaced:
+        out["namespace"] = out.get("namespace") or DEFAULT_NAMESPACE
+    else:
+        out.pop("namespace", None)
+    return out, causes
+
+
+def _rules(kind: KindInfo, m: dict[str, Any]) -> Iterator[Cause]:
+    name, generate = m.get("name"), m.get("generateName")
+    if not name and not generate:
+        yield Cause("metadata.name", "required field is missing; set metadata.name "
+                    "(or metadata.generateName to have a name generated)", "FieldValueRequired")
+    if isinstance(name, str) and name:
+        yield from _subdomain("metadata.name", name, name)
+    if isinstance(generate, str) and generate:
+        # the generated suffix follows the prefix, so a trailing '-' is fine
+        masked = generate[:-1] + "a" if generate.endswith("-") else generate
+        yield from _subdomain("metadata.generateName", masked, generate)
+    yield from _namespace(kind, m.get("namespace"))
+    yield from _labels(m.get("labels"))
+    yield from _annotations(m.get("annotations"))
+    yield from _finalizers(m.get("finalizers"))
+
+
+def _subdomain(field: str, value: str, shown: str) -> Iterator[Cause]:
+    if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
+        yield Cause(field, f'"{shown}" is not a valid name: it must be {_SUBDOMAIN_RULE} '
+                    f'(e.g. "{_suggest(shown)}")')
+
+
+def _namespace(kind: KindInfo, value: Any) -> Iterator[Cause]:
+    if not isinstance(value, str) or not value:
+        return
+    if not kind.namespaced:
+        yield Cause("metadata.namespace",
+                    f"{kind.kind} is cluster-scoped; remove metadata.namespace (got \"{value}\")",
+                    "FieldValueForbidden")
+    elif len(value) > 63 or not DNS1123_LABEL.match(value):
+        yield Cause("metadata.namespace", f'"{value}" is not a valid namespace: it must be {_LABEL_RULE}')
+
+
+def _labels(labels: Any) -> Iterator[Cause]:
+    if not isinstance(labels, dict):
+        return
+    for key, value in labels.items():
+        if not isinstance(key, str):
+            continue  # reported by the scan for YAML traps
+        path = format_path(("metadata", "labels", key))
+        yield from _qualified(path, key)
+        if isinstance(value, str) and value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
+            yield Cause(path, f'"{value}" is not a valid label value: it must be empty or at most 63 '
+                        "letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+
+
+def _annotations(annotations: Any) -> Iterator[Cause]:
+    if not isinstance(annotations, dict):
+        return
+    size = 0
+    for key, value in annotations.items():
+        if isinstance(key, str):
+            yield from _qualified(format_path(("metadata", "annotations", key)), key)
+            size += len(key.encode())
+        if isinstance(value, str):
+            size += len(value.encode())
+    if size > MAX_ANNOTATIONS_BYTES:
+        yield Cause("metadata.annotations", f"annotations take {size} bytes; the limit is "
+                    f"{MAX_ANNOTATIONS_BYTES} bytes (256 KiB)", "FieldValueTooLong")
+
+
+def _finalizers(finalizers: Any) -> Iterator[Cause]:
+    if not isinstance(finalizers, list):
+        return
+    for i, value in enumerate(finalizers):
+        if isinstance(value, str):
+            yield from _qualified(format_path(("metadata", "finalizers", i)), value)
+
+
+def _qualified(field: str, key: str) -> Iterator[Cause]:
+    prefix, slash, name = key.rpartition("/")
+    bad_prefix = slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix))
+    if bad_prefix or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        yield Cause(field, f'"{key}" is not valid: it must be {_QUALIFIED_RULE}')
+
+
+def _suggest(value: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9.-]+", "-", value.lower()).strip("-.")
+    return cleaned[:253] or "my-name"

@@ -1,0 +1,278 @@
+"""Admission of one object: schema, defaults, limits and references, every problem at once.
+
+``admit`` turns what a user sent into what the store keeps, or raises one ``errors.Invalid`` whose
+causes list *every* problem, each at a dotted field path (``spec.agentRef.name``,
+``spec.argsTemplate[2]``, ``metadata.name``). The message is Kubernetes-shaped:
+``AgentRun.runtime.joch.dev "fix-1" is invalid: spec.agentRef.name: ...``.
+
+Design decisions:
+
+* Never coerce. The pydantic models use strict scalars, and ``diagnostics`` explains the YAML 1.1
+  traps (``on``, ``yes``, ``1.10``, unquoted dates, non-string keys) instead of fixing them.
+* The stored spec is ``model_dump(mode="json", exclude_none=True)`` of the validated model with
+  the empty list/map defaults the user did not write pruned, so ``get -o yaml`` shows what the user
+  wrote plus the scalar defaults that matter (``defaults.timeoutSeconds: 3600``,
+  ``runtime.type: local``). The result is a pure function of the input: same input, same dict.
+* ``status`` in the input is ignored (it is written through the status subresource); the old
+  status is kept, and the one condition admission owns (``ReferencesResolved``, see
+  ``references``) is upserted into it.
+* Size limits are part of validation and reported as causes with the limit and the size:
+  implementation text (UTF-8 bytes) and the whole object (compact JSON bytes).
+* A ``metadata.resourceVersion`` in the input is passed through on the admitted object so callers
+  can use it as an update precondition; other server-owned metadata is taken from ``old``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from joch.admission import diagnostics
+from joch.admission.documents import RawScalars
+from joch.admission.metadata import normalize_metadata
+from joch.admission.references import Pending, Resolution, check_references
+from joch.api import errors
+from joch.api.errors import Cause
+from joch.api.meta import dig, set_condition
+from joch.api.registry import REGISTRY, KindInfo
+from joch.store.base import Writer
+
+TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
+SERVER_OWNED = ("uid", "creationTimestamp", "generation", "deletionTimestamp",
+                "deletionGracePeriodSeconds")
+_TEXT_FIELDS: dict[str, tuple[str, ...]] = {
+    "joch.dev/ImplementationSpec": ("spec.text",),
+    "runtime.joch.dev/AgentRun": ("spec.implementation.inline.text",),
+}
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class AdmissionOptions:
+    max_implementation_text_bytes: int = 256 * 1024
+    max_object_bytes: int = 1_500_000
+
+
+DEFAULT_OPTIONS = AdmissionOptions()
+
+
+@dataclass
+class Admitted:
+    kind: KindInfo
+    obj: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str | None:
+        name = self.obj["metadata"].get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def namespace(self) -> str | None:
+        namespace = self.obj["metadata"].get("namespace")
+        return namespace if isinstance(namespace, str) else None
+
+
+def admit(
+    reader: Writer, obj: dict[str, Any], *, old: dict[str, Any] | None,
+    options: AdmissionOptions = DEFAULT_OPTIONS, pending: Pending = frozenset(),
+    raw: RawScalars | None = None,
+) -> Admitted:
+    """Validate and default ``obj`` (``old`` is the stored object on update, None on create).
+
+    ``reader`` resolves references (a store, or the writer of an open transaction); ``pending``
+    names objects written in the same batch; ``raw`` is the YAML source text of typed scalars
+    (``Document.raw``) so messages quote what the user wrote.
+    """
+    raw = raw or RawScalars()
+    kind = resolve_kind(obj)
+    metadata, causes = normalize_metadata(kind, obj.get("metadata"), raw=raw)
+    spec, spec_causes = _spec(kind, obj, raw)
+    refs = check_references(reader, kind, obj, namespace=metadata.get("namespace"), old=old,
+                            pending=pending)
+    causes = [*_top_level(obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
+    causes = _merge(diagnostics.scan(obj, raw=raw), causes)
+    if causes:
+        raise invalid(kind, display_name(obj), causes)
+    out: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind,
+                           "metadata": _with_server_fields(metadata, obj, old), "spec": spec}
+    status = _status(old, refs)
+    if status:
+        out["status"] = status
+    return Admitted(kind=kind, obj=out, warnings=refs.warnings)
+
+
+def validate_status(kind: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
+    """The normalized ``status`` of ``obj`` (for the status subresource), or ``errors.Invalid``."""
+    given = obj.get("status")
+    given = {} if given is None else given
+    causes: list[Cause] = []
+    status: dict[str, Any] = {}
+    try:
+        model = kind.status_model.model_validate(given)
+        status = prune_defaults(_dump(model), given)
+    except ValidationError as exc:
+        causes = diagnostics.causes_from_validation(
+            exc, model=kind.status_model, prefix=("status",), raw=RawScalars())
+    causes = _merge(diagnostics.scan({"status": given}, raw=RawScalars()), causes)
+    if causes:
+        raise invalid(kind, display_name(obj), causes)
+    return status
+
+
+def resolve_kind(obj: Any) -> KindInfo:
+    """The registered kind of ``obj``, or ``errors.Invalid`` at ``apiVersion``/``kind``."""
+    if not isinstance(obj, dict):
+        raise errors.Invalid(f"an object must be a mapping, got {diagnostics.show(obj)}",
+                             causes=[Cause("", "expected a mapping with apiVersion and kind")])
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str) or not api_version or not kind:
+        causes = [*_required_string("apiVersion", api_version), *_required_string("kind", kind)]
+        raise errors.Invalid("the object has no usable apiVersion and kind", causes=causes)
+    try:
+        return REGISTRY.for_object(api_version, kind)
+    except errors.NotFound as exc:
+        message = exc.message if "did you mean" in exc.message else exc.message + _kind_hint(
+            api_version, kind)
+        raise errors.Invalid(message, kind=kind, causes=[Cause("kind", message, "FieldValueNotSupported")]
+                             ) from exc
+
+
+def invalid(kind: KindInfo, name: str, causes: list[Cause]) -> errors.Invalid:
+    shown = [f"{c.field}: {c.message}" if c.field else c.message for c in causes]
+    summary = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
+    return errors.Invalid(f'{kind.kind}.{kind.group} "{name}" is invalid: {summary}',
+                          kind=kind.kind, name=name, causes=causes)
+
+
+def display_name(obj: dict[str, Any]) -> str:
+    """The name messages use: ``name``, ``generateName*``, or ``<unnamed>``."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        if isinstance(metadata.get("name"), str) and metadata["name"]:
+            return str(metadata["name"])
+        if isinstance(metadata.get("generateName"), str) and metadata["generateName"]:
+            return f"{metadata['generateName']}*"
+    return "<unnamed>"
+
+
+def prune_defaults(dumped: Any, given: Any) -> Any:
+    """``dumped`` without the empty lists and maps that are not in ``given`` (the user's input)."""
+    if isinstance(dumped, list):
+        items = given if isinstance(given, list) else []
+        return [prune_defaults(v, items[i] if i < len(items) else _MISSING) for i, v in enumerate(dumped)]
+    if not isinstance(dumped, dict):
+        return dumped
+    out: dict[str, Any] = {}
+    for key, value in dumped.items():
+        written = given.get(key, _MISSING) if isinstance(given, dict) else _MISSING
+        value = prune_defaults(value, written)
+        if written is _MISSING and value in ({}, []):
+            continue
+        out[key] = value
+    return out
+
+
+# --- pieces --------------------------------------------------------------------------------------
+
+def _spec(kind: KindInfo, obj: dict[str, Any], raw: RawScalars) -> tuple[dict[str, Any], list[Cause]]:
+    given = obj.get("spec")
+    if given is None:
+        if kind.spec_required:
+            return {}, [Cause("spec", "required field is missing", "FieldValueRequired")]
+        given = {}
+    try:
+        model = kind.spec_model.model_validate(given)
+    except ValidationError as exc:
+        return {}, diagnostics.causes_from_validation(exc, model=kind.spec_model, prefix=("spec",),
+                                                      raw=raw)
+    spec: dict[str, Any] = prune_defaults(_dump(model), given)
+    return spec, []
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def _top_level(obj: dict[str, Any]) -> Iterator[Cause]:
+    for key in obj:
+        if isinstance(key, str) and key not in TOP_LEVEL:
+            match = difflib.get_close_matches(key, TOP_LEVEL, n=1)
+            hint = f'; did you mean "{match[0]}"?' if match else ""
+            yield Cause(diagnostics.format_path((key,)), f'unknown field "{key}"{hint}')
+
+
+def _sizes(kind: KindInfo, obj: dict[str, Any], options: AdmissionOptions) -> Iterator[Cause]:
+    limit = options.max_implementation_text_bytes
+    for path in _TEXT_FIELDS.get(kind.key, ()):
+        text = dig(obj, path)
+        size = len(text.encode()) if isinstance(text, str) else 0
+        if size > limit:
+            yield Cause(path, f"is {size} bytes of UTF-8; the limit is {limit} bytes ({_kib(limit)}) — "
+                        "keep long material in the repository and point to it", "FieldValueTooLong")
+    body = {k: v for k, v in obj.items() if k != "status"}
+    size = len(json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str,
+                          skipkeys=True).encode())
+    if size > options.max_object_bytes:
+        yield Cause("", f"the object is {size} bytes as JSON; the limit is {options.max_object_bytes} "
+                    "bytes", "RequestEntityTooLarge")
+
+
+def _kib(n: int) -> str:
+    return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
+
+
+def _with_server_fields(
+    metadata: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None
+) -> dict[str, Any]:
+    given = obj.get("metadata")
+    version = given.get("resourceVersion") if isinstance(given, dict) else None
+    out = dict(metadata)
+    if old is not None:
+        out.update({k: v for k, v in old.get("metadata", {}).items() if k in SERVER_OWNED})
+    if isinstance(version, str) and version:
+        out["resourceVersion"] = version
+    return out
+
+
+def _status(old: dict[str, Any] | None, refs: Resolution) -> dict[str, Any]:
+    status: dict[str, Any] = copy.deepcopy((old or {}).get("status") or {})
+    if refs.condition is not None:
+        status["conditions"] = set_condition(list(status.get("conditions") or []), refs.condition)
+    return status
+
+
+def _required_string(field_name: str, value: Any) -> list[Cause]:
+    if value is None or value == "":
+        return [Cause(field_name, "required field is missing", "FieldValueRequired")]
+    if not isinstance(value, str):
+        return [Cause(field_name, f"expected a string, got {diagnostics.show(value)}",
+                      "FieldValueTypeInvalid")]
+    return []
+
+
+def _kind_hint(api_version: str, kind: str) -> str:
+    known = [i.kind for i in REGISTRY if i.api_version == api_version]
+    match = difflib.get_close_matches(kind, known, n=1)
+    if match:
+        return f'; did you mean kind: {match[0]}?'
+    if known:
+        return f"; {api_version} has: {', '.join(sorted(known))}"
+    groups = sorted({i.api_version for i in REGISTRY})
+    return f"; known apiVersions: {', '.join(groups)}"
+
+
+def _merge(scanned: list[Cause], causes: list[Cause]) -> list[Cause]:
+    """``scan``'s causes first; other causes at a field it reported, and repeats, dropped."""
+    seen = {c.field for c in scanned}
+    out = list(scanned)
+    for cause in causes:
+        if cause.field not in seen and cause not in out:
+            out.append(cause)
+    return out

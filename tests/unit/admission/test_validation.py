@@ -1,0 +1,477 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from joch.admission.documents import load_documents
+from joch.admission.metadata import normalize_metadata
+from joch.admission.validation import AdmissionOptions, Admitted, admit, validate_status
+from joch.api import errors
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, AgentProviderSpec, AgentProviderStatus
+from joch.api.registry import KindInfo
+from joch.store.base import Obj, Writer
+
+
+class MemoryReader(Writer):
+    """Objects by (kind, namespace, name); writes are not admission's business and fail loudly."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str | None, str], Obj] = {}
+
+    def add(self, kind: KindInfo, name: str, namespace: str | None = "default", **extra: Any) -> Obj:
+        obj = {"apiVersion": kind.api_version, "kind": kind.kind,
+               "metadata": {"name": name, "namespace": namespace}, **extra}
+        self.objects[(kind.kind, namespace, name)] = obj
+        return obj
+
+    def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
+        try:
+            return self.objects[(kind.kind, namespace, name)]
+        except KeyError:
+            raise errors.NotFound(f"{kind.plural} {name!r} not found") from None
+
+    def create(self, kind: KindInfo, obj: Obj) -> Obj:
+        raise AssertionError("admission must not write")
+
+    update = update_status = create
+
+    def delete(self, kind: KindInfo, namespace: str | None, name: str, *,
+               resource_version: str | None = None, uid: str | None = None) -> Obj:
+        raise AssertionError("admission must not write")
+
+
+@pytest.fixture
+def reader() -> MemoryReader:
+    return MemoryReader()
+
+
+AGENT_YAML = """\
+apiVersion: joch.dev/v1alpha1
+kind: Agent
+metadata:
+  name: coder
+spec:
+  providerRef:
+    name: codex
+"""
+
+RUN_YAML = """\
+apiVersion: runtime.joch.dev/v1alpha1
+kind: AgentRun
+metadata:
+  name: fix-1
+spec:
+  agentRef:
+    name: coder
+  implementation:
+    inline:
+      text: Fix the bug.
+"""
+
+
+def admit_yaml(reader: MemoryReader, text: str, *, old: dict[str, Any] | None = None, **kw: Any) -> Admitted:
+    doc = load_documents(text, "test.yaml")[0]
+    return admit(reader, doc.obj, old=old, raw=doc.raw, **kw)
+
+
+def rejected(reader: MemoryReader, text: str, **kw: Any) -> errors.Invalid:
+    with pytest.raises(errors.Invalid) as info:
+        admit_yaml(reader, text, **kw)
+    return info.value
+
+
+def causes(exc: errors.JochError) -> dict[str, str]:
+    return {c.field: c.message for c in exc.causes}
+
+
+# --- defaulting ----------------------------------------------------------------------------------
+
+def test_defaults_keep_scalars_and_prune_unwritten_empty_collections(reader: MemoryReader) -> None:
+    reader.add(AGENT_PROVIDER, "codex")
+    admitted = admit_yaml(reader, AGENT_YAML)
+    assert admitted.obj["spec"] == {
+        "providerRef": {"name": "codex"},
+        "runtime": {"type": "local"},
+        "defaults": {"timeoutSeconds": 3600, "retryLimit": 0},
+        "requiresApproval": False,
+    }
+    assert admitted.obj["metadata"] == {"name": "coder", "namespace": "default"}
+    assert admitted.obj["apiVersion"] == "joch.dev/v1alpha1" and admitted.obj["kind"] == "Agent"
+    assert admitted.warnings == []
+
+
+def test_empty_collections_the_user_wrote_are_kept(reader: MemoryReader) -> None:
+    text = AGENT_YAML + "  tools: []\n  security: {}\n  runtime: {config: {}}\n"
+    spec = admit_yaml(reader, text).obj["spec"]
+    assert spec["tools"] == []
+    assert spec["security"] == {}
+    assert spec["runtime"] == {"type": "local", "config": {}}
+
+
+def test_defaulting_is_deterministic(reader: MemoryReader) -> None:
+    text = RUN_YAML + "  parameters: {b: '2', a: '1'}\n  input: {x: null, y: [1, {}]}\n"
+    reader.add(AGENT, "coder")
+    first = admit_yaml(reader, text).obj
+    second = admit_yaml(reader, text).obj
+    assert json.dumps(first) == json.dumps(second)
+    assert first["spec"]["input"] == {"x": None, "y": [1, {}]}
+
+
+def test_status_in_input_is_dropped_on_create_and_old_status_kept_on_update(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    text = RUN_YAML + "status:\n  phase: Succeeded\n"
+    assert "status" not in admit_yaml(reader, text).obj
+    old = {"metadata": {"name": "fix-1", "namespace": "default", "uid": "u-1", "resourceVersion": "7",
+                        "generation": 2, "creationTimestamp": "2024-01-01T00:00:00Z"},
+           "spec": {}, "status": {"phase": "Running"}}
+    updated = admit_yaml(reader, text, old=old).obj
+    assert updated["status"] == {"phase": "Running"}
+    assert updated["metadata"]["uid"] == "u-1"
+    assert updated["metadata"]["generation"] == 2
+    assert "resourceVersion" not in updated["metadata"]
+
+
+def test_a_resource_version_in_the_input_is_passed_through_as_a_precondition(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    text = RUN_YAML.replace("  name: fix-1\n", "  name: fix-1\n  resourceVersion: '42'\n  uid: forged\n")
+    metadata = admit_yaml(reader, text).obj["metadata"]
+    assert metadata["resourceVersion"] == "42"
+    assert "uid" not in metadata
+
+
+# --- collecting errors ---------------------------------------------------------------------------
+
+def test_all_errors_are_reported_at_their_paths(reader: MemoryReader) -> None:
+    text = """\
+apiVersion: joch.dev/v1alpha1
+kind: AgentProvider
+metadata:
+  name: Bad_Name
+spec:
+  binary: ""
+  argsTemplate: [--flag, "{{ x }}", 3]
+  outputArtifacts:
+    - name: log
+  workload: {imgae: x}
+"""
+    exc = rejected(reader, text)
+    assert exc.message.startswith('AgentProvider.joch.dev "Bad_Name" is invalid: [')
+    assert exc.kind == "AgentProvider" and exc.name == "Bad_Name"
+    found = causes(exc)
+    assert set(found) == {"metadata.name", "spec.binary", "spec.argsTemplate[2]",
+                          "spec.outputArtifacts[0].path", "spec.workload.imgae"}
+    assert found["spec.binary"] == "must not be empty"
+    assert found["spec.outputArtifacts[0].path"] == "required field is missing"
+    assert found["spec.workload.imgae"] == 'unknown field "imgae"; did you mean "image"?'
+    assert found["spec.argsTemplate[2]"].startswith("expected a string, got number 3")
+    assert 'e.g. "bad-name"' in found["metadata.name"]
+
+
+def test_a_single_problem_reads_like_kubernetes(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "  requiresAproval: true\n")
+    assert exc.message == ('Agent.joch.dev "coder" is invalid: spec.requiresAproval: unknown field '
+                           '"requiresAproval"; did you mean "requiresApproval"?')
+    assert [c.field for c in exc.causes] == ["spec.requiresAproval"]
+
+
+def test_missing_spec(reader: MemoryReader) -> None:
+    exc = rejected(reader, "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\n")
+    assert causes(exc) == {"spec": "required field is missing"}
+
+
+def test_unknown_top_level_field(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "specs: {}\n")
+    assert causes(exc)["specs"] == 'unknown field "specs"; did you mean "spec"?'
+
+
+def test_a_spec_level_rule_is_reported_at_spec(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    text = RUN_YAML + "  implementationRef: {name: other}\n"
+    exc = rejected(reader, text)
+    assert causes(exc)["spec"] == "set exactly one of spec.implementationRef or spec.implementation.inline"
+
+
+def test_union_member_errors_are_folded_into_one(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "  resources: {cpu: [1]}\n")
+    assert causes(exc) == {"spec.resources.cpu": "expected a string or a number, got a list"}
+
+
+def test_constraint_messages_say_what_they_got(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "  defaults: {timeoutSeconds: 0}\n  runtime: {type: docker}\n")
+    found = causes(exc)
+    assert found["spec.defaults.timeoutSeconds"] == "must be greater than or equal to 1; got number 0"
+    assert found["spec.runtime.type"].startswith("must be one of 'local', 'kubernetes'")
+    assert found["spec.runtime.type"].endswith('got "docker"')
+
+
+def test_quoted_numbers_are_not_coerced(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "  defaults: {timeoutSeconds: '60'}\n")
+    assert causes(exc)["spec.defaults.timeoutSeconds"] == (
+        'expected an integer, got "60"; remove the quotes if you meant an integer')
+
+
+# --- kinds ---------------------------------------------------------------------------------------
+
+def test_unknown_kind_has_a_hint(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML.replace("kind: Agent", "kind: Agnet"))
+    assert "no kind 'Agnet' is registered in 'joch.dev/v1alpha1'" in exc.message
+    assert "did you mean kind: Agent?" in exc.message
+    assert [c.field for c in exc.causes] == ["kind"]
+
+
+def test_wrong_api_version_suggests_the_right_one(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML.replace("joch.dev/v1alpha1", "v1"))
+    assert "did you mean apiVersion: joch.dev/v1alpha1?" in exc.message
+
+
+def test_missing_api_version_and_kind(reader: MemoryReader) -> None:
+    exc = rejected(reader, "metadata: {name: a}\nspec: {}\n")
+    assert causes(exc) == {"apiVersion": "required field is missing", "kind": "required field is missing"}
+
+
+# --- YAML 1.1 traps ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("written", "loaded"), [("on", "true"), ("off", "false"), ("yes", "true"),
+                                                 ("no", "false"), ("On", "true"), ("NO", "false")])
+def test_yaml_booleans_in_string_fields_are_rejected_with_the_hint(
+    reader: MemoryReader, written: str, loaded: str
+) -> None:
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + f"  parameters:\n    mode: {written}\n")
+    assert causes(exc) == {"spec.parameters.mode": (
+        f"expected a string, got boolean {loaded}; YAML 1.1 reads unquoted on/off/yes/no as booleans "
+        f'— quote the value ("{written}")')}
+
+
+def test_quoted_and_non_boolean_words_are_fine(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    admitted = admit_yaml(reader, RUN_YAML + '  parameters:\n    mode: "on"\n    a: y\n    b: n\n')
+    assert admitted.obj["spec"]["parameters"] == {"mode": "on", "a": "y", "b": "n"}
+
+
+def test_a_written_true_is_not_blamed_on_yaml(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + "  parameters:\n    mode: true\n")
+    assert causes(exc)["spec.parameters.mode"] == (
+        'expected a string, got boolean true; quote the value ("true") if you meant text')
+
+
+def test_numbers_that_lose_digits(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + "  parameters:\n    version: 1.10\n")
+    assert causes(exc) == {"spec.parameters.version": (
+        'expected a string, got number 1.1; YAML reads unquoted 1.10 as a number — quote the value ("1.10")')}
+
+
+def test_booleans_in_lists_and_labels(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", "  name: coder\n  labels:\n    enabled: yes\n")
+    exc = rejected(reader, text + "  security:\n    allowedSecrets: [token, off]\n")
+    found = causes(exc)
+    assert found["metadata.labels.enabled"].endswith('quote the value ("yes")')
+    assert found["spec.security.allowedSecrets[1]"].endswith('quote the value ("off")')
+
+
+def test_a_boolean_key_is_reported_with_its_spelling(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + "  parameters:\n    on: push\n")
+    assert causes(exc) == {"spec.parameters.on": (
+        "the key on was read as boolean true, not a string; YAML 1.1 reads unquoted on/off/yes/no as "
+        'booleans — quote the key ("on")')}
+
+
+def test_a_boolean_key_in_an_open_map_is_still_rejected(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "  runtime:\n    config:\n      yes: 1\n")
+    assert list(causes(exc)) == ["spec.runtime.config.yes"]
+
+
+def test_a_numeric_key(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML + "  runtime:\n    config:\n      1.10: x\n")
+    assert causes(exc)["spec.runtime.config[1.10]"].endswith('quote the key ("1.10")')
+
+
+def test_unquoted_dates_are_named(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + "  input:\n    since: 2024-01-31\n")
+    assert causes(exc) == {"spec.input.since": (
+        'got the timestamp 2024-01-31; YAML reads unquoted dates and times as timestamps — quote the value '
+        '("2024-01-31")')}
+
+
+def test_json_input_gets_the_hint_without_a_spelling(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    obj = load_documents(RUN_YAML, "t.yaml")[0].obj
+    obj["spec"]["parameters"] = {"mode": True}
+    with pytest.raises(errors.Invalid) as info:
+        admit(reader, obj, old=None)
+    assert causes(info.value)["spec.parameters.mode"] == (
+        "expected a string, got boolean true; YAML 1.1 reads unquoted on/off/yes/no as booleans — quote the value")
+
+
+# --- metadata ------------------------------------------------------------------------------------
+
+def test_name_is_required_unless_generate_name(reader: MemoryReader) -> None:
+    reader.add(AGENT_PROVIDER, "codex")
+    exc = rejected(reader, AGENT_YAML.replace("  name: coder\n", "  labels: {a: b}\n"))
+    assert list(causes(exc)) == ["metadata.name"]
+    admitted = admit_yaml(reader, AGENT_YAML.replace("  name: coder\n", "  generateName: coder-\n"))
+    assert admitted.obj["metadata"] == {"generateName": "coder-", "namespace": "default"}
+
+
+@pytest.mark.parametrize("name", ["Coder", "coder_1", "-coder", "coder.", "a" * 254, "co der"])
+def test_invalid_names(reader: MemoryReader, name: str) -> None:
+    exc = rejected(reader, AGENT_YAML.replace("name: coder", f"name: '{name}'"))
+    assert "is not a valid name" in causes(exc)["metadata.name"]
+
+
+@pytest.mark.parametrize("name", ["coder", "a", "coder-1.example", "a" * 253])
+def test_valid_names(reader: MemoryReader, name: str) -> None:
+    assert admit_yaml(reader, AGENT_YAML.replace("name: coder", f"name: '{name}'")).name == name
+
+
+def test_metadata_fields_and_label_syntax(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", """\
+  name: coder
+  namespace: Team_A
+  color: blue
+  labels:
+    app.kubernetes.io/name: ok
+    bad key: x
+    good: "not valid!"
+  annotations:
+    example.com/note: any text at all, even spaces
+  finalizers: [joch.dev/cleanup]
+""")
+    found = causes(rejected(reader, text))
+    assert set(found) == {"metadata.namespace", "metadata.color", "metadata.labels[bad key]",
+                          "metadata.labels.good"}
+    assert found["metadata.color"] == 'unknown field "color"'
+
+
+def test_annotations_total_size_is_limited(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", f"  name: coder\n  annotations: {{a: '{'x' * 262_144}'}}\n")
+    assert "the limit is 262144 bytes" in causes(rejected(reader, text))["metadata.annotations"]
+
+
+def test_cluster_scoped_kinds_refuse_a_namespace() -> None:
+    cluster = KindInfo(group="test.joch.dev", version="v1", kind="Thing", plural="things",
+                       spec_model=AgentProviderSpec, status_model=AgentProviderStatus, namespaced=False)
+    metadata, found = normalize_metadata(cluster, {"name": "t", "namespace": "default"}, raw=_no_raw())
+    assert [c.field for c in found] == ["metadata.namespace"]
+    assert "cluster-scoped" in found[0].message
+    metadata, found = normalize_metadata(cluster, {"name": "t", "namespace": ""}, raw=_no_raw())
+    assert found == [] and metadata == {"name": "t"}
+
+
+def _no_raw() -> Any:
+    from joch.admission.documents import RawScalars
+
+    return RawScalars()
+
+
+# --- size limits ---------------------------------------------------------------------------------
+
+def test_implementation_text_is_limited_in_utf8_bytes(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    limit = 256 * 1024
+    at_limit = "é" * (limit // 2)  # two bytes each
+    admit_yaml(reader, RUN_YAML.replace("text: Fix the bug.", f"text: {at_limit}"))
+    exc = rejected(reader, RUN_YAML.replace("text: Fix the bug.", f"text: {at_limit}x"))
+    assert causes(exc) == {"spec.implementation.inline.text": (
+        f"is {limit + 1} bytes of UTF-8; the limit is {limit} bytes (256 KiB) — keep long material in the "
+        "repository and point to it")}
+
+
+def test_implementation_spec_text_limit_follows_the_options(reader: MemoryReader) -> None:
+    text = ("apiVersion: joch.dev/v1alpha1\nkind: ImplementationSpec\nmetadata: {name: i}\n"
+            "spec:\n  text: '0123456789'\n")
+    admit_yaml(reader, text, options=AdmissionOptions(max_implementation_text_bytes=10))
+    exc = rejected(reader, text, options=AdmissionOptions(max_implementation_text_bytes=9))
+    assert "the limit is 9 bytes" in causes(exc)["spec.text"]
+
+
+def test_whole_object_size_is_limited(reader: MemoryReader) -> None:
+    text = AGENT_YAML + f"  systemPrompt: '{'x' * 2000}'\n"
+    exc = rejected(reader, text, options=AdmissionOptions(max_object_bytes=1000))
+    (cause,) = exc.causes
+    assert cause.reason == "RequestEntityTooLarge"
+    assert cause.message.startswith("the object is ") and "the limit is 1000 bytes" in cause.message
+
+
+# --- references ----------------------------------------------------------------------------------
+
+def test_missing_reject_reference_names_the_path(reader: MemoryReader) -> None:
+    exc = rejected(reader, RUN_YAML)
+    assert causes(exc) == {"spec.agentRef.name": (
+        'agent "coder" not found in namespace "default"; create it first or fix spec.agentRef.name')}
+
+
+def test_reference_targets_live_in_the_same_namespace(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder", namespace="other")
+    exc = rejected(reader, RUN_YAML)
+    assert list(causes(exc)) == ["spec.agentRef.name"]
+    text = RUN_YAML.replace("  name: fix-1\n", "  name: fix-1\n  namespace: other\n")
+    assert admit_yaml(reader, text).namespace == "other"
+
+
+def test_pending_objects_satisfy_references(reader: MemoryReader) -> None:
+    admitted = admit_yaml(reader, RUN_YAML, pending={("Agent", "default", "coder")})
+    assert admitted.obj["spec"]["agentRef"] == {"name": "coder"}
+
+
+def test_missing_warn_reference_is_accepted_with_a_condition(reader: MemoryReader) -> None:
+    admitted = admit_yaml(reader, AGENT_YAML)
+    assert admitted.warnings == [
+        'spec.providerRef.name: agentprovider "codex" not found in namespace "default"; Agent is accepted '
+        "but cannot be used until the agentprovider exists"]
+    (condition,) = admitted.obj["status"]["conditions"]
+    assert condition["type"] == "ReferencesResolved"
+    assert condition["status"] == "False"
+    assert condition["reason"] == "AgentProviderNotFound"
+    assert condition["message"] == 'agentprovider "codex" not found in namespace "default"'
+    assert condition["lastTransitionTime"]
+
+
+def test_a_reference_that_resolves_on_update_flips_the_condition(reader: MemoryReader) -> None:
+    old = {**admit_yaml(reader, AGENT_YAML).obj}
+    old["status"]["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    old["status"]["observedGeneration"] = 1
+    reader.add(AGENT_PROVIDER, "codex")
+    admitted = admit_yaml(reader, AGENT_YAML, old=old)
+    assert admitted.warnings == []
+    (condition,) = admitted.obj["status"]["conditions"]
+    assert (condition["status"], condition["reason"]) == ("True", "Resolved")
+    assert condition["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+    assert admitted.obj["status"]["observedGeneration"] == 1
+
+
+def test_unchanged_reject_references_are_not_rechecked_on_update(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    old = admit_yaml(reader, RUN_YAML).obj
+    reader.objects.clear()
+    admit_yaml(reader, RUN_YAML, old=old)  # the agent is gone, but the run did not change it
+    exc = rejected(reader, RUN_YAML.replace("name: coder", "name: other"), old=old)
+    assert list(causes(exc)) == ["spec.agentRef.name"]
+
+
+# --- status subresource --------------------------------------------------------------------------
+
+def test_validate_status_normalizes() -> None:
+    obj = {"metadata": {"name": "fix-1"}, "status": {"phase": "Running", "attempt": 1}}
+    assert validate_status(AGENT_RUN, obj) == {"phase": "Running", "attempt": 1}
+    assert validate_status(AGENT_RUN, {"metadata": {"name": "x"}}) == {}
+
+
+def test_validate_status_reports_paths() -> None:
+    obj = {"metadata": {"name": "fix-1"},
+           "status": {"phase": "Done", "conditions": [{"type": "Ready", "status": True}], "extra": 1}}
+    with pytest.raises(errors.Invalid) as info:
+        validate_status(AGENT_RUN, obj)
+    assert info.value.message.startswith('AgentRun.runtime.joch.dev "fix-1" is invalid')
+    assert set(causes(info.value)) == {"status.phase", "status.conditions[0].status", "status.extra"}
+
+
+def test_a_scalar_where_a_mapping_belongs(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML.replace("  providerRef:\n    name: codex\n", "  providerRef: codex\n"))
+    assert causes(exc) == {"spec.providerRef": 'expected a mapping, got "codex"'}
