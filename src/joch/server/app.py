@@ -1,0 +1,39 @@
+"""The FastAPI application: assembled from one module per concern, every route from the registry.
+
+``create_app`` is side-effect free apart from building routes: it neither opens nor closes the
+store (``serve`` owns the store's lifetime), so tests and embedders can build several apps over one
+store. Routes use ``errors.StatusRoute`` so nothing but a Kubernetes ``Status`` leaves on failure.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from joch import __version__
+from joch.api import REGISTRY
+from joch.api.registry import Registry
+from joch.server import discovery, errors, health, resources, schemas, v1
+from joch.server.options import ServerOptions
+from joch.store.base import Store
+
+DESCRIPTION = (
+    "Kubernetes-compatible REST and watch API for Joch resources, plus the Joch /v1 routes. "
+    "Errors are Kubernetes Status objects."
+)
+
+
+def create_app(store: Store, *, options: ServerOptions | None = None, registry: Registry = REGISTRY) -> FastAPI:
+    options = options or ServerOptions()
+    app = FastAPI(title="Joch", version=__version__, description=DESCRIPTION, redoc_url=None)
+    app.router.route_class = errors.StatusRoute
+    app.state.store = store
+    app.state.options = options
+    errors.install(app)
+    health.install(app, store)
+    discovery.install(app, registry, options)
+    kind_schemas = schemas.for_registry(registry)
+    for kind in registry:
+        resources.install(app, kind, store, options, kind_schemas)
+    v1.install(app, store, options, registry, kind_schemas)
+    schemas.install(app, kind_schemas)
+    return app

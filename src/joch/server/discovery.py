@@ -1,0 +1,133 @@
+"""Kubernetes discovery built from the kind registry: ``/api``, ``/apis``, ``/apis/{group}[/{version}]``
+and ``/version``.
+
+The documents are computed once when the app is built (the registry does not change while a
+server runs) and served as pre-encoded bytes.
+
+Joch has no core (``v1``) resources, so ``/api`` lists no versions. Listing ``v1`` there with an
+empty ``/api/v1`` breaks kubectl: its discovery cache treats an empty resource list as a failed
+fetch, and ``kubectl api-resources`` then exits with "received empty response for: v1".
+``/api/v1`` still answers (an empty list) for clients that ask for it regardless.
+
+``/openapi/v2`` exists for ``kubectl apply``'s client-side validation, which downloads it (after
+``/openapi/v3`` answers 404) and refuses to apply when it cannot. kubectl asks for protobuf, and
+the protobuf encoding of an empty ``Document`` is zero bytes; kubectl skips validating kinds the
+document does not describe, so server-side admission stays the one validation. Other clients get
+a minimal Swagger 2.0 JSON document. The real API description is ``/openapi.json``.
+
+Only the legacy (unaggregated) discovery format is served; clients asking for aggregated
+discovery (``application/json;g=apidiscovery.k8s.io;v=v2``) receive plain JSON and, as kubectl
+does, fall back to the legacy walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from joch.api import errors
+from joch.api.registry import KindInfo, Registry
+from joch.server import wire
+from joch.server.options import ServerOptions
+
+# What the apiserver answers (kubectl asks with "...spec.v2@v1.0+protobuf", which Go cannot parse
+# as a response media type).
+OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+STATUS_VERBS = ["get", "patch", "update"]
+
+
+def resource_list(group_version: str, kinds: list[KindInfo]) -> dict[str, Any]:
+    resources: list[dict[str, Any]] = []
+    for info in kinds:
+        resources.append({
+            "name": info.plural,
+            "singularName": info.singular,
+            "namespaced": info.namespaced,
+            "kind": info.kind,
+            "verbs": VERBS,
+            "shortNames": list(info.short_names),
+            "categories": list(info.categories),
+        })
+        resources.append({
+            "name": f"{info.plural}/status",
+            "singularName": "",
+            "namespaced": info.namespaced,
+            "kind": info.kind,
+            "verbs": STATUS_VERBS,
+        })
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+            "resources": resources}
+
+
+def api_group(name: str, kinds: list[KindInfo]) -> dict[str, Any]:
+    versions: list[dict[str, str]] = []
+    for info in kinds:
+        entry = {"groupVersion": info.api_version, "version": info.version}
+        if entry not in versions:
+            versions.append(entry)
+    # Registration order decides preference: the first version registered for a group wins.
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": versions,
+            "preferredVersion": versions[0]}
+
+
+def _static(body: dict[str, Any]) -> Callable[[], Response]:
+    encoded = wire.dumps(body)
+
+    def endpoint() -> Response:
+        return Response(encoded, media_type=wire.JSON)
+
+    return endpoint
+
+
+def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
+    core = {"kind": "APIVersions", "apiVersion": "v1", "versions": [], "serverAddressByClientCIDRs": []}
+    groups = {name: api_group(name, kinds) for name, kinds in registry.groups().items() if name}
+    group_list = {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())}
+    by_group_version: dict[tuple[str, str], list[KindInfo]] = {}
+    for info in registry:
+        if info.group:
+            by_group_version.setdefault((info.group, info.version), []).append(info)
+    group_bodies = {name: wire.dumps(body) for name, body in groups.items()}
+    version_bodies = {key: wire.dumps(resource_list(f"{key[0]}/{key[1]}", kinds))
+                      for key, kinds in by_group_version.items()}
+
+    tags: list[str | Enum] = ["discovery"]
+    app.add_api_route("/api", _static(core), methods=["GET"], tags=tags, summary="Core API versions")
+    app.add_api_route("/api/v1", _static(resource_list("v1", [])), methods=["GET"], tags=tags,
+                      summary="Core v1 resources (none)")
+    app.add_api_route("/apis", _static(group_list), methods=["GET"], tags=tags, summary="API groups")
+    app.add_api_route("/version", _static(options.version.to_dict()), methods=["GET"], tags=tags,
+                      summary="Server version")
+
+    swagger = wire.dumps({"swagger": "2.0", "info": {"title": "Joch", "version": options.version.git_version},
+                          "paths": {}, "definitions": {}})
+
+    def openapi_v2(request: Request) -> Response:
+        if "protobuf" in request.headers.get("accept", ""):
+            return Response(b"", media_type=OPENAPI_V2_PROTOBUF)
+        return Response(swagger, media_type=wire.JSON)
+
+    app.add_api_route("/openapi/v2", openapi_v2, methods=["GET"], tags=tags, include_in_schema=False)
+
+    def get_group(group: str) -> Response:
+        body = group_bodies.get(group)
+        if body is None:
+            raise errors.NotFound(f"the server could not find the requested API group {group!r}")
+        return Response(body, media_type=wire.JSON)
+
+    def get_group_version(group: str, version: str) -> Response:
+        body = version_bodies.get((group, version))
+        if body is None:
+            raise errors.NotFound(
+                f"the server could not find the requested API group version {group}/{version}"
+            )
+        return Response(body, media_type=wire.JSON)
+
+    app.add_api_route("/apis/{group}", get_group, methods=["GET"], tags=tags, summary="An API group")
+    app.add_api_route("/apis/{group}/{version}", get_group_version, methods=["GET"], tags=tags,
+                      summary="The resources of a group version")

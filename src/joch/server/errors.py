@@ -1,0 +1,115 @@
+"""Every failure leaves the server as a Kubernetes ``Status`` body; this is the one place mapping.
+
+* ``JochError`` → its own ``to_status()`` and ``code`` (the hierarchy already knows both).
+* FastAPI's ``RequestValidationError`` (a query parameter of the wrong type) → 400 ``BadRequest``
+  with one cause per parameter; Kubernetes answers 400 for malformed requests, not 422, which Joch
+  reserves for an object that fails admission.
+* Starlette's ``HTTPException`` (unknown route, wrong method) → the Status of the same code.
+* Anything else → 500 ``InternalError`` whose message names only the request; the traceback goes
+  to the server log, never to the client. Routes use ``StatusRoute``, which turns such an error
+  into the 500 itself: Starlette's outermost error middleware would answer the same body but then
+  re-raise, and the ASGI server would log the traceback a second time. The app-level handler stays
+  as the backstop for failures outside a route.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+
+from joch.api import errors
+from joch.server import wire
+
+logger = logging.getLogger("joch.server")
+
+_BY_CODE: dict[int, type[errors.JochError]] = {
+    404: errors.NotFound,
+    405: errors.MethodNotAllowed,
+    413: errors.RequestEntityTooLarge,
+    415: errors.UnsupportedMediaType,
+}
+
+
+def status_response(error: errors.JochError) -> Response:
+    return wire.json_response(error.to_status(), status_code=error.code)
+
+
+async def _joch_error(_: Request, exc: Exception) -> Response:
+    if not isinstance(exc, errors.JochError):  # pragma: no cover - registered for JochError only
+        raise exc
+    return status_response(exc)
+
+
+async def _validation_error(_: Request, exc: Exception) -> Response:
+    causes: list[errors.Cause] = []
+    if isinstance(exc, RequestValidationError):
+        for problem in exc.errors():
+            location = [str(part) for part in problem.get("loc", ()) if part not in ("query", "path")]
+            causes.append(errors.Cause(field=".".join(location), message=str(problem.get("msg", ""))))
+    fields = ", ".join(c.field for c in causes if c.field) or "the request"
+    return status_response(errors.BadRequest(f"invalid request parameters: {fields}", causes=causes))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    code = exc.status_code if isinstance(exc, HTTPException) else 500
+    if code == 404:
+        message = f"the server could not find the requested resource ({request.url.path})"
+    elif code == 405:
+        message = f"the server does not allow method {request.method} on {request.url.path}"
+    else:
+        message = str(getattr(exc, "detail", "")) or "request failed"
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        error: errors.JochError = errors.JochError(message)
+        body = error.to_status() | {"code": code, "reason": "Unknown" if code < 500 else "InternalError"}
+        return wire.json_response(body, status_code=code)
+    return status_response(cls(message))
+
+
+def _internal(request: Request) -> Response:
+    return status_response(
+        errors.Internal(f"an internal error occurred while serving {request.method} {request.url.path}")
+    )
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    logger.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+    return _internal(request)
+
+
+_MAPPED = (errors.JochError, RequestValidationError, HTTPException)
+
+
+class StatusRoute(APIRoute):
+    """An ``APIRoute`` that answers an unexpected exception with a 500 Status and logs it once."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except _MAPPED:
+                raise
+            except ClientDisconnect:
+                return Response(status_code=499)  # the client left mid-request; nobody reads this
+            except Exception:
+                logger.exception("unhandled error in %s %s", request.method, request.url.path)
+                return _internal(request)
+
+        return guarded
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(errors.JochError, _joch_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)

@@ -1,0 +1,62 @@
+"""How a server is configured: one frozen ``ServerOptions`` handed to ``create_app``.
+
+Everything tunable lives here so route modules take one object and tests can build a server with a
+short bookmark interval or the other watch-expiry mode without monkeypatching.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from joch import __version__
+from joch.admission.validation import AdmissionOptions
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """What ``GET /version`` reports, in the shape of Kubernetes' ``version.Info``."""
+
+    major: str
+    minor: str
+    git_version: str
+    git_commit: str = ""
+    build_date: str = ""
+
+    @classmethod
+    def current(cls) -> VersionInfo:
+        major, minor, *_ = [*__version__.split("."), "0", "0"][:3]
+        return cls(major=major, minor=minor, git_version=f"v{__version__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "major": self.major,
+            "minor": self.minor,
+            "gitVersion": self.git_version,
+            "gitCommit": self.git_commit,
+            "gitTreeState": "clean" if self.git_commit else "",
+            "buildDate": self.build_date,
+            "goVersion": f"python{sys.version_info.major}.{sys.version_info.minor}",
+            "compiler": platform.python_implementation().lower(),
+            "platform": f"{sys.platform}/{platform.machine().lower()}",
+        }
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """``watch_expired`` picks what a watch from a compacted resourceVersion gets (see
+    ``joch.server.watch``): ``"event"`` (Kubernetes: a 200 stream whose only event is an ERROR
+    carrying a 410 ``Expired`` Status) or ``"status"`` (a plain 410 Status before any streaming).
+    """
+
+    admission: AdmissionOptions = field(default_factory=AdmissionOptions)
+    bookmark_interval: float = 60.0
+    sse_heartbeat_interval: float = 15.0
+    watch_expired: Literal["event", "status"] = "event"
+    max_body_bytes: int = 3 * MiB
+    max_apply_bytes: int = 64 * MiB
+    version: VersionInfo = field(default_factory=VersionInfo.current)

@@ -1,0 +1,288 @@
+"""The Kubernetes REST routes of every registered kind, generated from its ``KindInfo``.
+
+For a namespaced kind ``K`` (``group/version``, plural ``ks``)::
+
+    GET            /apis/group/version/ks                           list or watch, all namespaces
+    GET, POST      /apis/group/version/namespaces/{namespace}/ks
+    GET, PUT, PATCH, DELETE  .../namespaces/{namespace}/ks/{name}
+    GET, PUT, PATCH          .../namespaces/{namespace}/ks/{name}/status
+
+and the same without ``namespaces/{namespace}`` for a cluster-scoped kind. Each route is added
+with literal group, version and plural and real path parameters, so ``/openapi.json`` documents
+every kind with its own schema, and adding a kind to the registry adds its routes.
+
+Handlers are sync: FastAPI runs them in its threadpool, where blocking on the store is fine. The
+body is read beforehand by an async dependency (``wire.body_reader``). Writes go through
+admission (validation, defaulting, references, policy); reads and deletes go to the store.
+
+Wire rules, as the apiserver applies them: POST answers 201, everything else 200; admission
+warnings become ``Warning: 299`` headers; a body whose namespace, name, apiVersion or kind
+disagrees with the URL is a 400 (admission checks it, and fills in what the body leaves out);
+DELETE answers the object (with ``deletionTimestamp`` when finalizers hold it back); the status
+subresource changes only ``status`` and the main resource never does. ``PATCH .../status``
+merges the patch into the stored object and writes its status, retrying on a conflict unless the
+patch itself named a ``resourceVersion`` precondition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path
+from starlette.responses import Response
+
+from joch.admission import apply as admission
+from joch.admission import merge
+from joch.api import errors
+from joch.api.meta import now
+from joch.api.registry import KindInfo
+from joch.server import params, watch, wire
+from joch.server.options import ServerOptions
+from joch.server.schemas import KindSchemas
+from joch.store.base import ListResult, Obj, Store
+
+ContentType = Annotated[str | None, Header(alias="content-type", include_in_schema=False)]
+Scope = Callable[..., Awaitable[str | None]]
+STATUS_PATCH_ATTEMPTS = 5
+
+
+def list_body(kind: KindInfo, result: ListResult) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
+    if result.continue_token:
+        metadata["continue"] = result.continue_token
+    if result.remaining is not None:
+        metadata["remainingItemCount"] = result.remaining
+    return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": metadata,
+            "items": result.items}
+
+
+class KindHandlers:
+    """What each verb does for one kind; the route functions only unpack the request."""
+
+    def __init__(self, kind: KindInfo, store: Store, options: ServerOptions) -> None:
+        self.kind = kind
+        self.store = store
+        self.options = options
+
+    def list(
+        self, namespace: str | None, *, labels: str | None, fields: str | None, limit: int | None,
+        token: str | None, resource_version: str | None, watching: bool, timeout: int | None,
+        bookmarks: bool,
+    ) -> Response:
+        if watching:
+            options = params.watch_options(namespace, labels, fields, resource_version, bookmarks)
+            return watch.respond(self.store, self.kind, options, timeout_seconds=timeout,
+                                 options=self.options)
+        result = self.store.list(self.kind, params.list_options(namespace, labels, fields, limit, token))
+        return wire.json_response(list_body(self.kind, result))
+
+    def create(self, namespace: str | None, body: bytes, content_type: str | None, dry_run: bool) -> Response:
+        obj = wire.decode_object(body, content_type)
+        created, warnings = admission.create_object(
+            self.store, self.kind, obj, namespace=namespace, dry_run=dry_run,
+            options=self.options.admission,
+        )
+        return wire.json_response(created, status_code=201, warnings=warnings)
+
+    def get(self, namespace: str | None, name: str) -> Response:
+        return wire.json_response(self.store.get(self.kind, namespace, name))
+
+    def replace(
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+    ) -> Response:
+        obj = wire.decode_object(body, content_type)
+        updated, warnings = admission.update_object(
+            self.store, self.kind, obj, namespace=namespace, name=name, dry_run=dry_run,
+            options=self.options.admission,
+        )
+        return wire.json_response(updated, warnings=warnings)
+
+    def patch(
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+    ) -> Response:
+        wire.require_merge_patch(content_type)
+        patch = wire.decode_object(body, content_type, allow_yaml=False)
+        patched, warnings = admission.patch_object(
+            self.store, self.kind, namespace, name, patch, dry_run=dry_run,
+            options=self.options.admission,
+        )
+        return wire.json_response(patched, warnings=warnings)
+
+    def delete(
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+    ) -> Response:
+        preconditions: dict[str, str] = {}
+        if body.strip():
+            delete_options = wire.decode_object(body, content_type, allow_yaml=False)
+            given = delete_options.get("preconditions") or {}
+            if not isinstance(given, dict):
+                raise errors.BadRequest("DeleteOptions.preconditions must be an object")
+            preconditions = {k: str(v) for k, v in given.items() if k in ("uid", "resourceVersion") and v}
+            dry_run = dry_run or "All" in (delete_options.get("dryRun") or [])
+        if dry_run:
+            return wire.json_response(self._delete_preview(namespace, name, preconditions))
+        deleted = self.store.delete(
+            self.kind, namespace, name, resource_version=preconditions.get("resourceVersion"),
+            uid=preconditions.get("uid"),
+        )
+        return wire.json_response(deleted)
+
+    def replace_status(
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+    ) -> Response:
+        obj = wire.decode_object(body, content_type)
+        return wire.json_response(self._write_status(obj, namespace, name, dry_run))
+
+    def patch_status(
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+    ) -> Response:
+        wire.require_merge_patch(content_type)
+        patch = wire.decode_object(body, content_type, allow_yaml=False)
+        given = patch.get("metadata")
+        pinned = given.get("resourceVersion") if isinstance(given, dict) else None
+        precondition = str(pinned) if pinned else None
+        attempt = 0
+        while True:
+            attempt += 1
+            current = self.store.get(self.kind, namespace, name)
+            merged = merge.merge_patch(current, patch)
+            target = {**current, "status": merged.get("status")}
+            target["metadata"] = {**current["metadata"],
+                                  "resourceVersion": precondition or current["metadata"]["resourceVersion"]}
+            try:
+                return wire.json_response(self._write_status(target, namespace, name, dry_run))
+            except errors.Conflict:
+                if precondition or attempt >= STATUS_PATCH_ATTEMPTS:
+                    raise
+
+    def _write_status(self, obj: Obj, namespace: str | None, name: str, dry_run: bool) -> Obj:
+        return admission.update_status(self.store, self.kind, obj, namespace=namespace, name=name,
+                                       dry_run=dry_run)
+
+    def _delete_preview(self, namespace: str | None, name: str, preconditions: dict[str, Any]) -> Obj:
+        current = self.store.get(self.kind, namespace, name)
+        metadata = current["metadata"]
+        for key in ("uid", "resourceVersion"):
+            wanted = preconditions.get(key)
+            if wanted is not None and wanted != metadata.get(key):
+                raise errors.Conflict(
+                    f"precondition failed for {self.kind.resource} {name!r}: {key} is "
+                    f"{metadata.get(key)!r}, the request expected {wanted!r}",
+                    kind=self.kind.plural, name=name,
+                )
+        if metadata.get("finalizers") and not metadata.get("deletionTimestamp"):
+            return {**current, "metadata": {**metadata, "deletionTimestamp": now()}}
+        return current
+
+
+# Async on purpose: FastAPI runs a sync dependency in the threadpool, a hop per request for nothing.
+async def _namespace(namespace: Annotated[str, Path(description="the object's namespace")]) -> str | None:
+    return namespace
+
+
+async def _cluster() -> str | None:
+    return None
+
+
+def request_body(schema: dict[str, Any], *media: str) -> dict[str, Any]:
+    """``openapi_extra`` documenting a body the handler reads itself."""
+    return {"requestBody": {"required": True, "content": {m: {"schema": schema} for m in media}}}
+
+
+def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, schemas: KindSchemas) -> None:
+    h = KindHandlers(kind, store, options)
+    base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+    scope: Scope = _namespace if kind.namespaced else _cluster
+    collection = f"{base}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"{base}/{kind.plural}"
+    item = f"{collection}/{{name}}"
+    read_body = wire.body_reader(options.max_body_bytes)
+    object_ref, list_ref = schemas.object(kind), schemas.list(kind)
+    object_body = request_body(object_ref, wire.JSON, "application/yaml")
+    patch_body = request_body({"type": "object"}, wire.MERGE_PATCH)
+    tags: list[str | Enum] = [kind.api_version]
+    resource = kind.resource
+
+    def add(path: str, endpoint: Callable[..., Response], method: str, verb: str, ref: dict[str, str],
+            status_code: int = 200, extra: dict[str, Any] | None = None) -> None:
+        app.add_api_route(
+            path, endpoint, methods=[method], name=f"{verb}:{resource}", tags=tags,
+            summary=f"{verb} {kind.kind}", status_code=status_code, openapi_extra=extra,
+            responses=schemas.responses(status_code, ref, f"the {kind.kind}"),
+        )
+
+    add(collection, lister(h, scope), "GET", "list", list_ref)
+    if kind.namespaced:
+        add(f"{base}/{kind.plural}", lister(h, _cluster), "GET", "listAllNamespaces", list_ref)
+
+    def create(
+        namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.create(namespace, body, content_type, params.dry_run(dry_run))
+
+    def read(name: str, namespace: str | None = Depends(scope)) -> Response:
+        return h.get(namespace, name)
+
+    def replace(
+        name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.replace(namespace, name, body, content_type, params.dry_run(dry_run))
+
+    def patch(
+        name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.patch(namespace, name, body, content_type, params.dry_run(dry_run))
+
+    def delete(
+        name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.delete(namespace, name, body, content_type, params.dry_run(dry_run))
+
+    def replace_status(
+        name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.replace_status(namespace, name, body, content_type, params.dry_run(dry_run))
+
+    def patch_status(
+        name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run))
+
+    add(collection, create, "POST", "create", object_ref, 201, object_body)
+    add(item, read, "GET", "read", object_ref)
+    add(item, replace, "PUT", "replace", object_ref, extra=object_body)
+    add(item, patch, "PATCH", "patch", object_ref, extra=patch_body)
+    add(item, delete, "DELETE", "delete", object_ref)
+    add(f"{item}/status", read, "GET", "readStatus", object_ref)
+    add(f"{item}/status", replace_status, "PUT", "replaceStatus", object_ref, extra=object_body)
+    add(f"{item}/status", patch_status, "PATCH", "patchStatus", object_ref, extra=patch_body)
+
+
+def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Response]:
+    """The list-or-watch endpoint of a kind, scoped to the URL's namespace unless told otherwise."""
+    scope = scope or (_namespace if h.kind.namespaced else _cluster)
+
+    def list_objects(
+        namespace: str | None = Depends(scope),
+        label_selector: params.LabelSelector = None,
+        field_selector: params.FieldSelector = None,
+        limit: params.Limit = None,
+        token: params.Continue = None,
+        resource_version: params.ResourceVersion = None,
+        watching: params.WatchFlag = False,
+        timeout: params.TimeoutSeconds = None,
+        bookmarks: params.AllowBookmarks = False,
+    ) -> Response:
+        return h.list(
+            namespace, labels=label_selector, fields=field_selector, limit=limit, token=token,
+            resource_version=resource_version, watching=watching, timeout=timeout, bookmarks=bookmarks,
+        )
+
+    return list_objects

@@ -1,0 +1,81 @@
+"""Running a server: open the store, optionally apply manifests, serve with uvicorn until stopped.
+
+``serve`` owns the store: it opens it from the URL (which also applies migrations) and closes it
+when uvicorn returns. Manifests given with ``apply_paths`` (files, or directories whose ``*.yaml``,
+``*.yml`` and ``*.json`` files are read in name order, not recursively, like ``kubectl apply -f``;
+admission's ``load_paths`` reads them) are applied as one atomic apply before the port opens, so
+``make run`` serves a populated store or fails loudly.
+
+uvicorn runs with the h11 protocol on purpose: the seed's ``WATCH /v1/resources`` uses a custom
+HTTP method, which h11 accepts and httptools' parser rejects. A short graceful-shutdown timeout
+ends open watch streams on Ctrl-C instead of waiting for them forever. Access logging is off by
+default: at the target request rates it costs more than it tells.
+
+SIGINT and SIGTERM stop the server gracefully and ``serve`` then *returns* (so the store is closed
+and ``joch server`` exits 0). uvicorn itself re-raises the signal after its shutdown, which turns
+Ctrl-C into a ``KeyboardInterrupt`` traceback and SIGTERM into a kill that skips closing the
+store; ``_Server`` keeps uvicorn's handlers but not the re-raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import uvicorn
+from uvicorn.server import HANDLED_SIGNALS
+
+from joch.admission import apply as admission
+from joch.admission import documents
+from joch.server.app import create_app
+from joch.server.options import ServerOptions
+from joch.store import open_store
+from joch.store.base import Store
+
+logger = logging.getLogger("joch.server")
+GRACEFUL_SHUTDOWN_SECONDS = 3
+
+
+def serve(
+    *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
+    options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
+) -> None:
+    options = options or ServerOptions()
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = open_store(store_url)
+    try:
+        if apply_paths:
+            apply_manifests(store, apply_paths, options)
+        config = uvicorn.Config(
+            create_app(store, options=options), host=host, port=port, log_level=log_level,
+            access_log=access_log, http="h11", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
+        _Server(config).run()
+    finally:
+        store.close()
+
+
+class _Server(uvicorn.Server):
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def apply_manifests(store: Store, paths: Sequence[str], options: ServerOptions) -> admission.ApplyResult:
+    docs = documents.load_paths(list(paths))
+    result = admission.apply_documents(store, docs, dry_run=False, options=options.admission)
+    for line in result.lines():
+        logger.info("%s", line)
+    return result

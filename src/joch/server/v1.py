@@ -1,0 +1,131 @@
+"""The Joch seed's ``/v1`` routes, thin aliases over the same handlers as the Kubernetes routes.
+
+* ``POST /v1/resources/apply``: a multi-document YAML (or JSON) body applied atomically through
+  admission; any rejected document rejects the request with a 422 naming it and nothing is written.
+  The answer is an ``ApplyResult`` with one item per document (in input order) and the
+  kubectl-style ``lines`` (``agent.joch.dev/x created``).
+* ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions`` (AgentRuns; ``POST`` creates
+  one), ``approvals``: the same list/get answers as the ``/apis`` routes.
+* ``GET /v1/resources/watch`` and the seed's literal ``WATCH /v1/resources``: Server-Sent Events
+  (see ``joch.server.sse``) across every kind or the one named by ``?kind=``. The ``WATCH`` route
+  is left out of OpenAPI, which has no such method; the ``GET`` form is the documented one.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header
+from starlette.responses import Response
+
+from joch.admission import apply as admission
+from joch.admission import documents
+from joch.api import errors, kinds
+from joch.api.registry import Registry
+from joch.server import params, resources, sse, wire
+from joch.server.options import ServerOptions
+from joch.server.resources import ContentType, KindHandlers
+from joch.server.schemas import KindSchemas
+from joch.store.base import Store
+
+LastEventId = Annotated[str | None, Header(alias="last-event-id", description="resume after this id")]
+TAGS: list[str | Enum] = ["v1"]
+
+
+def apply_body(result: admission.ApplyResult, dry_run: bool) -> dict[str, Any]:
+    items = [
+        {
+            "index": item.index,
+            "apiVersion": item.kind.api_version,
+            "kind": item.kind.kind,
+            "namespace": item.namespace,
+            "name": item.name,
+            "action": item.action,
+            "resourceVersion": (item.object.get("metadata") or {}).get("resourceVersion"),
+            "warnings": list(item.warnings),
+        }
+        for item in result.items
+    ]
+    return {"kind": "ApplyResult", "apiVersion": "v1", "dryRun": dry_run, "items": items,
+            "lines": list(result.lines())}
+
+
+def install(
+    app: FastAPI, store: Store, options: ServerOptions, registry: Registry, schemas: KindSchemas
+) -> None:
+    read_manifests = wire.body_reader(options.max_apply_bytes)
+    read_body = wire.body_reader(options.max_body_bytes)
+
+    def apply(body: bytes = Depends(read_manifests), dry_run: params.DryRun = None) -> Response:
+        dry = params.dry_run(dry_run)
+        docs = documents.load_documents(wire.decode_text(body), "request body")
+        if not docs:
+            raise errors.BadRequest("the request body holds no objects to apply")
+        result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission)
+        return wire.json_response(apply_body(result, dry), warnings=result.warnings())
+
+    app.add_api_route(
+        "/v1/resources/apply", apply, methods=["POST"], tags=TAGS, summary="Apply manifests atomically",
+        responses=schemas.responses(200, None, "an ApplyResult"),
+        openapi_extra={"requestBody": {"required": True, "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object"}},
+        }}},
+    )
+
+    agents = KindHandlers(kinds.AGENT, store, options)
+    runs = KindHandlers(kinds.AGENT_RUN, store, options)
+    approvals = KindHandlers(kinds.APPROVAL, store, options)
+    app.add_api_route("/v1/namespaces/{namespace}/agents", resources.lister(agents),
+                      methods=["GET"], tags=TAGS, summary="List agents",
+                      responses=schemas.responses(200, schemas.list(kinds.AGENT), "an AgentList"))
+
+    def get_agent(namespace: str, name: str) -> Response:
+        return agents.get(namespace, name)
+
+    app.add_api_route("/v1/namespaces/{namespace}/agents/{name}", get_agent, methods=["GET"],
+                      tags=TAGS, summary="Read an agent",
+                      responses=schemas.responses(200, schemas.object(kinds.AGENT), "the Agent"))
+    app.add_api_route("/v1/namespaces/{namespace}/executions", resources.lister(runs),
+                      methods=["GET"], tags=TAGS, summary="List executions (AgentRuns)",
+                      responses=schemas.responses(200, schemas.list(kinds.AGENT_RUN), "an AgentRunList"))
+
+    def create_execution(
+        namespace: str, body: bytes = Depends(read_body), content_type: ContentType = None,
+        dry_run: params.DryRun = None,
+    ) -> Response:
+        return runs.create(namespace, body, content_type, params.dry_run(dry_run))
+
+    app.add_api_route("/v1/namespaces/{namespace}/executions", create_execution, methods=["POST"],
+                      tags=TAGS, summary="Create an execution (AgentRun)", status_code=201,
+                      responses=schemas.responses(201, schemas.object(kinds.AGENT_RUN), "the AgentRun"),
+                      openapi_extra=resources.request_body(schemas.object(kinds.AGENT_RUN), wire.JSON,
+                                                           "application/yaml"))
+    app.add_api_route("/v1/namespaces/{namespace}/approvals", resources.lister(approvals),
+                      methods=["GET"], tags=TAGS, summary="List approvals",
+                      responses=schemas.responses(200, schemas.list(kinds.APPROVAL), "an ApprovalList"))
+
+    def watch_resources(
+        last_event_id: LastEventId = None,
+        kind: params.Kind = None,
+        namespace: params.Namespace = None,
+        label_selector: params.LabelSelector = None,
+        field_selector: params.FieldSelector = None,
+        resource_version: params.ResourceVersion = None,
+        timeout: params.TimeoutSeconds = None,
+    ) -> Response:
+        info = registry.resolve(kind) if kind else None
+        watch_options = params.watch_options(
+            namespace or None, label_selector, field_selector, last_event_id or resource_version, False
+        )
+        return sse.respond(store, info, watch_options, timeout_seconds=timeout,
+                           heartbeat=options.sse_heartbeat_interval)
+
+    sse_doc = schemas.responses(200, None, "Server-Sent Events")
+    sse_doc[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+    app.add_api_route("/v1/resources/watch", watch_resources, methods=["GET"], tags=TAGS,
+                      summary="Watch resources (Server-Sent Events)",
+                      responses=sse_doc)
+    app.add_api_route("/v1/resources", watch_resources, methods=["WATCH"], include_in_schema=False,
+                      name="watch:v1-resources")

@@ -1,0 +1,123 @@
+"""Kubernetes watch streams: ``?watch=1`` on a list route.
+
+The response is a chunked ``application/json`` stream of newline-delimited
+``{"type": ..., "object": ...}`` events, as the apiserver writes it. The store watch is opened in
+the (sync) route handler, in a threadpool thread; the stream itself runs on the event loop and
+waits with ``await watch.aget(...)``, so an idle watch pins no thread. The watch is closed when the
+stream ends for any reason: its timeout, an error event, or the client going away (Starlette
+cancels the body iterator on ``http.disconnect``; the ``finally`` in ``follow`` closes the watch).
+
+Decisions:
+
+* Compacted ``resourceVersion``: by default the answer is what the apiserver sends — HTTP 200 and
+  a stream whose only event is ``{"type": "ERROR", "object": <Status 410 Expired>}``, then the
+  end. client-go's reflector and ``kubectl get -w`` read it as "relist". ``ServerOptions(
+  watch_expired="status")`` instead answers a plain 410 Status before any streaming, which
+  simple HTTP clients handle with their ordinary error path; kubectl accepts both. A revision
+  compacted while a watch is already streaming always ends with the ERROR event.
+* ``resourceVersion`` absent, ``""`` or ``"0"``: the store first sends the current objects as
+  ADDED, then follows (Kubernetes' "get state and start at most recent").
+* Bookmarks: with ``allowWatchBookmarks=true`` the store emits a BOOKMARK after every
+  ``ServerOptions.bookmark_interval`` seconds without an event (passed to it as
+  ``WatchOptions.extra["bookmark_interval"]``), at a revision it has fully delivered, so resuming
+  from a bookmark never misses an event. The store knows that revision and the server does not
+  (events filtered out by a selector still advance it), so the server only forwards them.
+* After an ERROR event (such as a revision compacted while replaying) the stream ends.
+* ``timeoutSeconds`` ends the stream cleanly (a complete chunked body) at the deadline; absent or
+  0 means no deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
+
+from joch.api import errors
+from joch.api.registry import KindInfo
+from joch.server import wire
+from joch.server.options import ServerOptions
+from joch.store.base import Store, Watch, WatchEvent, WatchOptions
+
+logger = logging.getLogger("joch.server")
+
+
+async def follow(
+    watch: Watch, *, timeout: float | None, idle: float | None
+) -> AsyncGenerator[WatchEvent | None, None]:
+    """The watch's events as they arrive, ``None`` after every ``idle`` seconds without one, until
+    ``timeout`` seconds have passed or the watch ends. Closes the watch however it stops."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout else None
+    try:
+        while True:
+            wait = idle
+            if deadline is not None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                wait = remaining if wait is None else min(wait, remaining)
+            started = loop.time()
+            event = await watch.aget(wait)
+            if event is not None:
+                yield event
+                continue
+            now = loop.time()
+            if wait is None or now - started < wait / 2:
+                return  # aget answered None without waiting: the watch was closed under us
+            if deadline is not None and now >= deadline:
+                return
+            yield None
+    finally:
+        watch.close()
+
+
+def event_line(event_type: str, obj: Any) -> bytes:
+    return wire.dumps({"type": event_type, "object": obj}) + b"\n"
+
+
+def with_bookmarks(watch_options: WatchOptions, interval: float) -> WatchOptions:
+    if watch_options.allow_bookmarks:
+        watch_options.extra.setdefault("bookmark_interval", interval)
+    return watch_options
+
+
+def respond(
+    store: Store, kind: KindInfo, watch_options: WatchOptions, *, timeout_seconds: int | None,
+    options: ServerOptions,
+) -> Response:
+    try:
+        watch = store.watch(kind, with_bookmarks(watch_options, options.bookmark_interval))
+    except errors.Gone as exc:
+        if options.watch_expired == "status":
+            raise
+        return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
+    return StreamingResponse(
+        _stream(watch, kind, timeout=timeout_seconds), media_type=wire.JSON,
+        background=BackgroundTask(watch.close),
+    )
+
+
+async def _single(line: bytes) -> AsyncIterator[bytes]:
+    yield line
+
+
+async def _stream(watch: Watch, kind: KindInfo, *, timeout: int | None) -> AsyncIterator[bytes]:
+    try:
+        async with aclosing(follow(watch, timeout=timeout, idle=None)) as events:
+            async for event in events:
+                if event is None:
+                    continue
+                yield event_line(event.type, event.object)
+                if event.type == "ERROR":
+                    return
+    except errors.JochError as exc:
+        yield event_line("ERROR", exc.to_status())
+    except Exception:
+        logger.exception("watch of %s failed", kind.resource)
+        yield event_line("ERROR", errors.Internal(f"the watch of {kind.resource} failed").to_status())

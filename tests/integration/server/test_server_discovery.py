@@ -1,0 +1,108 @@
+"""Discovery, version, health and OpenAPI: what kubectl and client libraries read first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from joch.api import REGISTRY
+from joch.server.testing import LiveServer, is_status
+
+
+def test_core_api_lists_no_versions_and_v1_is_empty(server: LiveServer) -> None:
+    body = server.http.get("/api").json()
+    assert body["kind"] == "APIVersions" and body["versions"] == []
+    core = server.http.get("/api/v1").json()
+    assert core["kind"] == "APIResourceList" and core["groupVersion"] == "v1" and core["resources"] == []
+
+
+def test_group_list_has_every_registered_group_with_a_preferred_version(server: LiveServer) -> None:
+    body = server.http.get("/apis").json()
+    assert body["kind"] == "APIGroupList"
+    groups = {g["name"]: g for g in body["groups"]}
+    assert set(groups) == {info.group for info in REGISTRY}
+    joch = groups["joch.dev"]
+    assert joch["preferredVersion"] == {"groupVersion": "joch.dev/v1alpha1", "version": "v1alpha1"}
+    assert joch["versions"] == [joch["preferredVersion"]]
+    assert server.http.get("/apis/runtime.joch.dev").json()["name"] == "runtime.joch.dev"
+
+
+def test_resource_list_describes_each_kind_and_its_status_subresource(server: LiveServer) -> None:
+    body = server.http.get("/apis/joch.dev/v1alpha1").json()
+    assert body["kind"] == "APIResourceList" and body["groupVersion"] == "joch.dev/v1alpha1"
+    by_name: dict[str, Any] = {r["name"]: r for r in body["resources"]}
+    agents = by_name["agents"]
+    assert agents == {
+        "name": "agents", "singularName": "agent", "namespaced": True, "kind": "Agent",
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+        "shortNames": ["ag"], "categories": ["all"],
+    }
+    assert by_name["agents/status"]["verbs"] == ["get", "patch", "update"]
+    assert by_name["agents/status"]["kind"] == "Agent"
+    expected = {i.plural for i in REGISTRY if i.group == "joch.dev"}
+    assert {n for n in by_name if "/" not in n} == expected
+
+
+def test_unknown_group_and_version_are_404_status(server: LiveServer) -> None:
+    for path in ("/apis/nope.dev", "/apis/joch.dev/v9"):
+        r = server.http.get(path)
+        assert r.status_code == 404 and is_status(r.json(), 404, "NotFound"), path
+
+
+def test_openapi_v2_is_an_empty_document_for_kubectl(server: LiveServer) -> None:
+    protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+    pb = server.http.get("/openapi/v2", headers={"Accept": protobuf})
+    assert pb.status_code == 200 and pb.content == b""
+    doc = server.http.get("/openapi/v2").json()
+    assert doc["swagger"] == "2.0" and doc["paths"] == {}
+
+
+def test_version(server: LiveServer) -> None:
+    body = server.http.get("/version").json()
+    assert body["major"] == "0" and body["minor"] == "1" and body["gitVersion"].startswith("v0.1")
+
+
+def test_healthz_and_readyz(server: LiveServer) -> None:
+    assert server.http.get("/healthz").json() == {"ok": True}
+    ready = server.http.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ok"] is True
+
+
+def test_openapi_documents_every_kind_with_its_schema(server: LiveServer) -> None:
+    doc = server.http.get("/openapi.json").json()
+    paths = doc["paths"]
+    ns_agents = "/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"
+    assert set(paths[ns_agents]) == {"get", "post"}
+    assert set(paths[ns_agents + "/{name}"]) == {"get", "put", "patch", "delete"}
+    assert set(paths[ns_agents + "/{name}/status"]) == {"get", "put", "patch"}
+    assert "get" in paths["/apis/joch.dev/v1alpha1/agents"]
+    for info in REGISTRY:
+        assert f"/apis/{info.group}/{info.version}/namespaces/{{namespace}}/{info.plural}" in paths
+    for path in ("/v1/resources/apply", "/v1/namespaces/{namespace}/agents", "/v1/resources/watch"):
+        assert path in paths
+    params = {p["name"] for p in paths[ns_agents]["get"]["parameters"]}
+    assert {"namespace", "labelSelector", "limit", "continue", "watch", "resourceVersion"} <= params
+    schemas = doc["components"]["schemas"]
+    assert "providerRef" in _resolve(doc, schemas["Agent"]["properties"]["spec"])["properties"]
+    _assert_refs_resolve(doc, doc)
+
+
+def _resolve(doc: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        return _resolve(doc, doc["components"]["schemas"][name])
+    if "anyOf" in node:
+        return _resolve(doc, next(n for n in node["anyOf"] if n.get("type") != "null"))
+    return node
+
+
+def _assert_refs_resolve(doc: dict[str, Any], node: Any) -> None:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            assert ref.startswith("#/components/schemas/"), ref
+            assert ref.rsplit("/", 1)[-1] in doc["components"]["schemas"], ref
+        for value in node.values():
+            _assert_refs_resolve(doc, value)
+    elif isinstance(node, list):
+        for value in node:
+            _assert_refs_resolve(doc, value)
