@@ -1,0 +1,173 @@
+"""``joch describe``: one object and its events as a page a person reads top to bottom.
+
+The header (Name, Namespace, Labels, Annotations, API Version, Kind, Metadata) follows
+``kubectl describe``. Spec and Status are printed as indented YAML-ish blocks that keep the
+*field names* as written in manifests (``providerRef``, not kubectl's ``Provider Ref``), so what
+a user reads is the path they would edit or see in an admission error. Empty lists and maps are
+left out: admission defaults many of them and they are noise on a page meant for reading.
+
+Conditions get their own table (Type, Status, Reason, Message, Age since the last transition)
+because they are what a user looks at first when something is not Ready; events are the
+``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object, oldest first. Rendering is
+a pure function of the object, its events and ``now``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from joch.cli import printers
+from joch.cli.resolve import ResourceType
+
+HEADER_WIDTH = len("Annotations:  ")
+INDENT = "  "
+
+
+def describe(
+    obj: dict[str, Any], rt: ResourceType, *, events: Sequence[dict[str, Any]], now: dt.datetime
+) -> str:
+    meta = obj.get("metadata") or {}
+    lines = [_header("Name", meta.get("name", ""))]
+    if rt.namespaced:
+        lines.append(_header("Namespace", meta.get("namespace", "")))
+    lines += _pairs("Labels", meta.get("labels"))
+    lines += _pairs("Annotations", meta.get("annotations"))
+    lines += [_header("API Version", obj.get("apiVersion", rt.api_version)), _header("Kind", rt.kind)]
+    lines += _section("Metadata", _metadata(meta), 0)
+    lines += _section("Spec", obj.get("spec"), 0)
+    lines += _status(obj.get("status") or {}, now)
+    lines += _events(events, now)
+    return "\n".join(lines) + "\n"
+
+
+def _header(label: str, value: Any) -> str:
+    return f"{label}:".ljust(HEADER_WIDTH) + _text(value)
+
+
+def _pairs(label: str, mapping: dict[str, str] | None) -> list[str]:
+    if not mapping:
+        return [_header(label, printers.NONE)]
+    items = [f"{k}={v}" for k, v in sorted(mapping.items())]
+    return [_header(label, items[0]), *(" " * HEADER_WIDTH + item for item in items[1:])]
+
+
+def _metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    keys = ("uid", "creationTimestamp", "deletionTimestamp", "resourceVersion", "generation",
+            "generateName", "finalizers", "ownerReferences")
+    return {k: meta[k] for k in keys if meta.get(k) not in (None, "", [], {})}
+
+
+def _section(title: str, value: Any, indent: int) -> list[str]:
+    pad = INDENT * indent
+    if _empty(value):
+        return [f"{pad}{title}:".ljust(HEADER_WIDTH) + printers.NONE] if indent == 0 else []
+    if _is_scalar(value):
+        return [f"{pad}{title}:  {_text(value)}"]
+    return [f"{pad}{title}:", *_block(value, indent + 1)]
+
+
+def _block(value: Any, indent: int) -> list[str]:
+    if isinstance(value, dict):
+        return _mapping(value, indent)
+    if isinstance(value, list):
+        return _sequence(value, indent)
+    return [INDENT * indent + line for line in _text(value).splitlines()]
+
+
+def _mapping(mapping: dict[str, Any], indent: int) -> list[str]:
+    pad = INDENT * indent
+    entries = [(str(k), v) for k, v in mapping.items() if not _empty(v)]
+    width = max((len(k) for k, v in entries if _one_line(v)), default=0) + len(":  ")
+    lines = []
+    for key, value in entries:
+        if _one_line(value):
+            lines.append(f"{pad}{(key + ':').ljust(width)}{_text(value)}")
+        elif isinstance(value, str):
+            lines += [f"{pad}{key}:  |", *(pad + INDENT + line for line in value.splitlines())]
+        else:
+            lines += [f"{pad}{key}:", *_block(value, indent + 1)]
+    return lines
+
+
+def _sequence(items: list[Any], indent: int) -> list[str]:
+    pad = INDENT * indent
+    lines = []
+    for item in items:
+        if _one_line(item):
+            lines.append(f"{pad}- {_text(item)}")
+            continue
+        nested = _block(item, indent + 1)
+        lines += [pad + "- " + nested[0].lstrip(), *nested[1:]]
+    return lines
+
+
+def _status(status: dict[str, Any], now: dt.datetime) -> list[str]:
+    rest = {k: v for k, v in status.items() if k != "conditions"}
+    lines = _section("Status", rest, 0) if rest else ["Status:"]
+    conditions = status.get("conditions") or []
+    if not conditions:
+        return lines if rest else [f"{'Status:'.ljust(HEADER_WIDTH)}{printers.NONE}"]
+    headers = ["Type", "Status", "Reason", "Message", "Age"]
+    rows = [
+        [_text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message")),
+         printers.format_age(c.get("lastTransitionTime"), now)]
+        for c in conditions
+    ]
+    table = printers.render_table(headers, rows)
+    return [*lines, f"{INDENT}Conditions:", *(INDENT * 2 + line for line in table)]
+
+
+def _events(events: Sequence[dict[str, Any]], now: dt.datetime) -> list[str]:
+    if not events:
+        return [f"{'Events:'.ljust(HEADER_WIDTH)}{printers.NONE}"]
+    headers = ["Type", "Reason", "Age", "From", "Message"]
+    dashes = ["-" * len(h) for h in headers]
+    rows = [_event_row(e.get("spec") or {}, e.get("metadata") or {}, now) for e in events]
+    table = printers.render_table(headers, [dashes, *rows])
+    return ["Events:", *(INDENT + line for line in table)]
+
+
+def _event_row(spec: dict[str, Any], meta: dict[str, Any], now: dt.datetime) -> list[str]:
+    last = spec.get("lastTimestamp") or spec.get("firstTimestamp") or meta.get("creationTimestamp")
+    age = printers.format_age(last, now)
+    count = spec.get("count") or 1
+    if count > 1:
+        age += f" (x{count} over {printers.format_age(spec.get('firstTimestamp'), now)})"
+    source = _text((spec.get("source") or {}).get("component"))
+    return [_text(spec.get("type")), _text(spec.get("reason")), age, source, _text(spec.get("message"))]
+
+
+def event_timestamp(event: dict[str, Any]) -> str:
+    spec = event.get("spec") or {}
+    meta = event.get("metadata") or {}
+    return str(spec.get("lastTimestamp") or spec.get("firstTimestamp") or meta.get("creationTimestamp") or "")
+
+
+def involves(event: dict[str, Any], obj: dict[str, Any]) -> bool:
+    target = (event.get("spec") or {}).get("involvedObject") or {}
+    meta = obj.get("metadata") or {}
+    if target.get("uid") and meta.get("uid"):
+        return bool(target["uid"] == meta["uid"])
+    return bool(target.get("name") == meta.get("name") and target.get("kind") == obj.get("kind"))
+
+
+def _empty(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def _is_scalar(value: Any) -> bool:
+    return not isinstance(value, dict | list)
+
+
+def _one_line(value: Any) -> bool:
+    return _is_scalar(value) and not (isinstance(value, str) and "\n" in value)
+
+
+def _text(value: Any) -> str:
+    if value is None or value == "":
+        return printers.NONE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,314 @@
+"""The ``joch`` CLI end to end: the installed console script against a real ``joch server``."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+import joch as package
+
+PROVIDER = "apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: p}\nspec: {binary: /bin/true}\n"
+QUICKSTART_CREATED = [
+    "agentprovider.joch.dev/echo created",
+    "agent.joch.dev/coder created",
+    "implementationspec.joch.dev/hello created",
+]
+
+
+def table(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+# --- apply ---------------------------------------------------------------------------------------
+
+def test_apply_creates_and_reapply_is_unchanged(joch, manifest) -> None:
+    first = joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    assert first.out.splitlines() == QUICKSTART_CREATED
+    again = joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    assert again.out.splitlines() == [line.replace("created", "unchanged") for line in QUICKSTART_CREATED]
+
+
+def test_apply_a_directory_and_stdin(joch, manifest, tmp_path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "b.yaml").write_text(Path(manifest("quickstart.yaml")).read_text())
+    (tmp_path / "m" / "ignored.txt").write_text("not a manifest")
+    assert joch.ok("apply", "-f", str(tmp_path / "m")).out.splitlines() == QUICKSTART_CREATED
+    piped = joch.ok("apply", "-f", "-", input=Path(manifest("reviewer.yaml")).read_text())
+    assert piped.out == "agent.joch.dev/reviewer created\n"
+
+
+def test_a_batch_with_one_bad_document_writes_nothing_and_names_it(joch, manifest) -> None:
+    result = joch("apply", "-f", manifest("three-good-one-bad.yaml"))
+    assert result.code == 2
+    assert result.out == ""
+    lines = result.err.splitlines()
+    assert lines[0] == "error: 1 of 4 documents are invalid; nothing was applied"
+    where = f"documents[3] (Agent/batch-broken in {manifest('three-good-one-bad.yaml')}:23)"
+    assert f"  - {where}: spec.providerRef: required field is missing" in lines
+    assert any(line.startswith(f"  - {where}: spec.requiresApproval: expected a boolean") for line in lines)
+    assert "Traceback" not in result.err
+    for kind in ("agents", "agentproviders", "implementationspecs"):
+        empty = joch.ok("get", kind)
+        assert empty.out == ""
+        assert empty.err == "No resources found in default namespace.\n"
+
+
+def test_atomicity_spans_every_file_and_errors_name_the_file_they_are_in(joch, manifest) -> None:
+    result = joch("apply", "-f", manifest("reviewer.yaml"), "-f", manifest("three-good-one-bad.yaml"))
+    assert result.code == 2
+    assert "error: 1 of 5 documents are invalid; nothing was applied" in result.err
+    # the index and the line are those inside the second file, not in the joined request
+    assert f"documents[3] (Agent/batch-broken in {manifest('three-good-one-bad.yaml')}:23): " in result.err
+    assert "reviewer.yaml" not in result.err
+    assert joch.ok("get", "agents").err == "No resources found in default namespace.\n"
+
+
+def test_yaml_traps_are_reported_as_written_in_the_file(joch, tmp_path) -> None:
+    trap = tmp_path / "trap.yaml"
+    trap.write_text("apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata:\n  name: p\n"
+                    "spec:\n  binary: on\n")
+    result = joch("apply", "-f", str(trap))
+    assert result.code == 2
+    assert f'documents[0] (AgentProvider/p in {trap}:1): spec.binary: ' in result.err
+    assert '("on")' in result.err  # the server saw the text itself, not a re-serialized `true`
+
+
+def test_a_yaml_syntax_error_is_reported_before_sending(joch, tmp_path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: Agent\nmetadata:\n  name: [oops\n")
+    result = joch("apply", "-f", str(broken))
+    assert result.code == 2
+    assert result.err.startswith(f"error: {broken}: invalid YAML at line 4")
+
+
+def test_dry_run_writes_nothing(joch, manifest) -> None:
+    result = joch.ok("apply", "-f", manifest("quickstart.yaml"), "--dry-run=server")
+    assert result.out.splitlines() == [f"{line} (server dry run)" for line in QUICKSTART_CREATED]
+    assert joch.ok("get", "agents").err.startswith("No resources found")
+
+
+def test_warnings_go_to_stderr_naming_the_object(joch, manifest) -> None:
+    result = joch.ok("apply", "-f", manifest("reviewer.yaml"))
+    assert result.out == "agent.joch.dev/reviewer created\n"
+    assert result.err.startswith("Warning: agent.joch.dev/reviewer: spec.providerRef.name: ")
+    assert 'agentprovider "echo" not found' in result.err
+
+
+def test_apply_output_name_and_yaml(joch, manifest) -> None:
+    named = joch.ok("apply", "-f", manifest("quickstart.yaml"), "-o", "name")
+    assert named.out.splitlines() == [line.removesuffix(" created") for line in QUICKSTART_CREATED]
+    shown = yaml.safe_load(joch.ok("apply", "-f", manifest("reviewer.yaml"), "-o", "yaml").out)
+    assert shown["kind"] == "Agent" and shown["metadata"]["resourceVersion"]
+
+
+# --- create --------------------------------------------------------------------------------------
+
+def test_create_honours_generate_name(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    names = []
+    for _ in range(2):
+        line = joch.ok("create", "-f", manifest("run.yaml")).out.strip()
+        assert line.startswith("agentrun.runtime.joch.dev/run-") and line.endswith(" created")
+        names.append(line.split()[0].split("/")[1])
+    assert names[0] != names[1]
+    rows = table(joch.ok("get", "runs").out)
+    assert rows[0] == ["NAME", "AGENT", "PHASE", "AGE"]
+    assert sorted(r[0] for r in rows[1:]) == sorted(names)
+
+
+def test_create_an_existing_object_fails_and_names_it(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    result = joch("create", "-f", manifest("quickstart.yaml"))
+    assert result.code == 5
+    assert result.err.startswith(f"error: documents[0] (AgentProvider/echo in {manifest('quickstart.yaml')}:2): ")
+    assert result.out == ""
+
+
+# --- get -----------------------------------------------------------------------------------------
+
+def test_get_agents_table(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"), "-f", manifest("reviewer.yaml"))
+    rows = table(joch.ok("get", "agents").out)
+    assert rows[0] == ["NAME", "PROVIDER", "READY", "AGE"]
+    assert [r[:2] for r in rows[1:]] == [["coder", "echo"], ["reviewer", "echo"]]
+    assert all(r[3].endswith("s") for r in rows[1:])  # just created: seconds old
+    wide = table(joch.ok("get", "ag", "-o", "wide").out)
+    assert wide[0] == ["NAME", "PROVIDER", "READY", "RUNTIME", "AGE"] and wide[1][3] == "local"
+    everywhere = table(joch.ok("get", "Agent", "-A").out)
+    assert everywhere[0][0] == "NAMESPACE" and everywhere[1][:2] == ["default", "coder"]
+    assert joch.ok("get", "agents.joch.dev", "-o", "name").out.splitlines() == [
+        "agent.joch.dev/coder", "agent.joch.dev/reviewer"]
+
+
+def test_get_one_agent_as_yaml_and_json(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    obj = yaml.safe_load(joch.ok("get", "agent", "coder", "-o", "yaml").out)
+    assert obj["apiVersion"] == "joch.dev/v1alpha1" and obj["kind"] == "Agent"
+    assert obj["metadata"]["name"] == "coder" and obj["metadata"]["labels"] == {"team": "core"}
+    assert obj["spec"]["providerRef"] == {"name": "echo"}
+    assert obj["spec"]["systemPrompt"] == "You are careful.\nYou write tests.\n"
+    assert json.loads(joch.ok("get", "agent/coder", "-o", "json").out) == obj
+    listed = json.loads(joch.ok("get", "agents", "-o", "json").out)
+    assert listed["kind"] == "List" and [i["metadata"]["name"] for i in listed["items"]] == ["coder"]
+
+
+def test_get_missing_things(joch) -> None:
+    missing = joch("get", "agent", "nope")
+    assert missing.code == 3
+    assert missing.err == 'error: agents.joch.dev "nope" in namespace "default" not found\n'
+    unknown = joch("get", "gadgets")
+    assert unknown.code == 3
+    assert 'error: the server doesn\'t have a resource type "gadgets"' in unknown.err
+
+
+def test_label_selectors(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"), "-f", manifest("reviewer.yaml"))
+    assert [r[0] for r in table(joch.ok("get", "agents", "-l", "team=core").out)[1:]] == ["coder"]
+    assert [r[0] for r in table(joch.ok("get", "agents", "-l", "team!=core").out)[1:]] == ["reviewer"]
+    both = joch.ok("get", "agents", "-l", "team in (core,quality)", "-o", "name").out.split()
+    assert both == ["agent.joch.dev/coder", "agent.joch.dev/reviewer"]
+    none = joch.ok("get", "agents", "-l", "team=nobody")
+    assert none.out == "" and none.err == "No resources found in default namespace.\n"
+    bad = joch("get", "agents", "-l", "team in (")
+    assert bad.code == 2 and bad.err.startswith("error: ")
+
+
+def test_namespaces(joch, manifest) -> None:
+    joch.ok("-n", "team-a", "apply", "-f", manifest("quickstart.yaml"))
+    assert [r[0] for r in table(joch.ok("get", "agents", "-n", "team-a").out)[1:]] == ["coder"]
+    assert joch.ok("get", "agents").err == "No resources found in default namespace.\n"
+    obj = yaml.safe_load(joch.ok("get", "agent", "coder", "-n", "team-a", "-o", "yaml").out)
+    assert obj["metadata"]["namespace"] == "team-a"
+    # -n makes the CLI fill in the namespace itself; errors still point into the file as written
+    bad = joch("apply", "-n", "team-a", "-f", manifest("three-good-one-bad.yaml"))
+    assert bad.code == 2
+    assert f"documents[3] (Agent/batch-broken in {manifest('three-good-one-bad.yaml')}:23): " in bad.err
+    conflicting = joch("apply", "-n", "elsewhere", "-f", "-",
+                       input="apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\n"
+                             "metadata: {name: x, namespace: team-a}\nspec: {binary: /bin/true}\n")
+    assert conflicting.code == 2
+    assert 'the namespace from the provided object "team-a" does not match the namespace "elsewhere"' in (
+        conflicting.err)
+
+
+def test_watch_prints_the_table_then_a_row_per_change(joch, manifest, server, joch_binary) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    proc = subprocess.Popen([str(joch_binary), "get", "agents", "-w", "--server", server.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = _line_reader(proc)
+    try:
+        assert lines(10).split() == ["NAME", "PROVIDER", "READY", "AGE"]
+        assert lines(10).split()[:2] == ["coder", "echo"]
+        joch.ok("apply", "-f", manifest("reviewer.yaml"))
+        assert lines(10).split()[:2] == ["reviewer", "echo"]
+        joch.ok("delete", "agent", "coder")
+        assert lines(10).split()[:2] == ["coder", "echo"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "Traceback" not in proc.stderr.read()
+
+
+def _line_reader(proc: subprocess.Popen[str]) -> Callable[[float], str]:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+
+    def next_line(timeout: float) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no output from `joch get -w` within {timeout}s") from None
+
+    return next_line
+
+
+# --- describe ------------------------------------------------------------------------------------
+
+def test_describe_agent(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"), "-f", manifest("event.yaml"))
+    page = joch.ok("describe", "agent", "coder").out
+    lines = page.splitlines()
+    assert lines[:6] == ["Name:         coder", "Namespace:    default", "Labels:       team=core",
+                         "Annotations:  <none>", "API Version:  joch.dev/v1alpha1", "Kind:         Agent"]
+    assert "Metadata:\n  uid:" in page and "  resourceVersion:" in page and "  generation:         1" in page
+    assert "Spec:\n  providerRef:\n    name:  echo\n" in page
+    assert "  systemPrompt:  |\n    You are careful.\n    You write tests.\n" in page
+    conditions = page.split("  Conditions:\n")[1].splitlines()
+    assert conditions[0].split() == ["Type", "Status", "Reason", "Message", "Age"]
+    assert conditions[1].split()[:3] == ["ReferencesResolved", "True", "Resolved"]
+    events = page.split("Events:\n")[1].splitlines()
+    assert events[0].split() == ["Type", "Reason", "Age", "From", "Message"]
+    assert events[2].split()[:2] == ["Normal", "Compiled"]
+    assert "agent-controller   compiled the agent manifest" in events[2]
+    assert "NotAboutCoder" not in page
+
+
+def test_describe_without_events_and_a_missing_object(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    page = joch.ok("describe", "implementationspecs", "hello").out
+    assert "Spec:\n  text:     Print hello.\n" in page and page.endswith("Events:       <none>\n")
+    missing = joch("describe", "agent", "ghost")
+    assert missing.code == 3 and missing.err.startswith("error: ")
+
+
+# --- delete --------------------------------------------------------------------------------------
+
+def test_delete_by_name_and_by_file(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    assert joch.ok("delete", "agent", "coder").out == 'agent.joch.dev "coder" deleted\n'
+    assert joch("get", "agent", "coder").code == 3
+    again = joch("delete", "agent", "coder")
+    assert again.code == 3 and again.err == 'error: agents.joch.dev "coder" in namespace "default" not found\n'
+    assert joch.ok("delete", "agent", "coder", "--ignore-not-found").out == ""
+    by_file = joch("delete", "-f", manifest("quickstart.yaml"))
+    assert by_file.out.splitlines() == ['agentprovider.joch.dev "echo" deleted',
+                                        'implementationspec.joch.dev "hello" deleted']
+    assert by_file.code == 3  # coder was already gone; the others were still deleted
+    assert "documents[1] (Agent/coder in" in by_file.err
+
+
+# --- discovery, version, and no server -----------------------------------------------------------
+
+def test_api_resources_lists_agents_with_their_short_name(joch) -> None:
+    rows = table(joch.ok("api-resources").out)
+    assert rows[0] == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+    assert ["agents", "ag", "joch.dev/v1alpha1", "true", "Agent"] in rows
+    assert ["agentruns", "run,runs,ar", "runtime.joch.dev/v1alpha1", "true", "AgentRun"] in rows
+
+
+def test_version_prints_client_and_server(joch, joch_at, server) -> None:
+    installed = joch_at(server.url, "version")  # the console script, in its own process
+    assert (installed.code, installed.err) == (0, "")
+    assert installed.out == f"Client Version: {package.__version__}\nServer Version: v{package.__version__}\n"
+    assert joch.ok("version").out == f"Client Version: {package.__version__}\nServer Version: v{package.__version__}\n"
+
+
+def test_no_server_is_one_clear_line_and_exit_code_7(joch_at, closed_port) -> None:
+    url = f"http://127.0.0.1:{closed_port}"
+    message = f"error: cannot reach the Joch server at {url} (is `joch server` running?)\n"
+    for args in (["get", "agents"], ["describe", "agent", "x"], ["delete", "agent", "x"], ["api-resources"],
+                 ["create", "-f", "-"], ["apply", "-f", "-"]):
+        result = joch_at(url, *args, input=PROVIDER)
+        assert (result.code, result.out, result.err) == (7, "", message), args
+    version = joch_at(url, "version")
+    assert (version.code, version.out, version.err) == (7, f"Client Version: {package.__version__}\n", message)
+
+
+def test_server_refuses_a_taken_port_with_a_clear_error(server, joch_binary, tmp_path) -> None:
+    result = subprocess.run([str(joch_binary), "server", "--port", str(server.port), "--data-dir",
+                             str(tmp_path / "other")], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr == (f"error: cannot listen on 127.0.0.1:{server.port}: the address is already in use "
+                             "(is another `joch server` running?)\n")

@@ -1,0 +1,87 @@
+"""``joch describe`` pages, rendered from an object, its events and a fixed clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from joch.cli import describe
+from joch.cli.resolve import ResourceType
+
+NOW = dt.datetime(2025, 1, 10, 12, 0, 0, tzinfo=dt.UTC)
+AGENTS = ResourceType(group="joch.dev", version="v1alpha1", kind="Agent", plural="agents", singular="agent",
+                      namespaced=True, short_names=("ag",))
+AGENT: dict[str, Any] = {
+    "apiVersion": "joch.dev/v1alpha1", "kind": "Agent",
+    "metadata": {"name": "coder", "namespace": "default", "uid": "u-1", "resourceVersion": "7", "generation": 2,
+                 "creationTimestamp": "2025-01-10T11:00:00Z", "labels": {"team": "core", "app": "x"}},
+    "spec": {"providerRef": {"name": "codex"}, "tools": [], "systemPrompt": "line one\nline two",
+             "env": [{"name": "A", "value": "1"}, {"name": "LONGER", "value": "2"}], "requiresApproval": False},
+    "status": {"observedGeneration": 2, "conditions": [
+        {"type": "Ready", "status": "False", "reason": "ProviderMissing", "message": "no provider codex",
+         "lastTransitionTime": "2025-01-10T11:57:00Z"}]},
+}
+
+
+def event(name: str, *, kind: str = "Agent", reason: str = "Compiled", at: str = "2025-01-10T11:59:00Z",
+          count: int = 1) -> dict[str, Any]:
+    return {"kind": "Event", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"involvedObject": {"kind": kind, "name": "coder"}, "reason": reason, "type": "Normal",
+                     "message": "ok", "count": count, "firstTimestamp": "2025-01-10T11:50:00Z",
+                     "lastTimestamp": at, "source": {"component": "agent-controller"}}}
+
+
+def test_the_page_has_the_kubectl_header_and_yaml_ish_spec() -> None:
+    page = describe.describe(AGENT, AGENTS, events=[], now=NOW)
+    lines = page.splitlines()
+    assert lines[:7] == [
+        "Name:         coder",
+        "Namespace:    default",
+        "Labels:       app=x",
+        "              team=core",
+        "Annotations:  <none>",
+        "API Version:  joch.dev/v1alpha1",
+        "Kind:         Agent",
+    ]
+    assert "Metadata:\n  uid:                u-1\n  creationTimestamp:  2025-01-10T11:00:00Z\n" in page
+    assert "  resourceVersion:    7\n  generation:         2\n" in page
+    assert "Spec:\n  providerRef:\n    name:  codex\n" in page
+    assert "  systemPrompt:  |\n    line one\n    line two\n" in page
+    assert "  env:\n    - name:   A\n      value:  1\n    - name:   LONGER\n      value:  2\n" in page
+    assert "tools" not in page  # empty defaults are noise
+    assert "  requiresApproval:  false\n" in page
+    assert lines[-1] == "Events:       <none>"
+
+
+def test_conditions_are_a_table_with_ages() -> None:
+    page = describe.describe(AGENT, AGENTS, events=[], now=NOW)
+    assert "Status:\n  observedGeneration:  2\n  Conditions:\n" in page
+    assert "    Type    Status   Reason            Message             Age\n" in page
+    assert "    Ready   False    ProviderMissing   no provider codex   3m\n" in page
+
+
+def test_events_table_counts_repeats() -> None:
+    page = describe.describe(AGENT, AGENTS, events=[event("e1", count=3), event("e2", reason="Ready")], now=NOW)
+    assert page.endswith(
+        "Events:\n"
+        "  Type     Reason     Age                From               Message\n"
+        "  ----     ------     ---                ----               -------\n"
+        "  Normal   Compiled   1m (x3 over 10m)   agent-controller   ok\n"
+        "  Normal   Ready      1m                 agent-controller   ok\n"
+    )
+
+
+def test_an_object_without_status_or_labels() -> None:
+    bare = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "b", "namespace": "n"},
+            "spec": {"providerRef": {"name": "p"}}}
+    page = describe.describe(bare, AGENTS, events=[], now=NOW)
+    assert "Labels:       <none>\n" in page
+    assert "Status:       <none>\n" in page
+
+
+def test_events_are_matched_by_uid_or_by_kind_and_name() -> None:
+    assert describe.involves(event("e"), AGENT)
+    assert not describe.involves(event("e", kind="AgentRun"), AGENT)
+    by_uid = event("e")
+    by_uid["spec"]["involvedObject"]["uid"] = "someone-else"
+    assert not describe.involves(by_uid, AGENT)
