@@ -9,17 +9,7 @@ import httpx
 
 from joch.server import ServerOptions
 from joch.server.testing import LiveServer, is_status, ndjson
-
-
-def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None = None,
-             namespace: str | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name}
-    if labels:
-        metadata["labels"] = labels
-    if namespace:
-        metadata["namespace"] = namespace
-    return {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": metadata,
-            "spec": {"binary": binary}}
+from support import provider
 
 
 def test_list_shape_and_paging(server: LiveServer) -> None:

@@ -9,19 +9,11 @@ from typing import Any
 import httpx
 
 from joch.server.testing import LiveServer, is_status
+from support import provider
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
-def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None = None,
-             namespace: str | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name}
-    if labels:
-        metadata["labels"] = labels
-    if namespace:
-        metadata["namespace"] = namespace
-    return {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": metadata,
-            "spec": {"binary": binary}}
 
 
 def agent(name: str, provider_name: str = "codex") -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from joch.server.testing import LiveServer, is_status, sse_events
+from support import provider
 
 YAML = {"Content-Type": "application/yaml"}
 MANIFESTS = """\
@@ -26,15 +27,6 @@ spec:
 """
 
 
-def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None = None,
-             namespace: str | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name}
-    if labels:
-        metadata["labels"] = labels
-    if namespace:
-        metadata["namespace"] = namespace
-    return {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": metadata,
-            "spec": {"binary": binary}}
 
 
 def apply(server: LiveServer, text: str, **params: str) -> Any:
