@@ -351,12 +351,12 @@ APPROVAL = register(KindInfo(
 ))
 SECRET = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
-    spec_model=SecretSpec, status_model=SecretStatus, spec_required=False,
+    spec_model=SecretSpec, status_model=SecretStatus, spec_required=False, categories=(),
     columns=(Column("TYPE", "spec.type"), AGE),
 ))
 EVENT = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Event", plural="events", short_names=("ev",),
-    spec_model=EventSpec, status_model=EventStatus,
+    spec_model=EventSpec, status_model=EventStatus, categories=(),
     columns=(Column("TYPE", "spec.type"), Column("REASON", "spec.reason"),
              Column("OBJECT", "spec.involvedObject.name"), Column("MESSAGE", "spec.message"), AGE),
 ))

@@ -63,7 +63,11 @@ def split_kind(kind: str, names: list[str]) -> tuple[str, list[str]]:
 
 
 def get(client: Client, request: GetRequest) -> None:
-    rt = client.discovery.resolve(request.kind)
+    types = client.discovery.resolve_many(request.kind)
+    if len(types) > 1 or "," in request.kind:
+        _get_many(client, types, request)
+        return
+    rt = types[0]
     namespace = request.scope.for_path(rt)
     if request.names:
         objects = [client.get_json(rt.path(namespace=namespace, name=n)) for n in request.names]
@@ -75,6 +79,40 @@ def get(client: Client, request: GetRequest) -> None:
     column_widths = _print(rt, objects, request, single=len(request.names) == 1)
     if request.watch:
         _follow(client, rt, request, resource_version, column_widths)
+
+
+def _get_many(client: Client, types: list[ResourceType], request: GetRequest) -> None:
+    """``get agents,ap`` and ``get all``: one table per type that has objects, as kubectl prints
+    them, with names qualified by type (``agent.joch.dev/demo``)."""
+    if request.names or request.watch:
+        what = "names" if request.names else "--watch"
+        raise errors.BadRequest(f"{what} can be used with one resource type only, not {request.kind!r}")
+    listed: list[tuple[ResourceType, list[Obj]]] = []
+    for rt in types:
+        listing = client.get_json(rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
+        listed.append((rt, list(listing.get("items") or [])))
+    if request.output in ("yaml", "json"):
+        everything = [obj for _, objects in listed for obj in objects]
+        typer.echo(printers.dump(printers.as_list(everything), request.output), nl=False)
+        return
+    tables = [(rt, objects) for rt, objects in listed if objects]
+    if not tables and request.output != "name":
+        typer.echo(_nothing_found(types[0], request.scope), err=True)
+    for i, (rt, objects) in enumerate(tables):
+        if request.output == "name":
+            for obj in objects:
+                typer.echo(printers.object_name(rt, obj))
+            continue
+        if i:
+            typer.echo("")
+        columns = _columns(rt, request)
+        rows = [printers.row(obj, columns, utcnow()) for obj in objects]
+        name_at = next(n for n, c in enumerate(columns) if c.name == "NAME")
+        for row, obj in zip(rows, objects, strict=True):
+            row[name_at] = printers.object_name(rt, obj)
+        column_widths = printers.widths([c.name for c in columns], rows)
+        for line in ([c.name for c in columns], *rows):
+            typer.echo(printers.render_row(line, column_widths))
 
 
 def _list_params(request: GetRequest) -> dict[str, str]:

@@ -42,6 +42,7 @@ class ResourceType:
     singular: str
     namespaced: bool
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -109,6 +110,22 @@ class Discovery:
             )
         return found
 
+    def resolve_many(self, names: str) -> list[ResourceType]:
+        """``agents,ap`` or a category such as ``all``, like kubectl: each comma-separated word is a
+        resource name or, failing that, a discovery category; repeats are dropped."""
+        found: list[ResourceType] = []
+        for word in (w.strip() for w in names.split(",")):
+            if not word:
+                raise errors.BadRequest(f"empty resource type in {names!r}: separate types with single commas")
+            if word.lower() in self._by_alias:
+                matches = [self._by_alias[word.lower()]]
+            else:
+                matches = [rt for rt in self._resources if word.lower() in rt.categories]
+                if not matches:
+                    self.resolve(word)  # raises the not-found error that names the word
+            found += [rt for rt in matches if rt not in found]
+        return found
+
     def for_object(self, api_version: str, kind: str) -> ResourceType:
         for rt in self._resources:
             if rt.api_version == api_version and rt.kind == kind:
@@ -127,6 +144,7 @@ def _resource_type(group: str, version: str, entry: APIResource) -> ResourceType
         singular=entry.get("singularName") or entry["kind"].lower(),
         namespaced=bool(entry.get("namespaced", True)),
         short_names=tuple(entry.get("shortNames") or ()),
+        categories=tuple(entry.get("categories") or ()),
     )
 
 

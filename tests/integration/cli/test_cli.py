@@ -146,6 +146,22 @@ def test_get_agents_table(joch, manifest) -> None:
         "agent.joch.dev/coder", "agent.joch.dev/reviewer"]
 
 
+def test_get_several_kinds_and_all(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    out = joch.ok("get", "agents,ap").out
+    first, second = out.split("\n\n")
+    assert table(first)[0] == ["NAME", "PROVIDER", "READY", "AGE"]
+    assert table(first)[1][0] == "agent.joch.dev/coder"
+    assert table(second)[1][:2] == ["agentprovider.joch.dev/echo", "/bin/echo"]
+    everything = joch.ok("get", "all", "-o", "name").out.splitlines()
+    assert "agent.joch.dev/coder" in everything and "agentprovider.joch.dev/echo" in everything
+    listed = json.loads(joch.ok("get", "ag,ap", "-o", "json").out)
+    assert sorted(i["kind"] for i in listed["items"]) == ["Agent", "AgentProvider"]
+    assert joch("get", "agents,ap", "coder").code == 2
+    joch.ok("delete", "-f", manifest("quickstart.yaml"))
+    assert joch.ok("get", "all").err == "No resources found in default namespace.\n"
+
+
 def test_get_one_agent_as_yaml_and_json(joch, manifest) -> None:
     joch.ok("apply", "-f", manifest("quickstart.yaml"))
     obj = yaml.safe_load(joch.ok("get", "agent", "coder", "-o", "yaml").out)

@@ -29,7 +29,8 @@ def joch_documents() -> list[dict[str, Any]]:
     for info in REGISTRY:
         by_group_version.setdefault(info.api_version, []).append(
             {"name": info.plural, "singularName": info.singular, "namespaced": info.namespaced,
-             "kind": info.kind, "shortNames": list(info.short_names)})
+             "kind": info.kind, "shortNames": list(info.short_names),
+             "categories": list(info.categories)})
     return [{"kind": "APIResourceList", "groupVersion": gv, "resources": resources}
             for gv, resources in by_group_version.items()]
 
@@ -103,3 +104,14 @@ def test_discover_walks_the_preferred_version_of_every_group() -> None:
     found = resolve.discover(server)
     assert server.calls[0] == "/apis" and len(server.calls) == 1 + len({i.group for i in REGISTRY})
     assert {rt.kind for rt in found} == {i.kind for i in REGISTRY}
+
+
+def test_comma_lists_and_categories(discovery: resolve.Discovery) -> None:
+    assert [rt.plural for rt in discovery.resolve_many("agents,ap,ag")] == ["agents", "agentproviders"]
+    everything = [rt.plural for rt in discovery.resolve_many("all")]
+    assert "agents" in everything and "agentruns" in everything
+    assert "secrets" not in everything and "events" not in everything  # as kubectl leaves them out
+    with pytest.raises(errors.NotFound, match='"gadgets"'):
+        discovery.resolve_many("agents,gadgets")
+    with pytest.raises(errors.BadRequest, match="empty resource type"):
+        discovery.resolve_many("agents,")
