@@ -35,6 +35,7 @@ Design decisions:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -118,22 +119,25 @@ class _DryRun(Exception):
 
 def apply_documents(
     store: Store, docs: list[Document], *, dry_run: bool = False,
-    options: AdmissionOptions | None = None, field_manager: str = "joch",
+    options: AdmissionOptions | None = None, field_manager: str = "joch", namespace: str | None = None,
 ) -> ApplyResult:
-    """Create or update every document, atomically. ``field_manager`` is accepted for kubectl
-    compatibility and not recorded yet (Joch keeps no managedFields)."""
+    """Create or update every document, atomically. ``namespace`` (``kubectl apply -n``) is given to
+    namespaced documents that name none; a document naming another one is invalid. ``field_manager``
+    is accepted for kubectl compatibility and not recorded yet (Joch keeps no managedFields)."""
     del field_manager
-    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "apply"))
+    docs = [_in_namespace(doc, namespace) for doc in docs]
+    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "apply", namespace))
     return ApplyResult(items=items, dry_run=dry_run)
 
 
 def create_documents(
     store: Store, docs: list[Document], *, dry_run: bool = False,
-    options: AdmissionOptions | None = None,
+    options: AdmissionOptions | None = None, namespace: str | None = None,
 ) -> ApplyResult:
     """Create every document, atomically; ``generateName`` is honoured, an existing name is
-    ``errors.AlreadyExists`` naming the document."""
-    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "create"))
+    ``errors.AlreadyExists`` naming the document. ``namespace`` as for ``apply_documents``."""
+    docs = [_in_namespace(doc, namespace) for doc in docs]
+    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "create", namespace))
     return ApplyResult(items=items, dry_run=dry_run)
 
 
@@ -148,7 +152,23 @@ def _run(store: Store, dry_run: bool, body: Callable[[Writer], _T]) -> _T:
     return result
 
 
-def _batch(writer: Writer, docs: list[Document], options: AdmissionOptions, mode: Mode) -> list[ApplyItem]:
+def _in_namespace(doc: Document, namespace: str | None) -> Document:
+    """The document with ``namespace`` filled in, when its kind is namespaced and it names none."""
+    metadata = doc.obj.get("metadata")
+    if namespace is None or not isinstance(metadata, dict) or metadata.get("namespace"):
+        return doc
+    try:
+        kind = resolve_kind(doc.obj)
+    except errors.Invalid:
+        return doc
+    if not kind.namespaced:
+        return doc
+    return dataclasses.replace(doc, obj={**doc.obj, "metadata": {**metadata, "namespace": namespace}})
+
+
+def _batch(
+    writer: Writer, docs: list[Document], options: AdmissionOptions, mode: Mode, namespace: str | None = None,
+) -> list[ApplyItem]:
     identities = [_identity(doc) for doc in docs]
     pending = frozenset(i for i in identities if i is not None)
     counts = Counter(i for i in identities if i is not None)
@@ -157,7 +177,7 @@ def _batch(writer: Writer, docs: list[Document], options: AdmissionOptions, mode
     for doc, identity in zip(docs, identities, strict=True):
         duplicate = _first_with(docs, identities, identity) if identity and counts[identity] > 1 else None
         try:
-            plans.append(_admit_document(writer, doc, options, mode, pending, identity, duplicate))
+            plans.append(_admit_document(writer, doc, options, mode, pending, identity, duplicate, namespace))
         except errors.Invalid as exc:
             failures.append((doc, exc))
     if failures:
@@ -187,13 +207,13 @@ def _first_with(docs: list[Document], identities: list[Identity | None], identit
 
 def _admit_document(
     writer: Writer, doc: Document, options: AdmissionOptions, mode: Mode, pending: Pending,
-    identity: Identity | None, duplicate: Document | None,
+    identity: Identity | None, duplicate: Document | None, namespace: str | None,
 ) -> _Plan:
     old = _existing(writer, doc, identity) if mode == "apply" else None
     admitted = _admit_with(
         writer, _desired(doc.obj, old, mode), old=old, options=options, doc=doc,
         pending=pending - {identity} if identity else pending,
-        extra=list(_batch_rules(doc, mode, duplicate)),
+        extra=list(_batch_rules(doc, mode, duplicate, namespace)),
     )
     return _Plan(doc=doc, admitted=admitted, old=old)
 
@@ -220,9 +240,16 @@ def _single(obj: Obj) -> Document:
     return Document(index=0, source="request", obj=obj)
 
 
-def _batch_rules(doc: Document, mode: Mode, duplicate: Document | None) -> Iterator[Cause]:
+def _batch_rules(
+    doc: Document, mode: Mode, duplicate: Document | None, namespace: str | None
+) -> Iterator[Cause]:
     metadata = doc.obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
+    named = metadata.get("namespace")
+    if namespace is not None and isinstance(named, str) and named and named != namespace:
+        yield Cause("metadata.namespace", f'the namespace from the provided object "{named}" does not match '
+                    f'the namespace "{namespace}" of the request: pass --namespace={named} or remove '
+                    "metadata.namespace", "FieldValueInvalid")
     if duplicate is not None and duplicate is not doc:
         yield Cause("metadata.name", f"{duplicate.label()} defines the same object; each object may "
                     "appear once in a batch", "FieldValueDuplicate")
@@ -341,7 +368,7 @@ def create_object(
 
     def body(writer: Writer) -> tuple[Obj, list[str]]:
         admitted = _admit_with(writer, obj, old=None, options=options or DEFAULT_OPTIONS,
-                               extra=list(_batch_rules(_single(obj), "create", None)))
+                               extra=list(_batch_rules(_single(obj), "create", None, None)))
         return _create(writer, kind, admitted.obj, None), admitted.warnings
 
     return _run(store, dry_run, body)

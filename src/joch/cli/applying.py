@@ -12,11 +12,13 @@ works as in Kubernetes) and is therefore *not* atomic: it stops at the first err
 objects created before it stay. ``delete -f`` and ``delete KIND NAME...`` go on after a failure, as
 kubectl does, and fail at the end with the first failure's exit code.
 
-An explicit ``-n`` (or ``JOCH_NAMESPACE``) gives documents that set no namespace that namespace;
-the apply endpoint has no default-namespace parameter, so ``manifests.with_namespace`` rewrites
-those files (and only those). A document naming a different namespace than an explicit ``-n`` is
-an error, as in kubectl, rather than silently moved. Warnings are printed from the result's items,
-prefixed with the object they are about (the ``Warning`` headers carry the same text unprefixed).
+An explicit ``-n`` (or ``JOCH_NAMESPACE``) is sent as the apply endpoint's ``namespace``
+parameter: the server gives it to documents that set no namespace, and rejects a document naming
+a different one, as kubectl does, rather than silently moving it. The files go to the server as
+written. ``create`` and ``delete -f`` make that check here (``check_namespaces``).
+
+Warnings are printed from the result's items, prefixed with the object they are about (the
+``Warning`` headers carry the same text unprefixed).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from typing import Any
 import typer
 
 from joch.api import errors
-from joch.api.meta import DEFAULT_NAMESPACE
 from joch.cli import manifests, printers
 from joch.cli.client import Client
 from joch.cli.manifests import Bundle, Document
@@ -57,14 +58,12 @@ def apply(
     client: Client, sources: list[manifests.Source], *, namespace: str | None, dry_run: bool, output: str | None,
     warn: Callable[[str], None],
 ) -> None:
-    if namespace is not None:
-        check_namespaces(manifests.documents(sources), namespace)
-    if namespace not in (None, DEFAULT_NAMESPACE):  # the server's own default needs no rewrite
-        sources = manifests.with_namespace(sources, namespace, lambda obj: _namespaced(client, obj))
     bundle = Bundle(sources)
     if bundle.count == 0:
         raise errors.BadRequest("no objects passed to apply")
     params = {"dryRun": "All"} if dry_run else {}
+    if namespace is not None:
+        params["namespace"] = namespace
     try:
         result = client.request(
             "POST", APPLY_PATH, params=params, content=bundle.text, content_type="application/yaml",
@@ -76,14 +75,6 @@ def apply(
         for text in item.get("warnings") or []:
             warn(f"{_qualified_kind(item)}/{item.get('name', '')}: {text}")
     _print_apply_result(client, result, output=output, dry_run=dry_run)
-
-
-def _namespaced(client: Client, obj: Obj) -> bool:
-    """Whether the server serves ``obj``'s kind per namespace (unknown kinds: let it say)."""
-    try:
-        return client.discovery.for_object(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))).namespaced
-    except errors.NotFound:
-        return True
 
 
 def _print_apply_result(client: Client, result: Obj, *, output: str | None, dry_run: bool) -> None:

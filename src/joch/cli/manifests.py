@@ -20,9 +20,8 @@ recursively, like kubectl without ``-R``).
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -154,34 +153,6 @@ def _as_list(source: Source) -> Source:
                   source.origin)
 
 
-def with_namespace(sources: list[Source], namespace: str, namespaced: Callable[[Any], bool]) -> list[Source]:
-    """Sources whose namespaced objects without ``metadata.namespace`` get ``namespace``.
-
-    Only sources that need it are rewritten (re-serialized, their ``origin`` recorded); the
-    server then no longer sees the original text of those, so its YAML-trap hints may quote
-    ``true`` where the file says ``on``. A server-side default namespace would avoid this.
-    """
-    return [_with_namespace(s, namespace, namespaced) for s in sources]
-
-
-def _with_namespace(source: Source, namespace: str, namespaced: Callable[[Any], bool]) -> Source:
-    sections = [(i, line, data) for i, line, data in _sections(source.text, source.name) if data is not None]
-    objects = [o for _, _, data in sections for o in _members(data)]
-    missing = [o for o in objects if isinstance(o, dict) and namespaced(o) and not _namespace_of(o)]
-    if not missing:
-        return source
-    for obj in missing:
-        meta = obj.setdefault("metadata", {})
-        if isinstance(meta, dict):
-            meta["namespace"] = namespace
-    data = [d for _, _, d in sections]
-    if source.text.lstrip().startswith("["):
-        text = json.dumps(data[0], indent=2, ensure_ascii=False)
-    else:
-        text = yaml.safe_dump_all(data, sort_keys=False, allow_unicode=True)
-    return Source(source.name, text, tuple((i, line) for i, line, _ in sections))
-
-
 def _is_list(data: Any) -> bool:
     """A JSON array, or a ``kind: List`` (or ``FooList``) with items: the server expands both."""
     if isinstance(data, list):
@@ -189,15 +160,11 @@ def _is_list(data: Any) -> bool:
     return isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list)
 
 
+
 def _members(data: Any) -> list[Any]:
     if not _is_list(data):
         return [data]
     return list(data) if isinstance(data, list) else list(data["items"])
-
-
-def _namespace_of(obj: dict[str, Any]) -> Any:
-    meta = obj.get("metadata")
-    return meta.get("namespace") if isinstance(meta, dict) else None
 
 
 def _item_of(data: Any, item: int) -> Any:

@@ -57,12 +57,15 @@ def install(
     read_manifests = wire.body_reader(options.max_apply_bytes)
     read_body = wire.body_reader(options.max_body_bytes)
 
-    def apply(body: bytes = Depends(read_manifests), dry_run: params.DryRun = None) -> Response:
+    def apply(
+        body: bytes = Depends(read_manifests), dry_run: params.DryRun = None, namespace: params.Namespace = None,
+    ) -> Response:
         dry = params.dry_run(dry_run)
         docs = documents.load_documents(wire.decode_text(body), "request body")
         if not docs:
             raise errors.BadRequest("the request body holds no objects to apply")
-        result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission)
+        result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission,
+                                           namespace=namespace or None)
         return wire.json_response(apply_body(result, dry), warnings=result.warnings())
 
     app.add_api_route(

@@ -201,7 +201,7 @@ def test_namespaces(joch, manifest) -> None:
     assert joch.ok("get", "agents").err == "No resources found in default namespace.\n"
     obj = yaml.safe_load(joch.ok("get", "agent", "coder", "-n", "team-a", "-o", "yaml").out)
     assert obj["metadata"]["namespace"] == "team-a"
-    # -n makes the CLI fill in the namespace itself; errors still point into the file as written
+    # -n goes to the server as a parameter; errors still point into the file as written
     bad = joch("apply", "-n", "team-a", "-f", manifest("three-good-one-bad.yaml"))
     assert bad.code == 2
     assert f"documents[3] (Agent/batch-broken in {manifest('three-good-one-bad.yaml')}:23): " in bad.err
@@ -211,6 +211,10 @@ def test_namespaces(joch, manifest) -> None:
     assert conflicting.code == 2
     assert 'the namespace from the provided object "team-a" does not match the namespace "elsewhere"' in (
         conflicting.err)
+    trap = joch("apply", "-n", "team-a", "-f", "-",
+                input="apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: y}\n"
+                      "spec: {binary: /bin/true, envTemplate: {MODE: on}}\n")
+    assert trap.code == 2 and 'quote the value ("on")' in trap.err
 
 
 def test_watch_prints_the_table_then_a_row_per_change(joch, manifest, server, joch_binary) -> None:

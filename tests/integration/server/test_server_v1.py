@@ -63,6 +63,19 @@ def test_apply_is_all_or_nothing_and_names_the_bad_document(server: LiveServer) 
     assert server.http.get(server.path("agents", "fixer")).status_code == 404
 
 
+def test_apply_namespace_parameter_fills_and_guards_namespaces(server: LiveServer) -> None:
+    r = apply(server, MANIFESTS, namespace="team-a")
+    assert r.status_code == 200 and {i["namespace"] for i in r.json()["items"]} == {"team-a"}
+    assert server.http.get(server.path("agents", "fixer", namespace="team-a")).status_code == 200
+    assert server.http.get(server.path("agents", "fixer")).status_code == 404
+    elsewhere = MANIFESTS.replace("name: codex\n", "name: codex\n  namespace: team-b\n")
+    r = apply(server, elsewhere, namespace="team-a")
+    assert r.status_code == 422
+    causes = r.json()["details"]["causes"]
+    assert any(c["field"].endswith("metadata.namespace") and 'does not match the namespace "team-a"' in c["message"]
+               for c in causes)
+
+
 def test_apply_dry_run_writes_nothing(server: LiveServer) -> None:
     r = apply(server, MANIFESTS, dryRun="All")
     assert r.status_code == 200 and r.json()["dryRun"] is True

@@ -73,18 +73,3 @@ def test_a_missing_path_is_a_bad_request(tmp_path: Path) -> None:
         manifests.read([str(tmp_path / "nope.yaml")], io.StringIO())
 
 
-def test_with_namespace_rewrites_only_what_lacks_one_and_keeps_original_labels() -> None:
-    untouched = Source("ns.yaml", "kind: A\nmetadata: {name: a, namespace: x}\n")
-    needy = Source("plain.yaml", "# comment\n---\n---\nkind: A\nmetadata:\n  name: b\n---\nkind: Cluster\n"
-                                 "metadata: {name: c}\n---\nkind: A\nmetadata: {name: d}\n")
-    out = manifests.with_namespace([untouched, needy], "team", lambda obj: obj["kind"] != "Cluster")
-    assert out[0] is untouched
-    rewritten = [d.obj for d in manifests.documents([out[1]])]
-    assert [(o["metadata"]["name"], o["metadata"].get("namespace")) for o in rewritten] == [
-        ("b", "team"), ("c", None), ("d", "team")]
-    bundle = Bundle(out)
-    labels = [doc.label for i in range(6) if (doc := bundle.document(i)) is not None and doc.obj is not None]
-    assert labels == ["documents[0] (A/a in ns.yaml:1)", "documents[1] (A/b in plain.yaml:4)",
-                      "documents[2] (Cluster/c in plain.yaml:8)", "documents[3] (A/d in plain.yaml:11)"]
-    original = Bundle([untouched, needy])
-    assert [d.label for i in range(6) if (d := original.document(i)) is not None and d.obj is not None] == labels
