@@ -19,7 +19,7 @@ Decisions:
   ADDED, then follows (Kubernetes' "get state and start at most recent").
 * Bookmarks: with ``allowWatchBookmarks=true`` the store emits a BOOKMARK after every
   ``ServerOptions.bookmark_interval`` seconds without an event (passed to it as
-  ``WatchOptions.extra["bookmark_interval"]``), at a revision it has fully delivered, so resuming
+  ``WatchOptions.bookmark_interval``), at a revision it has fully delivered, so resuming
   from a bookmark never misses an event. The store knows that revision and the server does not
   (events filtered out by a selector still advance it), so the server only forwards them.
 * After an ERROR event (such as a revision compacted while replaying) the stream ends.
@@ -83,7 +83,7 @@ def event_line(event_type: str, obj: Any) -> bytes:
 
 def with_bookmarks(watch_options: WatchOptions, interval: float) -> WatchOptions:
     if watch_options.allow_bookmarks:
-        watch_options.extra.setdefault("bookmark_interval", interval)
+        watch_options.bookmark_interval = interval
     return watch_options
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from joch.api.registry import KindInfo
@@ -78,7 +78,7 @@ class WatchOptions:
     field_selector: str | None = None
     resource_version: str | None = None
     allow_bookmarks: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    bookmark_interval: float = 10.0  # seconds without an event before a BOOKMARK is sent
 
 
 class Watch(abc.ABC):

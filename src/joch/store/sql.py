@@ -452,7 +452,7 @@ class SqlStore(Store):
             labels=selectors.parse_labels(opts.label_selector),
             fields=selectors.parse_fields(opts.field_selector),
         )
-        interval = float(opts.extra.get("bookmark_interval", 10.0))
+        interval = opts.bookmark_interval
         bookmark = feeds.bookmark_object(kind.api_version, kind.kind) if kind else feeds.bookmark_object("", "")
         rv = opts.resource_version
         if rv in (None, "", "0"):

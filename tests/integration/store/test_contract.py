@@ -306,7 +306,7 @@ def test_watch_compacted_while_replaying_ends_with_expired(store: Store) -> None
 def test_watch_bookmarks(store: Store) -> None:
     store.create(AGENT, agent("a"))
     rv = str(store.current_revision())
-    options = WatchOptions(resource_version=rv, allow_bookmarks=True, extra={"bookmark_interval": 0.2})
+    options = WatchOptions(resource_version=rv, allow_bookmarks=True, bookmark_interval=0.2)
     with store.watch(AGENT, options) as w:
         store.create(AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"},
                                       "spec": {"binary": "x"}})
