@@ -260,10 +260,13 @@ def _scope(ctx: typer.Context, namespace: str | None, all_namespaces: bool) -> r
     return reading.Scope(namespace=_namespace(ctx, namespace), all_namespaces=all_namespaces)
 
 
+GET_KIND_HELP = "Kind, plural, short name or plural.group; KIND/NAME; several as agents,ap; or all."
+
+
 @command("get")
 def get_command(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Argument(help="Kind, plural, short name or plural.group; or KIND/NAME.")],
+    kind: Annotated[str, typer.Argument(help=GET_KIND_HELP)],
     names: Annotated[list[str] | None, typer.Argument(help="Names of objects.", show_default=False)] = None,
     namespace: NamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List in all namespaces.")] = False,
