@@ -11,6 +11,9 @@ R itself. Both streams are merged by revision — an event at or below the last 
 dropped — and since the log is in revision order and commit order equals revision order (see
 ``sql``), the result is gap-free and ordered.
 
+With no subscription the feed reads nothing (a commit then costs only a wake-up); the first new
+subscription sets its position to the current revision.
+
 Compaction: a subscription replaying below the compaction horizon ends with an ERROR event carrying
 a 410 ``Expired`` Status, as a Kubernetes watch does.
 """
@@ -259,7 +262,8 @@ class Feed:
         self.position = 0
 
     def wake(self) -> None:
-        self._event.set()
+        if self._subs:  # unlocked read: a subscriber added just after starts from the current revision
+            self._event.set()
 
     def subscribe(self, flt: Filter, *, after: int | None, bookmarks: bool, bookmark_interval: float,
                   bookmark_template: Obj) -> Subscription:
@@ -267,6 +271,10 @@ class Feed:
         sub = Subscription(self, flt, after=after, bookmarks=bookmarks, bookmark_interval=bookmark_interval,
                            bookmark_template=bookmark_template)
         with self._lock:
+            if not self._subs:
+                # Nobody was listening, so the feed stopped reading: start from now. Changes up to
+                # here reach the new watch through its own replay or snapshot.
+                self.position = self._current()
             self._subs.add(sub)
         return sub
 
@@ -304,7 +312,11 @@ class Feed:
 
     def _pump(self) -> None:
         while True:
-            _, changes = self.read_changes(self.position, None, _REPLAY_PAGE)
+            with self._lock:
+                if not self._subs:
+                    return  # no watcher: a commit costs the feed nothing
+                position = self.position
+            _, changes = self.read_changes(position, None, _REPLAY_PAGE)
             if not changes:
                 return
             with self._lock:
@@ -312,7 +324,8 @@ class Feed:
                 for change in changes:
                     for sub in subs:
                         sub.offer(change)
-                self.position = changes[-1].revision
+                # A subscription may have moved the position on meanwhile: never move it back.
+                self.position = max(self.position, changes[-1].revision)
             if len(changes) < _REPLAY_PAGE:
                 return
 

@@ -9,6 +9,7 @@ Migrations run under an advisory lock so replicas starting together apply each f
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -24,7 +25,6 @@ from joch.store import migrations
 from joch.store.sql import Backend, Conn, Cursor
 
 log = logging.getLogger(__name__)
-CHANNEL = "joch_changes"
 _MIGRATION_LOCK = 0x6A6F6368  # "joch"
 
 
@@ -55,7 +55,16 @@ class PostgresBackend(Backend):
         )
         self._listener: threading.Thread | None = None
         self._stop = threading.Event()
+        self.channel = self._channel()
         self._migrate()
+
+    def _channel(self) -> str:
+        """A NOTIFY channel per database and schema: NOTIFY is database-wide, and stores in other
+        schemas of the same database (tests, tenants) must not wake each other's watchers."""
+        with self._pool.connection() as raw:
+            row = raw.execute("SELECT current_database(), current_schema()").fetchone()
+        where = f"{row[0] if row else ''}.{row[1] if row else ''}"
+        return "joch_" + hashlib.sha256(where.encode()).hexdigest()[:20]
 
     def _migrate(self) -> None:
         with self._pool.connection() as raw:
@@ -94,7 +103,7 @@ class PostgresBackend(Backend):
                 raw.execute("COMMIT")
 
     def notify(self, conn: Conn, revision: int) -> None:
-        conn.execute("SELECT pg_notify(?, ?)", (CHANNEL, str(revision)))
+        conn.execute("SELECT pg_notify(?, ?)", (self.channel, str(revision)))
 
     @property
     def poll_interval(self) -> float:
@@ -109,7 +118,7 @@ class PostgresBackend(Backend):
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {self.channel}")
                     wake()  # catch up on anything committed while we were not listening
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=0.5, stop_after=1):

@@ -205,7 +205,6 @@ def test_list_paging_with_continue(store: Store) -> None:
         token = page.continue_token
         if token is None:
             break
-        assert page.remaining == 25 - len(seen)
     assert pages == 3 and seen == [f"a{i:02d}" for i in range(25)]
     evens = store.list(AGENT, ListOptions(limit=5, label_selector="even=true"))
     assert [o["metadata"]["name"] for o in evens.items] == ["a00", "a02", "a04", "a06", "a08"]
@@ -405,3 +404,41 @@ def test_history_is_compacted_automatically(store_url: str) -> None:
             s.watch(AGENT, WatchOptions(resource_version="1"))
     finally:
         s.close()
+
+
+@pytest.mark.postgres
+def test_postgres_notify_channel_is_per_schema(postgres_url: str) -> None:
+    """NOTIFY is database-wide: stores in two schemas of one database must use two channels."""
+    import uuid
+    from urllib.parse import quote
+
+    import psycopg
+
+    from joch.store.postgres import PostgresBackend
+
+    base = postgres_url.split("?")[0]
+    other_schema = f"joch_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{other_schema}"')
+    first = PostgresBackend(postgres_url)
+    second = PostgresBackend(f"{base}?options={quote(f'-csearch_path={other_schema}')}")
+    try:
+        assert first.channel != second.channel
+        again = PostgresBackend(postgres_url)
+        assert first.channel == again.channel
+        again.close()
+    finally:
+        first.close()
+        second.close()
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{other_schema}" CASCADE')
+
+
+def test_a_refused_create_inside_a_transaction_leaves_no_revision_gap(store: Store) -> None:
+    store.create(AGENT, agent("taken"))
+    before = store.current_revision()
+    with store.transaction() as tx:
+        with pytest.raises(errors.AlreadyExists):
+            tx.create(AGENT, agent("taken"))
+        created = tx.create(AGENT, agent("fresh"))
+    assert int(created["metadata"]["resourceVersion"]) == before + 1 == store.current_revision()
