@@ -30,13 +30,23 @@ class Reference:
     missing: Literal["reject", "warn"] = "reject"
 
 
+ColumnType = Literal["string", "integer", "number", "boolean", "date"]
+
+
 @dataclass(frozen=True)
 class Column:
-    """A column the CLI prints for a kind: a header and a dotted path into the object."""
+    """A column of the kind's table (``kubectl get``, ``joch get``): a header and a path into the object.
+
+    The path syntax and how values become cells are in ``joch.api.columns``. ``wide`` columns are
+    shown only with ``-o wide`` (Table priority 1). ``type`` is the Table column type; left out, a
+    column headed AGE is a ``date`` (shown as an age) and any other a ``string``.
+    """
 
     name: str
     path: str
     wide: bool = False
+    type: ColumnType | None = None
+    description: str = ""
 
 
 @dataclass(frozen=True)

@@ -59,15 +59,16 @@ class Client:
             self._discovery = resolve.discover(self)
         return self._discovery
 
-    def get_json(self, path: str, params: Params | None = None) -> Any:
-        return self.request("GET", path, params=params)
+    def get_json(self, path: str, params: Params | None = None, *, accept: str | None = None) -> Any:
+        return self.request("GET", path, params=params, accept=accept)
 
     def request(
         self, method: str, path: str, *, params: Params | None = None, json_body: Any = None,
         content: str | None = None, content_type: str | None = None, warnings: bool = True,
+        accept: str | None = None,
     ) -> Any:
         """One request; ``warnings=False`` when the caller reports the body's own warnings."""
-        headers = {"Content-Type": content_type} if content_type else None
+        headers = _headers(content_type=content_type, accept=accept)
         try:
             response = self._http.request(
                 method, path, params=params, json=json_body, content=content, headers=headers
@@ -76,10 +77,11 @@ class Client:
             raise self._unreachable(exc) from None
         return self._decode(response, warnings=warnings)
 
-    def stream(self, path: str, params: Params) -> Iterator[dict[str, Any]]:
+    def stream(self, path: str, params: Params, *, accept: str | None = None) -> Iterator[dict[str, Any]]:
         """Newline-delimited JSON (a watch); each decoded line is yielded as it arrives."""
         try:
-            with self._http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as r:
+            with self._http.stream("GET", path, params=params, headers=_headers(accept=accept),
+                                   timeout=httpx.Timeout(30.0, read=None)) as r:
                 if r.status_code >= 400:
                     r.read()
                     self._decode(r)
@@ -113,6 +115,11 @@ class Client:
         return errors.ServiceUnavailable(
             f"cannot reach the Joch server at {self.base_url} (is `joch server` running?)"
         )
+
+
+def _headers(*, content_type: str | None = None, accept: str | None = None) -> dict[str, str] | None:
+    headers = {name: value for name, value in (("Content-Type", content_type), ("Accept", accept)) if value}
+    return headers or None
 
 
 def _parse_json(text: str) -> Any:

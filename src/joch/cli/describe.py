@@ -18,6 +18,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from joch.api import columns
 from joch.cli import printers
 from joch.cli.resolve import ResourceType
 
@@ -48,7 +49,7 @@ def _header(label: str, value: Any) -> str:
 
 def _pairs(label: str, mapping: dict[str, str] | None) -> list[str]:
     if not mapping:
-        return [_header(label, printers.NONE)]
+        return [_header(label, columns.NONE)]
     items = [f"{k}={v}" for k, v in sorted(mapping.items())]
     return [_header(label, items[0]), *(" " * HEADER_WIDTH + item for item in items[1:])]
 
@@ -62,7 +63,7 @@ def _metadata(meta: dict[str, Any]) -> dict[str, Any]:
 def _section(title: str, value: Any, indent: int) -> list[str]:
     pad = INDENT * indent
     if _empty(value):
-        return [f"{pad}{title}:".ljust(HEADER_WIDTH) + printers.NONE] if indent == 0 else []
+        return [f"{pad}{title}:".ljust(HEADER_WIDTH) + columns.NONE] if indent == 0 else []
     if _is_scalar(value):
         return [f"{pad}{title}:  {_text(value)}"]
     return [f"{pad}{title}:", *_block(value, indent + 1)]
@@ -108,11 +109,11 @@ def _status(status: dict[str, Any], now: dt.datetime) -> list[str]:
     lines = _section("Status", rest, 0) if rest else ["Status:"]
     conditions = status.get("conditions") or []
     if not conditions:
-        return lines if rest else [f"{'Status:'.ljust(HEADER_WIDTH)}{printers.NONE}"]
+        return lines if rest else [f"{'Status:'.ljust(HEADER_WIDTH)}{columns.NONE}"]
     headers = ["Type", "Status", "Reason", "Message", "Age"]
     rows = [
         [_text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message")),
-         printers.format_age(c.get("lastTransitionTime"), now)]
+         columns.age(c.get("lastTransitionTime"), now)]
         for c in conditions
     ]
     table = printers.render_table(headers, rows)
@@ -121,7 +122,7 @@ def _status(status: dict[str, Any], now: dt.datetime) -> list[str]:
 
 def _events(events: Sequence[dict[str, Any]], now: dt.datetime) -> list[str]:
     if not events:
-        return [f"{'Events:'.ljust(HEADER_WIDTH)}{printers.NONE}"]
+        return [f"{'Events:'.ljust(HEADER_WIDTH)}{columns.NONE}"]
     headers = ["Type", "Reason", "Age", "From", "Message"]
     dashes = ["-" * len(h) for h in headers]
     rows = [_event_row(e.get("spec") or {}, e.get("metadata") or {}, now) for e in events]
@@ -131,10 +132,10 @@ def _events(events: Sequence[dict[str, Any]], now: dt.datetime) -> list[str]:
 
 def _event_row(spec: dict[str, Any], meta: dict[str, Any], now: dt.datetime) -> list[str]:
     last = spec.get("lastTimestamp") or spec.get("firstTimestamp") or meta.get("creationTimestamp")
-    age = printers.format_age(last, now)
+    age = columns.age(last, now)
     count = spec.get("count") or 1
     if count > 1:
-        age += f" (x{count} over {printers.format_age(spec.get('firstTimestamp'), now)})"
+        age += f" (x{count} over {columns.age(spec.get('firstTimestamp'), now)})"
     source = _text((spec.get("source") or {}).get("component"))
     return [_text(spec.get("type")), _text(spec.get("reason")), age, source, _text(spec.get("message"))]
 
@@ -167,7 +168,7 @@ def _one_line(value: Any) -> bool:
 
 def _text(value: Any) -> str:
     if value is None or value == "":
-        return printers.NONE
+        return columns.NONE
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -1,16 +1,17 @@
-"""Turning objects into what ``joch get`` prints: tables, YAML, JSON and ``kind.group/name`` lines.
+"""What ``joch get`` prints: the server's tables, YAML, JSON and ``kind.group/name`` lines.
+
+Tables are the server's: ``get`` asks for a Kubernetes ``Table`` (``TABLE_ACCEPT``) and prints its
+``columnDefinitions`` and cells the way kubectl does — headers upper-cased, columns of priority
+above 0 only with ``-o wide``, a NAMESPACE column in front with ``-A`` taken from each row's object
+metadata, a cell up to its first line break (then ``...``). The CLI therefore knows no kind's
+columns: a kind added on a newer server prints its own columns here. A server that sends plain JSON
+instead (one older than Tables) gets NAME and AGE, computed from the objects with the evaluator the
+server uses (``joch.api.columns``), as kubectl prints objects it has no Table for. A missing value
+prints as ``<none>`` (the server already writes it so; a null cell is printed the same way).
 
 Tables are plain text laid out like kubectl's tabwriter (columns padded to the widest cell plus
 three spaces), not rich tables: the output must not depend on the terminal width, must not wrap
-when piped, and must stay greppable and ``awk``-able. A missing value prints as ``<none>``.
-
-Columns come from the local kind registry (``KindInfo.columns``), looked up by the group and kind
-the server's discovery reported; a kind the local registry does not know (a newer server) still
-prints, with NAME and AGE. Column paths are dotted with two bracket forms, enough for the
-registry and for kubectl-style ``additionalPrinterColumns``: ``conditions[type=Ready]`` keeps the
-list items whose field equals a value, ``rules[*]`` keeps every item (and ``items[0]`` one item).
-A column headed AGE holds a timestamp and prints as a short age (``5s``, ``3m``, ``2h``, ``4d``,
-``1y``), which is kubectl's rounding for the AGE column.
+when piped, and must stay greppable and ``awk``-able.
 """
 
 from __future__ import annotations
@@ -18,100 +19,82 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from joch.api import REGISTRY
-from joch.api.meta import parse_time
-from joch.api.registry import Column
+from joch.api import columns
 from joch.cli.resolve import ResourceType
 
-NONE = "<none>"
 PADDING = 3
-OUTPUTS = ("wide", "yaml", "json", "name")
-NAME = Column("NAME", "metadata.name")
-NAMESPACE = Column("NAMESPACE", "metadata.namespace")
-AGE = Column("AGE", "metadata.creationTimestamp")
-_SEGMENT = re.compile(r"([^.\[\]]+)(?:\[([^\]]*)\])?")
+TABLE_OUTPUTS = (None, "wide")
+TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+_LOCAL_COLUMNS = (columns.NAME, columns.AGE)
+_LINE_BREAK = re.compile(r"[\f\n\r]")
+
+Table = dict[str, Any]
+Row = Mapping[str, Any]
 
 
-def short_duration(seconds: float) -> str:
-    if seconds < -1:
-        return "<invalid>"
-    total = max(int(seconds), 0)
-    for unit, size, limit in (("s", 1, 60), ("m", 60, 3600), ("h", 3600, 86400), ("d", 86400, 86400 * 365)):
-        if total < limit:
-            return f"{total // size}{unit}"
-    return f"{total // (86400 * 365)}y"
+@dataclass(frozen=True)
+class Layout:
+    """Which of a Table's columns are printed, and under which headers."""
+
+    definitions: Sequence[Mapping[str, Any]]
+    shown: Sequence[int]
+    namespace: bool
+
+    @property
+    def headers(self) -> list[str]:
+        names = [str(self.definitions[i].get("name", "")).upper() for i in self.shown]
+        return ["NAMESPACE", *names] if self.namespace else names
+
+    @property
+    def name_at(self) -> int:
+        """Where the object's name is among the printed cells (the ``format: name`` column)."""
+        named = [n for n, i in enumerate(self.shown) if self.definitions[i].get("format") == "name"]
+        return (named[0] if named else 0) + (1 if self.namespace else 0)
+
+    def cells(self, row: Row) -> list[str]:
+        given = row.get("cells") or []
+        out = [text(given[i] if i < len(given) else None) for i in self.shown]
+        return [text(row_namespace(row)), *out] if self.namespace else out
 
 
-def format_age(timestamp: str | None, now: dt.datetime) -> str:
-    if not timestamp:
-        return NONE
-    try:
-        then = parse_time(timestamp)
-    except ValueError:
-        return "<invalid>"
-    return short_duration((now - then).total_seconds())
+def layout(definitions: Sequence[Mapping[str, Any]], *, wide: bool, namespace: bool) -> Layout:
+    shown = [i for i, d in enumerate(definitions) if wide or not d.get("priority")]
+    return Layout(definitions, shown, namespace)
 
 
-def extract(obj: Any, path: str) -> list[Any]:
-    """Every value at ``path`` (see the module docstring for the bracket forms)."""
-    values = [obj]
-    for key, selector in _SEGMENT.findall(path):
-        values = [found for value in values for found in _step(value, key, selector)]
-    return values
+def text(value: Any) -> str:
+    if value is None or value == "":
+        return columns.NONE
+    shown = columns.scalar(value)
+    cut = _LINE_BREAK.search(shown)
+    return f"{shown[:cut.start()]}..." if cut else shown
 
 
-def _step(value: Any, key: str, selector: str) -> list[Any]:
-    if not isinstance(value, dict) or value.get(key) is None:
-        return []
-    child = value[key]
-    if not selector:
-        return [child]
-    if not isinstance(child, list):
-        return []
-    if selector == "*":
-        return list(child)
-    if selector.isdigit():
-        return [child[int(selector)]] if int(selector) < len(child) else []
-    field, _, wanted = selector.partition("=")
-    return [item for item in child if isinstance(item, dict) and _scalar(item.get(field)) == wanted]
+def row_namespace(row: Row) -> Any:
+    obj = row.get("object")
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    return metadata.get("namespace") if isinstance(metadata, dict) else None
 
 
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def cell(values: Sequence[Any]) -> str:
-    present = [v for v in values if v is not None and v != ""]
-    return ",".join(_scalar(v) for v in present) if present else NONE
-
-
-def columns_for(rt: ResourceType, *, wide: bool, all_namespaces: bool) -> list[Column]:
-    known = next((i for i in REGISTRY if i.group == rt.group and i.kind == rt.kind), None)
-    declared = list(known.columns) if known and known.columns else [AGE]
-    columns = [NAME, *(c for c in declared if wide or not c.wide)]
-    if all_namespaces and rt.namespaced:
-        columns.insert(0, NAMESPACE)
-    return columns
-
-
-def row(obj: dict[str, Any], columns: Sequence[Column], now: dt.datetime) -> list[str]:
-    out = []
-    for column in columns:
-        values = extract(obj, column.path)
-        if column.name == "AGE":
-            out.append(format_age(values[0] if values else None, now))
-        else:
-            out.append(cell(values))
-    return out
+def as_table(body: Any, now: dt.datetime) -> Table:
+    """The Table in a response; a plain object or list (an older server) becomes NAME and AGE."""
+    if isinstance(body, dict) and body.get("kind") == "Table":
+        return body
+    listing = isinstance(body, dict) and "items" in body
+    objects = [o for o in (body.get("items") or [] if listing else [body]) if isinstance(o, dict)]
+    return {
+        "kind": "Table",
+        "metadata": (body.get("metadata") or {}) if listing else {},
+        "columnDefinitions": columns.definitions(_LOCAL_COLUMNS),
+        "rows": [{"cells": columns.cells(o, _LOCAL_COLUMNS, now), "object": {"metadata": o.get("metadata")}}
+                 for o in objects],
+    }
 
 
 def widths(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[int]:

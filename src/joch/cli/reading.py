@@ -1,11 +1,14 @@
 """The read-only commands: ``get`` (list, one object, watch), ``describe`` and ``api-resources``.
 
-Lists go to the server with the selector; the table is computed from the whole response so the
-columns line up. ``get -w`` prints that table, then follows the watch from the list's
-``resourceVersion`` (so no change between the list and the watch is lost, and none is printed
-twice) and prints one row per event, padded to the widths of the first table. A watch row whose
-cell is wider than the first table simply pushes the rest of the line right: kubectl does the
-same, and the alternative (buffering) would delay rows a user is waiting for.
+Lists go to the server with the selector. A table (no ``-o``, or ``-o wide``) is the server's
+Kubernetes ``Table``, its columns and cells decided there from the kind registry (see
+``printers``); ``-o yaml|json|name`` read the plain objects. Widths are computed from the whole
+response so the columns line up. ``get -w`` prints that table, then follows the watch from the
+list's ``resourceVersion`` (so no change between the list and the watch is lost, and none is
+printed twice), asking for Table events too, and prints each event's row under the columns of the
+first table, padded to its widths. A watch row whose cell is wider than the first table simply
+pushes the rest of the line right: kubectl does the same, and the alternative (buffering) would
+delay rows a user is waiting for.
 
 "No resources found" goes to stderr, as in kubectl, so ``joch get ... | wc -l`` counts objects.
 """
@@ -20,7 +23,6 @@ from typing import Any
 import typer
 
 from joch.api import errors
-from joch.api.registry import Column
 from joch.cli import describe as describing
 from joch.cli import printers
 from joch.cli.client import Client
@@ -66,8 +68,35 @@ def get(client: Client, request: GetRequest) -> None:
     types = client.discovery.resolve_many(request.kind)
     if len(types) > 1 or "," in request.kind:
         _get_many(client, types, request)
-        return
-    rt = types[0]
+    elif request.output in printers.TABLE_OUTPUTS:
+        _get_table(client, types[0], request)
+    else:
+        _get_objects(client, types[0], request)
+
+
+def _get_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
+    namespace = request.scope.for_path(rt)
+    if request.names:
+        tables = [_table(client, rt.path(namespace=namespace, name=n)) for n in request.names]
+        resource_version = None
+    else:
+        tables = [_table(client, rt.path(namespace=namespace), _list_params(request))]
+        resource_version = (tables[0].get("metadata") or {}).get("resourceVersion")
+    layout = _layout(rt, tables[0], request)
+    rows = [layout.cells(row) for table in tables for row in table.get("rows") or []]
+    column_widths = None
+    if rows:
+        column_widths = printers.widths(layout.headers, rows)
+        for line in (layout.headers, *rows):
+            typer.echo(printers.render_row(line, column_widths))
+    elif not request.watch:
+        typer.echo(_nothing_found(rt, request.scope), err=True)
+    if request.watch:
+        _follow(client, rt, request, resource_version, _row_printer(layout, column_widths))
+
+
+def _get_objects(client: Client, rt: ResourceType, request: GetRequest) -> None:
+    """``-o yaml|json|name``: the objects themselves, from the plain JSON routes."""
     namespace = request.scope.for_path(rt)
     if request.names:
         objects = [client.get_json(rt.path(namespace=namespace, name=n)) for n in request.names]
@@ -76,9 +105,14 @@ def get(client: Client, request: GetRequest) -> None:
         listing = client.get_json(rt.path(namespace=namespace), _list_params(request))
         objects = list(listing.get("items") or [])
         resource_version = (listing.get("metadata") or {}).get("resourceVersion")
-    column_widths = _print(rt, objects, request, single=len(request.names) == 1)
+    if request.output == "name":
+        for obj in objects:
+            typer.echo(printers.object_name(rt, obj))
+    elif request.output:
+        shown = objects[0] if len(request.names) == 1 else printers.as_list(objects)
+        typer.echo(printers.dump(shown, request.output), nl=False)
     if request.watch:
-        _follow(client, rt, request, resource_version, column_widths)
+        _follow(client, rt, request, resource_version, _object_printer(rt, request))
 
 
 def _get_many(client: Client, types: list[ResourceType], request: GetRequest) -> None:
@@ -87,68 +121,46 @@ def _get_many(client: Client, types: list[ResourceType], request: GetRequest) ->
     if request.names or request.watch:
         what = "names" if request.names else "--watch"
         raise errors.BadRequest(f"{what} can be used with one resource type only, not {request.kind!r}")
-    listed: list[tuple[ResourceType, list[Obj]]] = []
-    for rt in types:
-        listing = client.get_json(rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
-        listed.append((rt, list(listing.get("items") or [])))
-    if request.output in ("yaml", "json"):
-        everything = [obj for _, objects in listed for obj in objects]
-        typer.echo(printers.dump(printers.as_list(everything), request.output), nl=False)
-        return
-    tables = [(rt, objects) for rt, objects in listed if objects]
-    if not tables and request.output != "name":
-        typer.echo(_nothing_found(types[0], request.scope), err=True)
-    for i, (rt, objects) in enumerate(tables):
+    if request.output not in printers.TABLE_OUTPUTS:
+        listed = [(rt, client.get_json(rt.path(namespace=request.scope.for_path(rt)), _list_params(request)))
+                  for rt in types]
         if request.output == "name":
-            for obj in objects:
-                typer.echo(printers.object_name(rt, obj))
+            for rt, listing in listed:
+                for obj in listing.get("items") or []:
+                    typer.echo(printers.object_name(rt, obj))
+            return
+        everything = [obj for _, listing in listed for obj in listing.get("items") or []]
+        typer.echo(printers.dump(printers.as_list(everything), request.output or "yaml"), nl=False)
+        return
+    printed = 0
+    for rt in types:
+        table = _table(client, rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
+        if not table.get("rows"):
             continue
-        if i:
+        layout = _layout(rt, table, request)
+        rows = [layout.cells(row) for row in table["rows"]]
+        for row in rows:
+            row[layout.name_at] = f"{rt.qualified_kind}/{row[layout.name_at]}"
+        if printed:
             typer.echo("")
-        columns = _columns(rt, request)
-        rows = [printers.row(obj, columns, utcnow()) for obj in objects]
-        name_at = next(n for n, c in enumerate(columns) if c.name == "NAME")
-        for row, obj in zip(rows, objects, strict=True):
-            row[name_at] = printers.object_name(rt, obj)
-        column_widths = printers.widths([c.name for c in columns], rows)
-        for line in ([c.name for c in columns], *rows):
-            typer.echo(printers.render_row(line, column_widths))
+        printed += 1
+        for line in printers.render_table(layout.headers, rows):
+            typer.echo(line)
+    if not printed:
+        typer.echo(_nothing_found(types[0], request.scope), err=True)
+
+
+def _table(client: Client, path: str, params: dict[str, str] | None = None) -> printers.Table:
+    return printers.as_table(client.get_json(path, params, accept=printers.TABLE_ACCEPT), utcnow())
+
+
+def _layout(rt: ResourceType, table: printers.Table, request: GetRequest) -> printers.Layout:
+    return printers.layout(table.get("columnDefinitions") or [], wide=request.output == "wide",
+                           namespace=request.scope.all_namespaces and rt.namespaced)
 
 
 def _list_params(request: GetRequest) -> dict[str, str]:
     return {"labelSelector": request.selector} if request.selector else {}
-
-
-def _print(rt: ResourceType, objects: list[Obj], request: GetRequest, *, single: bool) -> list[int] | None:
-    """Print objects in the requested format; returns the table's column widths (or None)."""
-    if request.output in ("yaml", "json"):
-        shown = objects[0] if single else printers.as_list(objects)
-        typer.echo(printers.dump(shown, request.output), nl=False)
-        return None
-    if request.output == "name":
-        for obj in objects:
-            typer.echo(printers.object_name(rt, obj))
-        return None
-    if not objects:
-        if not request.watch:
-            typer.echo(_nothing_found(rt, request.scope), err=True)
-        return None
-    return _print_table(rt, objects, request)
-
-
-def _print_table(rt: ResourceType, objects: list[Obj], request: GetRequest) -> list[int]:
-    columns = _columns(rt, request)
-    rows = [printers.row(obj, columns, utcnow()) for obj in objects]
-    headers = [c.name for c in columns]
-    column_widths = printers.widths(headers, rows)
-    for line in (headers, *rows):
-        typer.echo(printers.render_row(line, column_widths))
-    return column_widths
-
-
-def _columns(rt: ResourceType, request: GetRequest) -> list[Column]:
-    wide = request.output == "wide"
-    return printers.columns_for(rt, wide=wide, all_namespaces=request.scope.all_namespaces)
 
 
 def _nothing_found(rt: ResourceType, scope: Scope) -> str:
@@ -159,16 +171,15 @@ def _nothing_found(rt: ResourceType, scope: Scope) -> str:
 
 def _follow(
     client: Client, rt: ResourceType, request: GetRequest, resource_version: str | None,
-    column_widths: list[int] | None,
+    emit: Callable[[Obj], None],
 ) -> None:
     params = {"watch": "1", **_list_params(request)}
     if resource_version:
         params["resourceVersion"] = resource_version
     if len(request.names) == 1:
         params["fieldSelector"] = f"metadata.name={request.names[0]}"
-    columns = _columns(rt, request)
-    emit = _event_printer(rt, request, columns, column_widths)
-    for event in client.stream(rt.path(namespace=request.scope.for_path(rt)), params):
+    accept = printers.TABLE_ACCEPT if request.output in printers.TABLE_OUTPUTS else None
+    for event in client.stream(rt.path(namespace=request.scope.for_path(rt)), params, accept=accept):
         kind = event.get("type")
         if kind == "ERROR":
             raise errors.from_status(event.get("object") or {})
@@ -176,26 +187,30 @@ def _follow(
             emit(event.get("object") or {})
 
 
-def _event_printer(
-    rt: ResourceType, request: GetRequest, columns: list[Column], column_widths: list[int] | None
-) -> Callable[[Obj], None]:
-    headers = [c.name for c in columns]
+def _row_printer(layout: printers.Layout, column_widths: list[int] | None) -> Callable[[Obj], None]:
+    """Prints the rows of each watch event's Table under the columns of the first table (the
+    server sends the definitions with its first event only, as the apiserver does)."""
     state: dict[str, list[int]] = {"widths": column_widths} if column_widths else {}
 
     def emit(obj: Obj) -> None:
-        if request.output in ("yaml", "json"):
-            typer.echo(printers.dump(obj, request.output), nl=False)
-            if request.output == "yaml":
-                typer.echo("---")
-            return
+        for row in printers.as_table(obj, utcnow()).get("rows") or []:
+            cells = layout.cells(row)
+            if "widths" not in state:  # nothing was listed: the header comes with the first event
+                state["widths"] = printers.widths(layout.headers, [cells])
+                typer.echo(printers.render_row(layout.headers, state["widths"]))
+            typer.echo(printers.render_row(cells, state["widths"]))
+
+    return emit
+
+
+def _object_printer(rt: ResourceType, request: GetRequest) -> Callable[[Obj], None]:
+    def emit(obj: Obj) -> None:
         if request.output == "name":
             typer.echo(printers.object_name(rt, obj))
             return
-        cells = printers.row(obj, columns, utcnow())
-        if "widths" not in state:  # nothing was listed: the header comes with the first event
-            state["widths"] = printers.widths(headers, [cells])
-            typer.echo(printers.render_row(headers, state["widths"]))
-        typer.echo(printers.render_row(cells, state["widths"]))
+        typer.echo(printers.dump(obj, request.output or "yaml"), nl=False)
+        if request.output == "yaml":
+            typer.echo("---")
 
     return emit
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Query
+from fastapi import Header, Query
 
 from joch.api import errors
 from joch.store.base import ListOptions, WatchOptions
@@ -34,6 +34,13 @@ TimeoutSeconds = Annotated[
     int | None, Query(alias="timeoutSeconds", ge=0, description="end a watch after this many seconds")
 ]
 AllowBookmarks = Annotated[bool, Query(alias="allowWatchBookmarks")]
+IncludeObject = Annotated[
+    str | None,
+    Query(alias="includeObject",
+          description="with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`: what each row's "
+                      "`object` holds: `Metadata` (default, a PartialObjectMetadata), `Object` or `None`"),
+]
+Accept = Annotated[str | None, Header(alias="accept", include_in_schema=False)]
 DryRun = Annotated[str | None, Query(alias="dryRun", description="`All`: validate, write nothing")]
 Kind = Annotated[str | None, Query(alias="kind", description="a kind, plural or short name")]
 Namespace = Annotated[str | None, Query(alias="namespace")]

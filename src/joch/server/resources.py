@@ -21,7 +21,9 @@ disagrees with the URL is a 400 (admission checks it, and fills in what the body
 DELETE answers the object (with ``deletionTimestamp`` when finalizers hold it back); the status
 subresource changes only ``status`` and the main resource never does. ``PATCH .../status``
 merges the patch into the stored object and writes its status, retrying on a conflict unless the
-patch itself named a ``resourceVersion`` precondition.
+patch itself named a ``resourceVersion`` precondition. GET (list, watch, read) answers a Kubernetes
+``Table`` instead when the ``Accept`` header asks for one (``tables``), which is how ``kubectl get``
+prints Joch's columns.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from joch.admission import merge
 from joch.api import errors
 from joch.api.meta import now
 from joch.api.registry import KindInfo
-from joch.server import params, watch, wire
+from joch.server import params, tables, watch, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
 from joch.store.base import ListResult, Obj, Store
@@ -65,17 +67,21 @@ class KindHandlers:
         self.kind = kind
         self.store = store
         self.options = options
+        self.tables = tables.KindTables(kind)
 
     def list(
         self, namespace: str | None, *, labels: str | None, fields: str | None, limit: int | None,
         token: str | None, resource_version: str | None, watching: bool, timeout: int | None,
-        bookmarks: bool,
+        bookmarks: bool, table: tables.TableRequest | None = None,
     ) -> Response:
         if watching:
             options = params.watch_options(namespace, labels, fields, resource_version, bookmarks)
+            transform = self.tables.watch_transform(table) if table else None
             return watch.respond(self.store, self.kind, options, timeout_seconds=timeout,
-                                 options=self.options)
+                                 options=self.options, transform=transform)
         result = self.store.list(self.kind, params.list_options(namespace, labels, fields, limit, token))
+        if table:
+            return wire.json_response(self.tables.for_list(result, table))
         return wire.json_response(list_body(self.kind, result))
 
     def create(self, namespace: str | None, body: bytes, content_type: str | None, dry_run: bool) -> Response:
@@ -86,8 +92,9 @@ class KindHandlers:
         )
         return wire.json_response(created, status_code=201, warnings=warnings)
 
-    def get(self, namespace: str | None, name: str) -> Response:
-        return wire.json_response(self.store.get(self.kind, namespace, name))
+    def get(self, namespace: str | None, name: str, table: tables.TableRequest | None = None) -> Response:
+        obj = self.store.get(self.kind, namespace, name)
+        return wire.json_response(self.tables.for_object(obj, table) if table else obj)
 
     def replace(
         self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
@@ -222,8 +229,11 @@ def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, 
     ) -> Response:
         return h.create(namespace, body, content_type, params.dry_run(dry_run))
 
-    def read(name: str, namespace: str | None = Depends(scope)) -> Response:
-        return h.get(namespace, name)
+    def read(
+        name: str, namespace: str | None = Depends(scope), accept: params.Accept = None,
+        include_object: params.IncludeObject = None,
+    ) -> Response:
+        return h.get(namespace, name, tables.negotiate(accept, include_object))
 
     def replace(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
@@ -279,10 +289,13 @@ def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Respons
         watching: params.WatchFlag = False,
         timeout: params.TimeoutSeconds = None,
         bookmarks: params.AllowBookmarks = False,
+        accept: params.Accept = None,
+        include_object: params.IncludeObject = None,
     ) -> Response:
         return h.list(
             namespace, labels=label_selector, fields=field_selector, limit=limit, token=token,
             resource_version=resource_version, watching=watching, timeout=timeout, bookmarks=bookmarks,
+            table=tables.negotiate(accept, include_object),
         )
 
     return list_objects

@@ -23,6 +23,8 @@ Decisions:
   from a bookmark never misses an event. The store knows that revision and the server does not
   (events filtered out by a selector still advance it), so the server only forwards them.
 * After an ERROR event (such as a revision compacted while replaying) the stream ends.
+* ``Accept: ...;as=Table`` (``kubectl get -w``): ``respond`` is handed a ``transform`` that turns
+  each event's object into a one-row Table (``tables.WatchTables``); the framing is unchanged.
 * ``timeoutSeconds`` ends the stream cleanly (a complete chunked body) at the deadline; absent or
   0 means no deadline.
 """
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -45,6 +47,8 @@ from joch.server.options import ServerOptions
 from joch.store.base import Store, Watch, WatchEvent, WatchOptions
 
 logger = logging.getLogger("joch.server")
+Transform = Callable[[str, Any], Any]
+"""What a stream sends for an event's object, given the event type (e.g. ``tables.WatchTables``)."""
 
 
 async def follow(
@@ -89,7 +93,7 @@ def with_bookmarks(watch_options: WatchOptions, interval: float) -> WatchOptions
 
 def respond(
     store: Store, kind: KindInfo, watch_options: WatchOptions, *, timeout_seconds: int | None,
-    options: ServerOptions,
+    options: ServerOptions, transform: Transform | None = None,
 ) -> Response:
     try:
         watch = store.watch(kind, with_bookmarks(watch_options, options.bookmark_interval))
@@ -98,7 +102,7 @@ def respond(
             raise
         return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
     return StreamingResponse(
-        _stream(watch, kind, timeout=timeout_seconds), media_type=wire.JSON,
+        _stream(watch, kind, timeout=timeout_seconds, transform=transform), media_type=wire.JSON,
         background=BackgroundTask(watch.close),
     )
 
@@ -107,13 +111,16 @@ async def _single(line: bytes) -> AsyncIterator[bytes]:
     yield line
 
 
-async def _stream(watch: Watch, kind: KindInfo, *, timeout: int | None) -> AsyncIterator[bytes]:
+async def _stream(
+    watch: Watch, kind: KindInfo, *, timeout: int | None, transform: Transform | None
+) -> AsyncIterator[bytes]:
     try:
         async with aclosing(follow(watch, timeout=timeout, idle=None)) as events:
             async for event in events:
                 if event is None:
                     continue
-                yield event_line(event.type, event.object)
+                obj = transform(event.type, event.object) if transform else event.object
+                yield event_line(event.type, obj)
                 if event.type == "ERROR":
                     return
     except errors.JochError as exc:

@@ -1,10 +1,8 @@
-"""Tables, ages and column paths: what ``joch get`` prints, without a server."""
+"""Server Tables laid out, names, lists and YAML: what ``joch get`` prints, without a server."""
 
 from __future__ import annotations
 
 import datetime as dt
-
-import pytest
 
 from joch.cli import printers
 from joch.cli.resolve import ResourceType
@@ -25,67 +23,70 @@ def agent(name: str, *, ready: str | None = None, created: str = "2025-01-10T11:
     return obj
 
 
-@pytest.mark.parametrize(
-    ("seconds", "expected"),
-    [(-5, "<invalid>"), (-0.5, "0s"), (0, "0s"), (5, "5s"), (59, "59s"), (60, "1m"), (3599, "59m"),
-     (3600, "1h"), (2 * 3600 + 59 * 60, "2h"), (86399, "23h"), (86400, "1d"), (4 * 86400 + 5, "4d"),
-     (364 * 86400, "364d"), (365 * 86400, "1y"), (800 * 86400, "2y")],
-)
-def test_short_duration_rounds_down_to_one_unit(seconds: float, expected: str) -> None:
-    assert printers.short_duration(seconds) == expected
+DEFINITIONS = [
+    {"name": "NAME", "type": "string", "format": "name", "description": "", "priority": 0},
+    {"name": "Provider", "type": "string", "format": "", "description": "", "priority": 0},
+    {"name": "RUNTIME", "type": "string", "format": "", "description": "", "priority": 1},
+    {"name": "AGE", "type": "date", "format": "", "description": "", "priority": 0},
+]
 
 
-def test_format_age_of_timestamps() -> None:
-    assert printers.format_age("2025-01-10T11:59:55Z", NOW) == "5s"
-    assert printers.format_age("2025-01-06T12:00:00Z", NOW) == "4d"
-    assert printers.format_age(None, NOW) == "<none>"
-    assert printers.format_age("yesterday", NOW) == "<invalid>"
+def row(*cells: object, namespace: str | None = "default") -> dict[str, object]:
+    metadata = {"name": cells[0], **({"namespace": namespace} if namespace else {})}
+    return {"cells": list(cells), "object": {"kind": "PartialObjectMetadata", "metadata": metadata}}
 
 
-def test_extract_follows_filters_stars_and_indexes() -> None:
-    obj = {"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "Done", "status": "True"}]},
-           "spec": {"rules": [{"name": "a"}, {"name": "b"}]}}
-    assert printers.extract(obj, "status.conditions[type=Ready].status") == ["False"]
-    assert printers.extract(obj, "status.conditions[type=Missing].status") == []
-    assert printers.extract(obj, "spec.rules[*].name") == ["a", "b"]
-    assert printers.extract(obj, "spec.rules[1].name") == ["b"]
-    assert printers.extract(obj, "spec.rules[7].name") == []
-    assert printers.extract(obj, "spec.nothing.here") == []
-    assert printers.extract({"spec": {"rules": "not-a-list"}}, "spec.rules[*].name") == []
+def test_the_layout_shows_priority_columns_only_when_wide_and_upper_cases_headers() -> None:
+    narrow = printers.layout(DEFINITIONS, wide=False, namespace=False)
+    assert narrow.headers == ["NAME", "PROVIDER", "AGE"]
+    assert narrow.cells(row("coder", "codex", "local", "2m")) == ["coder", "codex", "2m"]
+    wide = printers.layout(DEFINITIONS, wide=True, namespace=True)
+    assert wide.headers == ["NAMESPACE", "NAME", "PROVIDER", "RUNTIME", "AGE"]
+    assert wide.cells(row("coder", "codex", "local", "2m", namespace="team-a")) == [
+        "team-a", "coder", "codex", "local", "2m"]
+    assert (narrow.name_at, wide.name_at) == (0, 1)
 
 
-def test_cells_join_values_and_spell_missing_as_none() -> None:
-    assert printers.cell([]) == "<none>"
-    assert printers.cell([None, ""]) == "<none>"
-    assert printers.cell(["a", "b"]) == "a,b"
-    assert printers.cell([True, 3]) == "true,3"
-    assert printers.cell([{"k": 1}]) == '{"k":1}'
+def test_the_name_column_is_the_one_formatted_as_name() -> None:
+    moved = [DEFINITIONS[1], DEFINITIONS[0]]
+    assert printers.layout(moved, wide=False, namespace=True).name_at == 2
 
 
-def test_agent_columns_come_from_the_registry() -> None:
-    names = [c.name for c in printers.columns_for(AGENTS, wide=False, all_namespaces=False)]
-    assert names == ["NAME", "PROVIDER", "READY", "AGE"]
-    wide = [c.name for c in printers.columns_for(AGENTS, wide=True, all_namespaces=True)]
-    assert wide == ["NAMESPACE", "NAME", "PROVIDER", "READY", "RUNTIME", "AGE"]
+def test_cells_print_like_kubectl_but_spell_nothing_as_none() -> None:
+    assert [printers.text(v) for v in (None, "", "x", 3, True, 1.5)] == ["<none>", "<none>", "x", "3", "true", "1.5"]
+    assert printers.text("first line\nsecond") == "first line..."
+    assert printers.text("a\r\nb") == "a..."
+    layout = printers.layout(DEFINITIONS, wide=True, namespace=True)
+    short = {"cells": ["lonely"], "object": None}  # fewer cells than columns, no object: no crash
+    assert layout.cells(short) == ["<none>", "lonely", "<none>", "<none>", "<none>"]
 
 
-def test_a_kind_unknown_locally_prints_name_and_age() -> None:
-    other = ResourceType(group="example.com", version="v1", kind="Widget", plural="widgets", singular="widget",
-                         namespaced=False)
-    assert [c.name for c in printers.columns_for(other, wide=True, all_namespaces=True)] == ["NAME", "AGE"]
+def test_a_plain_list_from_an_older_server_becomes_name_and_age() -> None:
+    listing = {"kind": "AgentList", "metadata": {"resourceVersion": "9"},
+               "items": [agent("coder"), agent("a-much-longer-name", created="2025-01-08T12:00:00Z")]}
+    table = printers.as_table(listing, NOW)
+    assert table["metadata"] == {"resourceVersion": "9"}
+    layout = printers.layout(table["columnDefinitions"], wide=True, namespace=True)
+    rows = [layout.cells(r) for r in table["rows"]]
+    assert printers.render_table(layout.headers, rows) == [
+        "NAMESPACE   NAME                 AGE",
+        "default     coder                2m",
+        "default     a-much-longer-name   2d",
+    ]
+    one = printers.as_table(agent("coder"), NOW)
+    assert [r["cells"] for r in one["rows"]] == [["coder", "2m"]]
+    served = {"kind": "Table", "columnDefinitions": DEFINITIONS, "rows": []}
+    assert printers.as_table(served, NOW) is served
 
 
 def test_rows_and_table_line_up_like_kubectl() -> None:
-    columns = printers.columns_for(AGENTS, wide=False, all_namespaces=False)
-    rows = [printers.row(agent("coder", ready="True"), columns, NOW),
-            printers.row(agent("a-much-longer-name", created="2025-01-08T12:00:00Z"), columns, NOW)]
-    assert rows[0] == ["coder", "codex", "True", "2m"]
-    assert rows[1] == ["a-much-longer-name", "codex", "<none>", "2d"]
-    lines = printers.render_table([c.name for c in columns], rows)
-    assert lines == [
-        "NAME                 PROVIDER   READY    AGE",
-        "coder                codex      True     2m",
-        "a-much-longer-name   codex      <none>   2d",
+    layout = printers.layout(DEFINITIONS, wide=False, namespace=False)
+    rows = [layout.cells(row("coder", "codex", "local", "2m")),
+            layout.cells(row("a-much-longer-name", None, "local", "2d"))]
+    assert printers.render_table(layout.headers, rows) == [
+        "NAME                 PROVIDER   AGE",
+        "coder                codex      2m",
+        "a-much-longer-name   <none>     2d",
     ]
 
 
