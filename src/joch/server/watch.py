@@ -47,6 +47,7 @@ from joch.server.options import ServerOptions
 from joch.store.base import Store, Watch, WatchEvent, WatchOptions
 
 logger = logging.getLogger("joch.server")
+YIELD_EVERY = 64
 Transform = Callable[[str, Any], Any]
 """What a stream sends for an event's object, given the event type (e.g. ``tables.WatchTables``)."""
 
@@ -58,6 +59,7 @@ async def follow(
     ``timeout`` seconds have passed or the watch ends. Closes the watch however it stops."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout if timeout else None
+    streak = 0
     try:
         while True:
             wait = idle
@@ -70,6 +72,11 @@ async def follow(
             event = await watch.aget(wait)
             if event is not None:
                 yield event
+                streak += 1
+                if streak % YIELD_EVERY == 0:
+                    # aget returns buffered events without awaiting, and so may the send: give the
+                    # loop a turn so a client that went away is noticed before the backlog is written.
+                    await asyncio.sleep(0)
                 continue
             now = loop.time()
             if wait is None or now - started < wait / 2:

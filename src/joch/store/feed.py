@@ -48,6 +48,7 @@ class Change(NamedTuple):
     name: str
     type: str
     body: str
+    prev_labels: str | None = None  # JSON of the labels before a MODIFIED that changed them
 
 
 ReadChanges = Callable[[int, str | None, int], tuple[int, list[Change]]]
@@ -66,14 +67,32 @@ class Filter:
         return self.namespace is None or change.namespace == self.namespace
 
     def decode(self, change: Change) -> WatchEvent | None:
-        """The event for ``change`` when it passes the filter (the body is parsed per watch, so
-        each consumer owns its dicts)."""
+        """The event for ``change`` as this watch sees it, or None (the body is parsed per watch,
+        so each consumer owns its dicts).
+
+        With a label selector, a relabel that moves an object into the selection is ADDED and one
+        that moves it out is DELETED, as a Kubernetes watch reports them; the DELETED carries the
+        object as it is now (Kubernetes sends its previous content), at the change's revision.
+        Field selectors only see name and namespace, which never change.
+        """
         if not self.match_key(change):
             return None
         obj = json.loads(change.body)
-        if (self.labels or self.fields) and not selectors.matches(obj, self.labels, self.fields):
-            return None
-        return WatchEvent(change.type, obj, change.revision)  # type: ignore[arg-type]
+        if not (self.labels or self.fields):
+            return WatchEvent(change.type, obj, change.revision)  # type: ignore[arg-type]
+        now = selectors.matches(obj, self.labels, self.fields)
+        if change.type != "MODIFIED" or not self.labels or change.prev_labels is None:
+            return WatchEvent(change.type, obj, change.revision) if now else None  # type: ignore[arg-type]
+        before_labels = json.loads(change.prev_labels)
+        before_obj = {"metadata": {**obj.get("metadata", {}), "labels": before_labels}}
+        before = selectors.matches(before_obj, self.labels, self.fields)
+        if now and before:
+            return WatchEvent("MODIFIED", obj, change.revision)
+        if now:
+            return WatchEvent("ADDED", obj, change.revision)
+        if before:
+            return WatchEvent("DELETED", obj, change.revision)
+        return None
 
 
 def bookmark_object(api_version: str, kind: str) -> Obj:
@@ -104,15 +123,31 @@ class Subscription(Watch):
         self._last_emit = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async_wake: asyncio.Event | None = None
+        self._error: WatchEvent | None = None
+        self._replay_lock = threading.Lock()
+        self._released = False
 
     # --- fed by the feed thread ------------------------------------------------------------------
 
     def offer(self, change: Change) -> None:
-        event = self._filter.decode(change)
+        try:
+            event = self._filter.decode(change)
+        except Exception:  # one undecodable body must not wedge the feed for every watch
+            log.exception("watch: cannot decode change %s; ending this watch", change.revision)
+            self.expire(errors.Internal(f"cannot decode change {change.revision}").to_status(), change.revision)
+            return
         if event is None:
             return
         with self._cond:
             self._queue.append(event)
+            self._cond.notify_all()
+        self._wake_async()
+
+    def expire(self, status: Obj, revision: int) -> None:
+        """End the watch with an ERROR event carrying ``status`` (delivered before anything else)."""
+        with self._cond:
+            if self._error is None:
+                self._error = WatchEvent("ERROR", status, revision)
             self._cond.notify_all()
         self._wake_async()
 
@@ -123,16 +158,26 @@ class Subscription(Watch):
                 loop.call_soon_threadsafe(wake.set)
 
     def start_live(self, revision: int, bodies: list[str]) -> None:
-        """Begin with the current objects as ADDED events, then follow from ``revision``."""
+        """Begin with the current objects as ADDED events, then follow from ``revision``.
+
+        Each synthetic event carries the snapshot's revision (not the object's own, older one): a
+        client resuming from any of them — an SSE ``Last-Event-ID`` — must resume after the
+        snapshot, not from a revision compaction may already have removed."""
         for body in bodies:
             obj = json.loads(body)
             if selectors.matches(obj, self._filter.labels, self._filter.fields):
-                rv = int(obj.get("metadata", {}).get("resourceVersion") or revision)
-                self._ready.append(WatchEvent("ADDED", obj, rv))
+                self._ready.append(WatchEvent("ADDED", obj, revision))
         self._last = revision
         self._replaying = False
 
     # --- consumed by the watcher -----------------------------------------------------------------
+
+    def _replay_step(self) -> None:
+        """Read the next page of the replay into ``_ready``. Safe to run in a worker thread whose
+        awaiting task was cancelled: it only appends, and one step runs at a time."""
+        with self._replay_lock:
+            if self._replaying and not self._ready and not self._closed:
+                self._replay_page()
 
     def _replay_page(self) -> None:
         compacted, changes = self._feed.read_changes(self._last, self._filter.kind, _REPLAY_PAGE)
@@ -153,9 +198,16 @@ class Subscription(Watch):
         if len(changes) < _REPLAY_PAGE:
             self._replaying = False
 
-    def _poll(self) -> WatchEvent | None:
-        """Next event without waiting (may read the database while replaying)."""
+    def _poll(self, *, replay: bool = True) -> WatchEvent | None:
+        """Next event without waiting. With ``replay`` it reads the database while replaying;
+        without, it returns None when the next event needs a read (``aget`` does that read in a
+        thread)."""
         while True:
+            if self._error is not None:
+                event, self._error = self._error, None
+                self._closed = True
+                self._replaying = False
+                return event
             if self._ready:
                 event = self._ready.popleft()
                 self._last = max(self._last, event.revision) if event.type != "ERROR" else self._last
@@ -164,7 +216,9 @@ class Subscription(Watch):
             if self._closed:
                 return None
             if self._replaying:
-                self._replay_page()
+                if not replay:
+                    return None
+                self._replay_step()
                 continue
             with self._lock:
                 while self._queue:
@@ -223,10 +277,12 @@ class Subscription(Watch):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wake.clear()
-            if self._replaying:
-                event = await asyncio.to_thread(self._poll)
-            else:
-                event = self._poll()
+            event = self._poll(replay=False)
+            if event is None and self._replaying and not self._closed:
+                # Only the database read runs in the thread; events are popped here, on the loop,
+                # so a cancelled aget loses nothing.
+                await asyncio.to_thread(self._replay_step)
+                continue
             event = event or self._bookmark_due()
             if event is not None or self._closed:
                 return event
@@ -238,6 +294,9 @@ class Subscription(Watch):
 
     def close(self) -> None:
         with self._cond:
+            if self._released:
+                return
+            self._released = True
             self._closed = True
             self._cond.notify_all()
         self._wake_async()
@@ -271,12 +330,19 @@ class Feed:
         sub = Subscription(self, flt, after=after, bookmarks=bookmarks, bookmark_interval=bookmark_interval,
                            bookmark_template=bookmark_template)
         with self._lock:
-            if not self._subs:
+            idle = not self._subs
+        current = self._current() if idle else None
+        with self._lock:
+            if current is not None and not self._subs:
                 # Nobody was listening, so the feed stopped reading: start from now. Changes up to
                 # here reach the new watch through its own replay or snapshot.
-                self.position = self._current()
+                self.position = max(self.position, current)
             self._subs.add(sub)
         return sub
+
+    def subscribers_count(self) -> int:
+        with self._lock:
+            return len(self._subs)
 
     def unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
@@ -316,18 +382,36 @@ class Feed:
                 if not self._subs:
                     return  # no watcher: a commit costs the feed nothing
                 position = self.position
-            _, changes = self.read_changes(position, None, _REPLAY_PAGE)
+            compacted, changes = self.read_changes(position, None, _REPLAY_PAGE)
+            if compacted > position:
+                self._expire_all(position, compacted)
+                continue
             if not changes:
                 return
+            # Decode and queue outside the feed lock, so subscribing and closing never wait on it.
+            # The position moves only afterwards: a bookmark taken at a position is then safe.
             with self._lock:
                 subs = list(self._subs)
-                for change in changes:
-                    for sub in subs:
-                        sub.offer(change)
+            for change in changes:
+                for sub in subs:
+                    sub.offer(change)
+            with self._lock:
                 # A subscription may have moved the position on meanwhile: never move it back.
                 self.position = max(self.position, changes[-1].revision)
             if len(changes) < _REPLAY_PAGE:
                 return
+
+    def _expire_all(self, position: int, compacted: int) -> None:
+        """The feed fell behind compaction (another replica compacted, or the feed lagged): the
+        changes in between are gone, so every live watch ends with 410 and must list again."""
+        message = (f"the watch fell behind compaction: changes after {position} up to {compacted} are gone; "
+                   "list again and watch from there")
+        log.warning("change feed: %s", message)
+        with self._lock:
+            subs = list(self._subs)
+            self.position = max(self.position, compacted)
+        for sub in subs:
+            sub.expire(gone_status(message), compacted)
 
     def close(self) -> None:
         self._stop = True

@@ -55,8 +55,12 @@ class PostgresBackend(Backend):
         )
         self._listener: threading.Thread | None = None
         self._stop = threading.Event()
-        self.channel = self._channel()
-        self._migrate()
+        try:
+            self.channel = self._channel()
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
 
     def _channel(self) -> str:
         """A NOTIFY channel per database and schema: NOTIFY is database-wide, and stores in other

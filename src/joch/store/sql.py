@@ -23,6 +23,7 @@ import binascii
 import builtins
 import json
 import secrets
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -133,7 +134,7 @@ class _Tx(Writer):
         ).fetchone()
         return json.loads(row[0]) if row else None
 
-    def _record(self, kind: KindInfo, obj: Obj, event: str) -> Obj:
+    def _record(self, kind: KindInfo, obj: Obj, event: str, previous: Obj | None = None) -> Obj:
         revision = self.revision + 1
         m = obj["metadata"]
         m["resourceVersion"] = str(revision)
@@ -159,9 +160,15 @@ class _Tx(Writer):
                 "DELETE FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
                 (kind.key, namespace, name),
             )
+        prev_labels = None
+        if previous is not None and event == "MODIFIED":
+            before = (previous.get("metadata") or {}).get("labels") or {}
+            if before != (m.get("labels") or {}):
+                prev_labels = dumps(before)
         self.conn.execute(
-            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body) VALUES (?, ?, ?, ?, ?, ?)",
-            (revision, kind.key, namespace, name, event, body),
+            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (revision, kind.key, namespace, name, event, body, prev_labels),
         )
         self.revision = revision
         return obj
@@ -216,11 +223,20 @@ class _Tx(Writer):
             new["status"] = current["status"]
         if new.get("spec") != current.get("spec"):
             new_meta["generation"] = int(cm.get("generation") or 0) + 1
-        if cm.get("deletionTimestamp") and not new_meta.get("finalizers"):
-            return self._record(kind, new, "DELETED")
+        if cm.get("deletionTimestamp"):
+            added = set(new_meta.get("finalizers") or ()) - set(cm.get("finalizers") or ())
+            if added:
+                raise errors.Invalid(
+                    f"{_ident(kind, cm.get('namespace') or '', cm['name'])} is being deleted: no new "
+                    f"finalizers can be added (tried {', '.join(sorted(added))})", kind=kind.kind, name=cm["name"],
+                    causes=[errors.Cause("metadata.finalizers", "Forbidden: no new finalizers can be added if "
+                                         "the object is being deleted", "FieldValueForbidden")],
+                )
+            if not new_meta.get("finalizers"):
+                return self._record(kind, new, "DELETED", current)
         if new == current:
             return current
-        return self._record(kind, new, "MODIFIED")
+        return self._record(kind, new, "MODIFIED", current)
 
     def update_status(self, kind: KindInfo, obj: Obj) -> Obj:
         m = obj.get("metadata") or {}
@@ -234,7 +250,7 @@ class _Tx(Writer):
             new.pop("status", None)
         else:
             new["status"] = status
-        return self._record(kind, new, "MODIFIED")
+        return self._record(kind, new, "MODIFIED", current)
 
     def delete(
         self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
@@ -247,8 +263,8 @@ class _Tx(Writer):
             if cm.get("deletionTimestamp"):
                 return current
             marked = {**current, "metadata": {**cm, "deletionTimestamp": now()}}
-            return self._record(kind, marked, "MODIFIED")
-        return self._record(kind, current, "DELETED")
+            return self._record(kind, marked, "MODIFIED", current)
+        return self._record(kind, current, "DELETED", current)
 
 
 def _encode_continue(revision: int, namespace: str, name: str) -> str:
@@ -268,6 +284,7 @@ class SqlStore(Store):
     def __init__(self, backend: Backend, *, history: int | None = None, compact_interval: float = 30.0) -> None:
         self.backend = backend
         self.history = history
+        self._local = threading.local()
         self.feed = feeds.Feed(
             read_changes=self._changes_after, current=self.current_revision,
             poll_interval=backend.poll_interval, compact=self._auto_compact if history else None,
@@ -281,6 +298,21 @@ class SqlStore(Store):
 
     @contextmanager
     def transaction(self) -> Iterator[Writer]:
+        if getattr(self._local, "writing", False):
+            # The write lock is not re-entrant (and on Postgres the counter row is locked): a nested
+            # write on the same thread would wait for itself forever. Use the Writer you were given.
+            raise RuntimeError(
+                "store write inside a store transaction on the same thread: use the transaction's Writer"
+            )
+        self._local.writing = True
+        try:
+            with self._transaction() as tx:
+                yield tx
+        finally:
+            self._local.writing = False
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Writer]:
         with self.backend.write() as conn:
             (revision,) = conn.execute(self.backend.lock_revision_sql).fetchone()
             tx = _Tx(conn, int(revision))
@@ -417,17 +449,17 @@ class SqlStore(Store):
             (compacted,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'compacted'").fetchone()
             if kind is None:
                 rows = conn.execute(
-                    "SELECT revision, kind, namespace, name, type, body FROM joch_changes "
+                    "SELECT revision, kind, namespace, name, type, body, prev_labels FROM joch_changes "
                     "WHERE revision > ? ORDER BY revision LIMIT ?",
                     (revision, limit),
                 ).fetchall()
             else:
                 rows = conn.execute(
-                    "SELECT revision, kind, namespace, name, type, body FROM joch_changes "
+                    "SELECT revision, kind, namespace, name, type, body, prev_labels FROM joch_changes "
                     "WHERE kind = ? AND revision > ? ORDER BY revision LIMIT ?",
                     (kind, revision, limit),
                 ).fetchall()
-        return int(compacted), [feeds.Change(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        return int(compacted), [feeds.Change(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
     def _snapshot(self, kind: KindInfo, namespace: str | None) -> tuple[int, builtins.list[str]]:
         ns = namespace if kind.namespaced else None
@@ -458,17 +490,27 @@ class SqlStore(Store):
         if rv in (None, "", "0"):
             sub = self.feed.subscribe(flt, after=None, bookmarks=opts.allow_bookmarks,
                                       bookmark_interval=interval, bookmark_template=bookmark)
-            if kind is None:
-                sub.start_live(self.current_revision(), [])
-            else:
-                revision, bodies = self._snapshot(kind, flt.namespace)
-                sub.start_live(revision, bodies)
+            try:
+                if kind is None:
+                    sub.start_live(self.current_revision(), [])
+                else:
+                    revision, bodies = self._snapshot(kind, flt.namespace)
+                    sub.start_live(revision, bodies)
+            except BaseException:
+                sub.close()
+                raise
             return sub
         try:
             after = int(rv)
         except ValueError as exc:
             raise errors.BadRequest(f"invalid resourceVersion {rv!r}: it must be a number") from exc
-        compacted = self.compacted_revision()
+        compacted, current = self.compacted_revision(), self.current_revision()
+        if after > current:
+            # A revision no commit has produced: Kubernetes answers "too large resource version".
+            raise errors.BadRequest(
+                f"too large resource version: {after}, the store is at {current}; watch from a "
+                "resourceVersion a list or an object returned"
+            )
         if after < compacted:
             raise errors.Gone(
                 f"too old resource version: {after} ({compacted}); list again to get a current "

@@ -36,6 +36,7 @@ class SqliteBackend(Backend):
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
         self._migrate()
 
@@ -73,10 +74,11 @@ class SqliteBackend(Backend):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # a failed COMMIT may already have rolled back
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     @contextmanager
     def read(self) -> Iterator[Conn]:
@@ -85,7 +87,7 @@ class SqliteBackend(Backend):
         except queue.Empty:
             conn = self._connect()
             conn.execute("PRAGMA query_only=1")
-            with self._write_lock:
+            with self._readers_lock:  # not the write lock: a read never waits for a write
                 self._all_readers.append(conn)
         conn.execute("BEGIN")
         try:
@@ -95,7 +97,7 @@ class SqliteBackend(Backend):
             self._readers.put(conn)
 
     def close(self) -> None:
-        with self._write_lock:
+        with self._write_lock, self._readers_lock:
             for conn in [*self._all_readers, self._writer]:
                 conn.close()
             self._all_readers.clear()

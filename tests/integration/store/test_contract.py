@@ -442,3 +442,159 @@ def test_a_refused_create_inside_a_transaction_leaves_no_revision_gap(store: Sto
             tx.create(AGENT, agent("taken"))
         created = tx.create(AGENT, agent("fresh"))
     assert int(created["metadata"]["resourceVersion"]) == before + 1 == store.current_revision()
+
+
+# --- regressions from the store review ----------------------------------------------------------
+
+def drain(w: Any, timeout: float = 1.0) -> list[Any]:
+    out = []
+    while (event := w.get(timeout=timeout)) is not None:
+        out.append(event)
+    return out
+
+
+def test_label_watch_reports_objects_leaving_and_entering(store: Store) -> None:
+    a = store.create(AGENT, agent("a", labels={"team": "x"}))
+    with store.watch(AGENT, WatchOptions(resource_version=a["metadata"]["resourceVersion"],
+                                         label_selector="team=x")) as w:
+        left = store.update(AGENT, {**a, "metadata": {**a["metadata"], "labels": {"team": "y"}}})
+        store.update(AGENT, {**left, "spec": {"providerRef": {"name": "other"}}})  # unseen: not selected
+        back = store.get(AGENT, "default", "a")
+        back = store.update(AGENT, {**back, "metadata": {**back["metadata"], "labels": {"team": "x"}}})
+        store.update(AGENT, {**back, "spec": {"providerRef": {"name": "third"}}})
+        store.delete(AGENT, "default", "a")
+        assert [e.type for e in drain(w)] == ["DELETED", "ADDED", "MODIFIED", "DELETED"]
+
+
+def test_a_live_watch_that_falls_behind_compaction_ends_with_410(store_url: str) -> None:
+    from joch.store import open_store
+
+    writer, reader = open_store(store_url, history=None), open_store(store_url, history=None)
+    try:
+        w = reader.watch(AGENT, WatchOptions(resource_version=str(reader.current_revision())))
+        assert w.get(timeout=0.3) is None  # replay done: live on the reader's feed
+        for i in range(5):
+            writer.create(AGENT, agent(f"g{i}"))
+        writer.compact(writer.current_revision())  # usually before the reader's feed polls
+        writer.create(AGENT, agent("after"))
+        events = drain(w, timeout=4)
+        w.close()
+        # Either the feed read the changes before they were compacted, or the watch says it lost them.
+        delivered = [e.object["metadata"]["name"] for e in events if e.type == "ADDED"]
+        assert delivered == [f"g{i}" for i in range(5)] + ["after"] or (
+            events and events[-1].type == "ERROR" and events[-1].object["code"] == 410)
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_failed_snapshot_leaves_no_subscription_behind(store: Store, store_url: str) -> None:
+    from joch.store.sql import SqlStore
+
+    assert isinstance(store, SqlStore)
+    if store_url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(store_url.removeprefix("sqlite://")) as conn:
+            conn.execute("DROP TABLE joch_objects")
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute("DROP TABLE joch_objects")
+    with pytest.raises(Exception, match="joch_objects"):
+        store.watch(AGENT)
+    assert store.feed.subscribers_count() == 0
+
+
+def test_watch_from_a_future_revision_is_refused(store: Store) -> None:
+    with pytest.raises(errors.BadRequest, match="too large resource version"):
+        store.watch(AGENT, WatchOptions(resource_version=str(store.current_revision() + 3)))
+
+
+def test_synthetic_added_events_carry_the_snapshot_revision(store: Store) -> None:
+    for name in ("b", "a", "c"):
+        store.create(AGENT, agent(name))
+    store.create(AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"}, "spec": {"binary": "x"}})
+    snapshot = store.current_revision()
+    with store.watch(AGENT) as w:
+        events = [w.get(timeout=1) for _ in range(3)]
+    assert [e.revision for e in events if e] == [snapshot] * 3
+
+
+def test_cancelled_async_reads_lose_no_event(store: Store) -> None:
+    import asyncio
+    import time
+
+    rv = store.create(AGENT, agent("seed"))["metadata"]["resourceVersion"]  # "0" would mean list-then-follow
+    with store.transaction() as tx:
+        for i in range(1200):
+            tx.create(AGENT, agent(f"c{i:04d}"))
+
+    async def run() -> list[int]:
+        w = store.watch(AGENT, WatchOptions(resource_version=rv))
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 1200 and time.monotonic() < deadline:
+            try:
+                event = await asyncio.wait_for(w.aget(timeout=5), 0.0005)
+            except TimeoutError:
+                continue
+            if event is None:
+                break
+            got.append(event.revision)
+        w.close()
+        return got
+
+    assert asyncio.run(run()) == list(range(int(rv) + 1, int(rv) + 1201))
+
+
+def test_no_new_finalizers_while_deleting(store: Store) -> None:
+    store.create(AGENT, agent("fin", finalizers=["x/one"]))
+    marked = store.delete(AGENT, "default", "fin")
+    with pytest.raises(errors.Invalid, match="no new finalizers"):
+        store.update(AGENT, {**marked, "metadata": {**marked["metadata"], "finalizers": ["x/one", "x/two"]}})
+    store.update(AGENT, {**marked, "metadata": {**marked["metadata"], "finalizers": []}})
+    with pytest.raises(errors.NotFound):
+        store.get(AGENT, "default", "fin")
+
+
+def test_a_nested_write_on_one_thread_fails_fast_instead_of_deadlocking(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.create(AGENT, agent("outer"))
+        with pytest.raises(RuntimeError, match="inside a store transaction"):
+            store.create(AGENT, agent("inner"))
+    assert store.get(AGENT, "default", "outer")
+    store.create(AGENT, agent("after"))  # the store is still usable
+
+
+def test_reads_do_not_wait_for_a_write_transaction(store: Store) -> None:
+    import time
+
+    store.create(AGENT, agent("a"))
+    started, release = threading.Event(), threading.Event()
+
+    def hold_write() -> None:
+        with store.transaction() as tx:
+            tx.create(AGENT, agent("slow"))
+            started.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold_write)
+    holder.start()
+    started.wait(5)
+    results: list[float] = []
+
+    def read() -> None:  # a new thread: its reader connection may have to be created
+        t0 = time.monotonic()
+        store.get(AGENT, "default", "a")
+        results.append(time.monotonic() - t0)
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join(3)
+    release.set()
+    holder.join()
+    assert len(results) == 4 and max(results) < 1.0
