@@ -17,8 +17,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
+from joch.api import errors
 from joch.api.meta import now
 from joch.store import feed as feeds
 from joch.store import migrations
@@ -43,12 +45,43 @@ class _PgConn:
         return self.conn.execute(query, params, prepare=True)
 
 
+def describe(conninfo: str) -> str:
+    """``user@host:port/db`` of a connection string, without its password."""
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "the given URL"
+    host = parts.get("host") or "localhost"
+    return f"{parts.get('user') or ''}{'@' if parts.get('user') else ''}{host}:{parts.get('port') or 5432}" + (
+        f"/{parts['dbname']}" if parts.get("dbname") else "")
+
+
+def _probe(conninfo: str) -> None:
+    """Fail fast, with a message a person can act on, before a pool would retry for 30 seconds."""
+    where = describe(conninfo)
+    try:
+        with psycopg.connect(conninfo, connect_timeout=5, autocommit=True) as conn:
+            row = conn.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    except psycopg.ProgrammingError as exc:
+        raise errors.BadRequest(f"invalid PostgreSQL URL for {where}: {exc}") from None
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise errors.ServiceUnavailable(f"cannot connect to PostgreSQL at {where}: {reason}") from None
+    if row is None or row[0] is None:
+        search_path = row[1] if row else "?"
+        raise errors.BadRequest(
+            f"PostgreSQL at {where} has no schema to keep Joch's tables in: search_path is {search_path!r} "
+            "and none of it exists; create the schema (CREATE SCHEMA ...) or fix options=-csearch_path in the URL"
+        )
+
+
 class PostgresBackend(Backend):
     name = "postgres"
     lock_revision_sql = "SELECT value FROM joch_meta WHERE key = 'revision' FOR UPDATE"
 
     def __init__(self, conninfo: str, *, max_connections: int = 10) -> None:
         self.conninfo = conninfo
+        _probe(conninfo)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=True,
             name="joch-store",

@@ -598,3 +598,25 @@ def test_reads_do_not_wait_for_a_write_transaction(store: Store) -> None:
     release.set()
     holder.join()
     assert len(results) == 4 and max(results) < 1.0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("url", "error", "text"), [
+    ("postgresql://postgres@127.0.0.1:1/test", errors.ServiceUnavailable,
+     "cannot connect to PostgreSQL at postgres@127.0.0.1:1/test"),
+    ("postgresql://nosuchrole:hunter2@127.0.0.1:5432/test", errors.ServiceUnavailable, "nosuchrole"),
+    ("postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dno_such_schema_here", errors.BadRequest,
+     "no schema to keep Joch's tables in"),
+])
+def test_postgres_problems_fail_fast_with_a_clear_message(
+    postgres_available: None, url: str, error: type[errors.JochError], text: str
+) -> None:
+    import time
+
+    from joch.store import open_store
+
+    started = time.monotonic()
+    with pytest.raises(error) as caught:
+        open_store(url)
+    assert text in caught.value.message and "hunter2" not in caught.value.message
+    assert time.monotonic() - started < 10
