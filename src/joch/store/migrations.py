@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
+from joch.api import errors
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -40,3 +42,13 @@ CREATE_TABLE = (
     "CREATE TABLE IF NOT EXISTS joch_schema_migrations ("
     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
 )
+
+
+def check_not_newer(applied: int, known: list[Migration], where: str) -> None:
+    """Refuse a database migrated by a newer Joch: this binary would misread its tables."""
+    newest = max((m.version for m in known), default=0)
+    if applied > newest:
+        raise errors.ServiceUnavailable(
+            f"the store at {where} has schema version {applied}, newer than this joch knows "
+            f"(up to {newest}): upgrade joch, or point it at another store"
+        )

@@ -113,7 +113,9 @@ class PostgresBackend(Backend):
                     (applied,) = conn.execute(
                         "SELECT COALESCE(MAX(version), 0) FROM joch_schema_migrations"
                     ).fetchone()
-                    for migration in migrations.load("postgres"):
+                    known = migrations.load("postgres")
+                    migrations.check_not_newer(int(applied), known, describe(self.conninfo))
+                    for migration in known:
                         if migration.version <= applied:
                             continue
                         for statement in migration.statements():

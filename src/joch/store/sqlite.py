@@ -53,7 +53,9 @@ class SqliteBackend(Backend):
             try:
                 conn.execute(migrations.CREATE_TABLE)
                 (applied,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM joch_schema_migrations").fetchone()
-                for migration in migrations.load("sqlite"):
+                known = migrations.load("sqlite")
+                migrations.check_not_newer(int(applied), known, str(self.path))
+                for migration in known:
                     if migration.version <= applied:
                         continue
                     for statement in migration.statements():

@@ -620,3 +620,21 @@ def test_postgres_problems_fail_fast_with_a_clear_message(
         open_store(url)
     assert text in caught.value.message and "hunter2" not in caught.value.message
     assert time.monotonic() - started < 10
+
+
+def test_a_store_migrated_by_a_newer_joch_is_refused(store_url: str) -> None:
+    from joch.store import open_store
+
+    open_store(store_url).close()
+    if store_url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(store_url.removeprefix("sqlite://")) as conn:
+            conn.execute("INSERT INTO joch_schema_migrations VALUES (999, 'from-the-future', 'now')")
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO joch_schema_migrations VALUES (999, 'from-the-future', 'now')")
+    with pytest.raises(errors.ServiceUnavailable, match="schema version 999, newer than this joch"):
+        open_store(store_url)
