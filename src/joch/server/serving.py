@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,12 +62,24 @@ def serve(
             app, host=host, port=port, log_level=log_level,
             access_log=access_log, http="h11", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
-        _Server(config).run()
+        _Server(config, store).run()
     finally:
         store.close()
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server with Joch's signal handling, and watches that end when shutdown starts:
+    open watch streams then finish their responses instead of being cancelled after the grace
+    period (which logs a traceback per stream)."""
+
+    def __init__(self, config: uvicorn.Config, store: Store) -> None:
+        super().__init__(config)
+        self._store = store
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._store.stop_watches()
+        await super().shutdown(sockets)
+
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():

@@ -153,4 +153,9 @@ class Store(Writer):
         """Drop change-log entries at or below ``revision``; returns the new horizon."""
 
     @abc.abstractmethod
+    def stop_watches(self) -> None:
+        """End every open watch as if it had been closed (a server shutting down calls this so its
+        streams finish instead of being cancelled)."""
+
+    @abc.abstractmethod
     def close(self) -> None: ...

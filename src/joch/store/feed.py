@@ -413,12 +413,15 @@ class Feed:
         for sub in subs:
             sub.expire(gone_status(message), compacted)
 
+    def close_subscriptions(self) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            sub.close()
+
     def close(self) -> None:
         self._stop = True
         self._event.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        with self._lock:
-            subs = list(self._subs)
-        for sub in subs:
-            sub.close()
+        self.close_subscriptions()

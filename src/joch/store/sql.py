@@ -519,6 +519,9 @@ class SqlStore(Store):
         return self.feed.subscribe(flt, after=after, bookmarks=opts.allow_bookmarks,
                                    bookmark_interval=interval, bookmark_template=bookmark)
 
+    def stop_watches(self) -> None:
+        self.feed.close_subscriptions()
+
     def close(self) -> None:
         self.feed.close()
         self.backend.close()

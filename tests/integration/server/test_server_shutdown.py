@@ -1,0 +1,65 @@
+"""Stopping ``joch server`` while clients watch: the streams end, the process exits promptly and
+cleanly, and nothing is logged as a traceback."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_sigint_with_open_watches_exits_cleanly(store_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    code = "import sys; from joch.server import serve; serve(store_url=sys.argv[1], port=int(sys.argv[2]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, store_url, str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        ended: list[str] = []
+
+        def watch(path: str) -> None:
+            with httpx.stream("GET", f"{base}{path}", timeout=30) as response:
+                for _ in response.iter_lines():
+                    pass
+            ended.append(path)
+
+        paths = ["/apis/joch.dev/v1alpha1/namespaces/default/agents?watch=1",
+                 "/apis/joch.dev/v1alpha1/agentproviders?watch=1", "/v1/resources/watch"]
+        watchers = [threading.Thread(target=watch, args=(p,), daemon=True) for p in paths]
+        for w in watchers:
+            w.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+        took = time.monotonic() - started
+        for w in watchers:
+            w.join(5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert sorted(ended) == sorted(paths)
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+    assert took < 2.5, f"shutdown took {took:.1f}s (the grace period is 3s: streams were not ended)"
