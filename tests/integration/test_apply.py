@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+import yaml
 
 from joch.admission.apply import (
     ApplyResult,
@@ -18,7 +20,7 @@ from joch.admission.apply import (
 from joch.admission.documents import load_documents
 from joch.admission.validation import AdmissionOptions
 from joch.api import errors
-from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, IMPLEMENTATION_SPEC
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, IMPLEMENTATION_SPEC, SECRET
 from joch.api.registry import KindInfo
 from joch.store import Store
 
@@ -118,7 +120,7 @@ def test_one_invalid_document_rejects_the_whole_file(store: Store) -> None:
                                                              "  providerref:\n    name: codex\n")
     text = "---\n".join([PROVIDER, IMPL, RUN.replace("name: coder", "name: helper"), bad_agent])
     exc = rejected(store, text)
-    assert exc.message == "1 of 4 documents are invalid; nothing was applied"
+    assert exc.message == "1 of 4 documents is invalid; nothing was applied"
     label = "documents[3] (Agent/helper in quickstart.yaml:26)"
     assert {c.field: c.message for c in exc.causes} == {
         f"{label}.spec.providerRef": "required field is missing",
@@ -166,7 +168,7 @@ def test_agent_with_missing_provider_is_accepted_with_a_warning(store: Store) ->
 
 def test_run_with_missing_agent_is_rejected(store: Store) -> None:
     exc = rejected(store, IMPL + "---\n" + RUN, "run.yaml")
-    assert exc.message == "1 of 2 documents are invalid; nothing was applied"
+    assert exc.message == "1 of 2 documents is invalid; nothing was applied"
     (cause,) = exc.causes
     assert cause.field == "documents[1] (AgentRun/fix-1 in run.yaml:8).spec.agentRef.name"
     assert cause.message == ('agent "coder" not found in namespace "default"; create it first or fix '
@@ -248,11 +250,72 @@ def test_apply_keeps_finalizers_a_controller_added(store: Store) -> None:
     assert store.get(AGENT, "default", "coder")["metadata"]["finalizers"] == ["joch.dev/cleanup"]
 
 
-def test_apply_ignores_a_stale_resource_version(store: Store) -> None:
+def _as_got(obj: dict[str, Any]) -> str:
+    """What ``joch get -o yaml`` prints: the stored object, server fields and status included."""
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+def test_apply_honours_the_resource_version_of_get_output(store: Store) -> None:
     apply(store, QUICKSTART)
-    stale = AGENT_DOC.replace("  name: coder\n", "  name: coder\n  resourceVersion: '1'\n")
-    apply(store, AGENT_DOC.replace("team: core", "team: x"))
-    assert apply(store, stale).items[0].action == "configured"
+    got = _as_got(store.get(AGENT, "default", "coder"))
+    assert apply(store, got, "coder.yaml").items[0].action == "unchanged"
+
+    apply(store, AGENT_DOC.replace("team: core", "team: someone-else"))  # a change made after the get
+    before = store.current_revision()
+    with pytest.raises(errors.Conflict) as info:
+        apply(store, PROVIDER + "---\n" + got.replace("team: core", "team: mine"), "coder.yaml")
+    assert info.value.message.startswith(
+        "documents[1] (Agent/coder in coder.yaml:9): the object has been modified since resourceVersion ")
+    assert "get it again and re-apply your change, or remove metadata.resourceVersion" in info.value.message
+    assert info.value.message.endswith("; nothing was applied")
+    assert store.current_revision() == before
+    assert store.get(AGENT, "default", "coder")["metadata"]["labels"] == {"team": "someone-else"}
+
+    current = _as_got(store.get(AGENT, "default", "coder"))
+    assert apply(store, current.replace("team: someone-else", "team: mine")).items[0].action == "configured"
+
+
+def test_apply_refuses_the_uid_of_an_object_deleted_since(store: Store) -> None:
+    apply(store, QUICKSTART)
+    got = _as_got(store.get(AGENT_PROVIDER, "default", "codex"))
+    store.delete(AGENT_PROVIDER, "default", "codex")
+    with pytest.raises(errors.Conflict, match=r"the object no longer exists, but the document carries the "
+                                              r"metadata.resourceVersion of one that did"):
+        apply(store, got)
+    apply(store, PROVIDER)
+    with pytest.raises(errors.Conflict, match=r"metadata.uid \S+ is not the uid of the stored object"):
+        apply(store, got)
+    without_uid = yaml.safe_load(got)
+    del without_uid["metadata"]["uid"], without_uid["metadata"]["resourceVersion"]
+    assert apply(store, _as_got(without_uid)).items[0].action == "unchanged"
+
+
+def test_a_resource_version_that_is_not_a_revision_is_invalid_not_a_conflict(store: Store) -> None:
+    apply(store, QUICKSTART)
+    exc = rejected(store, AGENT_DOC.replace("  name: coder\n", "  name: coder\n  resourceVersion: latest\n"))
+    assert [c.field for c in exc.causes] == ["documents[0] (Agent/coder in quickstart.yaml:1).metadata.resourceVersion"]
+
+
+def test_totals_count_documents_the_way_their_indexes_do(store: Store) -> None:
+    bad = PROVIDER.replace("binary: codex", "binary: ''")
+    exc = rejected(store, "---\n---\n" + bad)  # an empty first document still takes documents[0]
+    assert exc.message == "1 of 2 documents is invalid; nothing was applied"
+    assert exc.causes[0].field.startswith("documents[1] ")
+    items = load_documents(json.dumps({"kind": "List", "items": [
+        yaml.safe_load(bad), yaml.safe_load(bad.replace("codex", "aider"))]}), "list.json")
+    with pytest.raises(errors.Invalid) as info:
+        apply_documents(store, items)
+    assert info.value.message == "1 of 1 document is invalid; nothing was applied"
+    assert [c.field.split(" ")[0] for c in info.value.causes] == ["documents[0].items[0]", "documents[0].items[1]"]
+
+
+def test_secret_string_data_is_stored_as_data(store: Store) -> None:
+    secret = ("apiVersion: ops.joch.dev/v1alpha1\nkind: Secret\nmetadata:\n  name: token\n"
+              "spec:\n  stringData:\n    token: s3cret\n")
+    assert apply(store, secret).items[0].action == "created"
+    stored = store.get(SECRET, "default", "token")
+    assert stored["spec"] == {"type": "Opaque", "data": {"token": "czNjcmV0"}}
+    assert apply(store, secret).items[0].action == "unchanged"
 
 
 def test_generate_name_is_for_create(store: Store) -> None:

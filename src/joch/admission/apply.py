@@ -8,8 +8,12 @@ Design decisions:
   and only when all are valid writes them inside the same ``store.transaction()``. Any error —
   admission, a store conflict, anything — rolls the whole batch back: nothing is half-written.
 * **How a rejected batch reads.** One ``errors.Invalid`` with the message
-  ``"N of M documents are invalid; nothing was applied"``. Each cause's ``field`` starts with the
-  document's label, then its own path::
+  ``"N of M documents are invalid; nothing was applied"`` (``"1 of 1 document is invalid"``).
+  N and M count documents the way ``documents[i]`` numbers them: per source, every ``---`` section
+  up to the last one holding an object — empty sections included, because they take an index —
+  and a ``kind: List`` is one document however many items it has. So the largest index named is
+  always below M, and N counts the documents named, not the causes. Each cause's ``field`` starts
+  with the document's label, then its own path::
 
       documents[3] (Agent/coder in quickstart.yaml:14).spec.providerRef.name
 
@@ -17,12 +21,19 @@ Design decisions:
   see ``documents.Document.label``). ``extra["documents"]`` repeats this per document, for
   programs: ``index``, ``item``, ``source``, ``line``, ``kind``, ``name``, ``message`` (the
   object's own Kubernetes-style message) and ``causes`` with paths relative to the object.
-* **Apply is declarative.** A document is the desired spec, labels and annotations; a
-  ``resourceVersion`` in it is ignored (re-applying ``get -o yaml`` output works). Finalizers and
+* **Apply is declarative.** A document is the desired spec, labels and annotations. Finalizers and
   ownerReferences the document leaves out are kept, because controllers own them (a cleanup
   finalizer must survive a re-apply). If spec, labels, annotations and the admission-owned status
   are what the store already holds, the document is ``unchanged`` and nothing is written, so
   resourceVersions stay put. ``metadata.generateName`` is honoured only by create.
+* **Preconditions, as kubectl apply has them.** A document without ``metadata.resourceVersion``
+  and ``metadata.uid`` overwrites whatever is stored. One *with* them (``get -o yaml`` output,
+  edited) was read at that version, so apply refuses to overwrite a change made since: a stale
+  ``resourceVersion``, a ``uid`` of an object since deleted and re-created, or either on an object
+  that no longer exists is ``errors.Conflict`` naming the document and the way out (get it again,
+  or remove the field). A current one passes, so re-applying unchanged ``get -o yaml`` output is
+  ``unchanged``. Preconditions are checked after every document was admitted (an invalid batch is
+  reported as invalid first) and before anything is written, inside the batch's transaction.
 * **Dry run** runs the same code, store writes included, and then aborts the transaction with a
   private exception: what a dry run reports is exactly what a real run would have done.
 * The single-object helpers (``create_object``, ``update_object``, ``patch_object``,
@@ -181,7 +192,10 @@ def _batch(
         except errors.Invalid as exc:
             failures.append((doc, exc))
     if failures:
-        raise _batch_invalid(failures, total=len(docs), mode=mode)
+        raise _batch_invalid(failures, docs, mode=mode)
+    stale = [(plan.doc, why) for plan in plans if mode == "apply" and (why := _stale(plan)) is not None]
+    if stale:
+        raise _conflict(stale)
     return [_write(writer, plan) for plan in plans]
 
 
@@ -272,10 +286,10 @@ def _existing(writer: Writer, doc: Document, identity: Identity | None) -> Obj |
 
 
 def _desired(obj: Obj, old: Obj | None, mode: Mode) -> Obj:
-    """What apply asks for: no resourceVersion precondition, controller metadata kept."""
+    """What apply asks for: the document, with the controller metadata it leaves out kept."""
     if mode != "apply" or not isinstance(obj.get("metadata"), dict):
         return obj
-    metadata = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+    metadata = dict(obj["metadata"])
     old_metadata = (old or {}).get("metadata") or {}
     for key in _CONTROLLER_METADATA:
         if key not in metadata and key in old_metadata:
@@ -330,7 +344,40 @@ def _user_part(obj: Obj) -> tuple[Any, ...]:
             m.get("finalizers") or [], m.get("ownerReferences") or [])
 
 
-def _batch_invalid(failures: list[tuple[Document, errors.Invalid]], *, total: int, mode: Mode) -> errors.Invalid:
+def _stale(plan: _Plan) -> str | None:
+    """Why the document's ``resourceVersion``/``uid`` precondition fails, or None when it holds."""
+    given = plan.doc.obj.get("metadata")
+    given = given if isinstance(given, dict) else {}
+    version, uid = given.get("resourceVersion") or None, given.get("uid") or None
+    if version is None and uid is None:
+        return None
+    label = plan.doc.label()
+    field_name = "resourceVersion" if version is not None else "uid"
+    if plan.old is None:
+        return (f"{label}: the object no longer exists, but the document carries the metadata.{field_name} "
+                f"of one that did; remove metadata.{field_name} to create it anew")
+    stored = plan.old["metadata"]
+    if uid is not None and uid != stored.get("uid"):
+        return (f"{label}: metadata.uid {uid} is not the uid of the stored object ({stored.get('uid')}): "
+                "it was deleted and created again since the document was read; get it again and "
+                "re-apply your change, or remove metadata.uid (and metadata.resourceVersion)")
+    if version is not None and version != stored.get("resourceVersion"):
+        return (f"{label}: the object has been modified since resourceVersion {version} was read (it is "
+                f"now at {stored.get('resourceVersion')}); get it again and re-apply your change, or "
+                "remove metadata.resourceVersion to overwrite the current version")
+    return None
+
+
+def _conflict(stale: list[tuple[Document, str]]) -> errors.Conflict:
+    more = f" (and {len(stale) - 1} more, see details.causes)" if len(stale) > 1 else ""
+    causes = [Cause(_prefixed(doc.label(), "metadata"), why, "FieldValueInvalid") for doc, why in stale]
+    first = stale[0][0]
+    return errors.Conflict(f"{stale[0][1]}{more}; nothing was applied", kind=first.obj.get("kind"),
+                           name=display_name(first.obj), causes=causes)
+
+
+def _batch_invalid(failures: list[tuple[Document, errors.Invalid]], docs: list[Document], *,
+                   mode: Mode) -> errors.Invalid:
     done = "applied" if mode == "apply" else "created"
     causes: list[Cause] = []
     details: list[dict[str, Any]] = []
@@ -338,8 +385,20 @@ def _batch_invalid(failures: list[tuple[Document, errors.Invalid]], *, total: in
         own = exc.causes or [Cause("", exc.message)]
         causes += [Cause(_prefixed(doc.label(), c.field), c.message, c.reason) for c in own]
         details.append(_detail(doc, exc, own))
-    return errors.Invalid(f"{len(failures)} of {total} documents are invalid; nothing was {done}",
+    invalid_docs = len({(doc.source, doc.index) for doc, _ in failures})
+    total = _document_count(docs)
+    noun = "document" if total == 1 else "documents"
+    verb = "is" if invalid_docs == 1 else "are"
+    return errors.Invalid(f"{invalid_docs} of {total} {noun} {verb} invalid; nothing was {done}",
                           causes=causes, extra={"documents": details})
+
+
+def _document_count(docs: list[Document]) -> int:
+    """Documents as ``documents[i]`` numbers them: per source, up to the last one with an object."""
+    last: dict[str, int] = {}
+    for doc in docs:
+        last[doc.source] = max(last.get(doc.source, -1), doc.index)
+    return sum(index + 1 for index in last.values())
 
 
 def _prefixed(label: str, path: str) -> str:
@@ -412,6 +471,9 @@ def update_status(
     obj = _identified(kind, obj, namespace=namespace, name=name)
     status = validate_status(kind, obj)
     version = (obj.get("metadata") or {}).get("resourceVersion")
+    if isinstance(version, str) and version and not (version.isascii() and version.isdigit()):
+        raise invalid(kind, name, [Cause("metadata.resourceVersion", f'"{version}" is not a resourceVersion: '
+                                         'it must be the decimal revision the server returned (e.g. "42")')])
 
     def body(writer: Writer) -> Obj:
         current = writer.get(kind, namespace, name)
@@ -454,7 +516,9 @@ def _identified(kind: KindInfo, obj: Obj, *, namespace: str | None, name: str | 
     for key, wanted in (("namespace", namespace if kind.namespaced else None), ("name", name)):
         if wanted is None:
             continue
-        given_value = metadata.setdefault(key, wanted)
+        if metadata.get(key) in (None, ""):  # absent or empty: the URL says it (as Kubernetes does)
+            metadata[key] = wanted
+        given_value = metadata[key]
         if given_value != wanted:
             raise errors.BadRequest(f"the {key} of the provided object ({given_value!r}) does not match "
                                     f"the {key} in the URL ({wanted!r})", kind=kind.plural, name=name)

@@ -13,7 +13,11 @@ Design decisions:
   an unquoted ``on``/``yes``/``no``/``1.10``; the message quotes what the user wrote (from
   ``RawScalars``) and never coerces. Traps pydantic cannot see — a mapping key YAML turned into a
   boolean or number, a date, a value JSON cannot hold — are found by ``scan`` over the whole object;
-  pydantic errors at a path ``scan`` already reported are dropped so each problem is said once.
+  pydantic errors at a path where ``scan`` already reported the *value* are dropped so each problem
+  is said once. A problem with the key and one with its value are two problems, both reported.
+* Pydantic reports a mapping key as it sees it: the boolean key of ``{yes: 2}`` arrives as the
+  index-like ``1``. ``causes_from_validation`` maps every location back onto the keys of the input
+  (``given``), so the value's error is reported where the user wrote it, ``annotations.yes``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 import types
 import typing
 from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -78,16 +83,34 @@ def show(value: Any) -> str:
 # --- pydantic errors -----------------------------------------------------------------------------
 
 def causes_from_validation(
-    exc: ValidationError, *, model: type[BaseModel], prefix: FieldPath, raw: RawScalars
+    exc: ValidationError, *, model: type[BaseModel], prefix: FieldPath, raw: RawScalars, given: Any
 ) -> list[Cause]:
-    """One cause per problem, union member errors folded, ``[key]`` errors left to ``scan``."""
+    """One cause per problem, union member errors folded, ``[key]`` errors left to ``scan``.
+    ``given`` is the validated input, whose keys the error locations are mapped back onto."""
     groups: dict[FieldPath, list[ErrorDetails]] = {}
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         if "[key]" in loc or err["type"] == "invalid_key":
             continue  # a non-string mapping key: ``scan`` reports it with the YAML hint
-        groups.setdefault(_strip_union_tag(loc), []).append(err)
+        groups.setdefault(_input_keys(given, _strip_union_tag(loc)), []).append(err)
     return [_cause(loc, errs, model=model, prefix=prefix, raw=raw) for loc, errs in groups.items()]
+
+
+def _input_keys(value: Any, loc: FieldPath) -> FieldPath:
+    """``loc`` with each mapping key replaced by the input's own key object (``True``, not ``1``)."""
+    out: list[Hashable] = []
+    for seg in loc:
+        if isinstance(value, dict) and seg in value:
+            key = next(k for k in value if k == seg and isinstance(k, str) == isinstance(seg, str))
+            out.append(key)
+            value = value[key]
+        elif isinstance(value, list) and isinstance(seg, int) and 0 <= seg < len(value):
+            out.append(seg)
+            value = value[seg]
+        else:
+            out.append(seg)
+            value = None
+    return tuple(out)
 
 
 def _strip_union_tag(loc: FieldPath) -> FieldPath:
@@ -101,16 +124,17 @@ def _cause(
     raw: RawScalars,
 ) -> Cause:
     path = (*prefix, *loc)
+    field = format_path(_as_written(path, raw))
     first = errs[0]
     if first["type"] == "missing":
-        return Cause(format_path(path), "required field is missing", "FieldValueRequired")
+        return Cause(field, "required field is missing", "FieldValueRequired")
     if first["type"] == "extra_forbidden":
-        return Cause(format_path(path), _unknown_field(model, loc), "FieldValueInvalid")
+        return Cause(field, _unknown_field(model, loc), "FieldValueInvalid")
     expected = _expected(errs)
     if expected:
-        return Cause(format_path(path), _type_message(expected, first["input"], raw.values.get(path)),
+        return Cause(field, _type_message(expected, first["input"], raw.values.get(path)),
                      "FieldValueTypeInvalid")
-    return Cause(format_path(path), _constraint_message(first), "FieldValueInvalid")
+    return Cause(field, _constraint_message(first), "FieldValueInvalid")
 
 
 def _expected(errs: list[ErrorDetails]) -> list[str]:
@@ -218,16 +242,28 @@ def _unwrap(tp: Any) -> Any:
 
 # --- YAML traps pydantic cannot see --------------------------------------------------------------
 
-def scan(obj: Any, *, raw: RawScalars) -> list[Cause]:
+@dataclass(frozen=True)
+class Scan:
+    """What ``scan`` found: every cause, and the fields whose *value* it reported (as opposed to
+    a key), where a schema error would only say the same thing again."""
+
+    causes: list[Cause]
+    value_fields: frozenset[str]
+
+
+def scan(obj: Any, *, raw: RawScalars) -> Scan:
     """Mapping keys that are not strings and values JSON cannot hold, anywhere in ``obj``."""
-    return list(_scan(obj, (), raw))
+    found = list(_scan(obj, (), raw))
+    return Scan(causes=[cause for cause, _ in found],
+                value_fields=frozenset(cause.field for cause, is_key in found if not is_key))
 
 
-def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[Cause]:
+def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[tuple[Cause, bool]]:
+    """(cause, whether it is about a key) for every problem at or below ``path``."""
     if isinstance(value, dict):
         for key, child in value.items():
             if not isinstance(key, str):
-                yield _key_cause(key, (*path, key), raw)
+                yield _key_cause(key, (*path, key), raw), True
             yield from _scan(child, (*path, key), raw)
     elif isinstance(value, list):
         for i, child in enumerate(value):
@@ -239,15 +275,15 @@ def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[Cause]:
             f'got the timestamp {text}; YAML reads unquoted dates and times as timestamps — '
             f'quote the value ("{text}")',
             "FieldValueTypeInvalid",
-        )
+        ), False
     elif isinstance(value, float) and not math.isfinite(value):
         yield Cause(format_path(_as_written(path, raw)),
                     f"got {value}, which JSON cannot represent; quote it if you meant text",
-                    "FieldValueTypeInvalid")
+                    "FieldValueTypeInvalid"), False
     elif value is not None and not isinstance(value, str | int | float | bool):
         yield Cause(format_path(_as_written(path, raw)),
                     f"got {show(value)}; only strings, numbers, booleans, null, lists and mappings "
-                    "are allowed", "FieldValueTypeInvalid")
+                    "are allowed", "FieldValueTypeInvalid"), False
 
 
 def _key_cause(key: Any, path: FieldPath, raw: RawScalars) -> Cause:

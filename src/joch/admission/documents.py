@@ -19,11 +19,28 @@ Design decisions:
   items, and so does a top-level JSON array.
 * Aliases are allowed, but a document whose aliases expand to more than ``MAX_NODES`` nodes, or
   that refers to itself, is refused before anything walks it.
+* Mappings and lists may nest at most ``MAX_DEPTH`` (64) levels deep, counting the document itself
+  as level 1; deeper input is a ``BadRequest`` naming the source, the document and the line.
+  libyaml's composer recurses in C and a few thousand ``[`` (or ``- - -``) crash the process, so
+  ``check_nesting`` runs *before* the composer sees the text. It is cheap for ordinary manifests:
+  an upper bound on the depth is computed at C speed (flow brackets per ``---`` section, plus twice
+  the longest run of indentation and ``- ``/``? ``/``: `` indicators that starts a line: a block
+  collection nests inside another only at a deeper column, or at the same one for a list that is
+  a mapping's value). Only text whose bound exceeds the limit is scanned exactly — YAML as parser
+  events (libyaml's parser is iterative), JSON token by token — and only then can it be refused.
+  Python's JSON parser recurses too; its ``RecursionError`` is reported the same way.
+  Aliases cannot make the composer recurse, but they can make the *loaded* object deeper, so the
+  walk over each document's nodes enforces the same limit. The CLI calls ``check_nesting`` before
+  composing YAML of its own.
+* A JSON ``\\ud800``-style escape (or a YAML one, with the pure-Python loader) can produce a lone
+  UTF-16 surrogate, which no UTF-8 store can hold. ``check_surrogates`` refuses it with the field
+  path; it walks the object only when the text contains such an escape.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
@@ -39,12 +56,18 @@ from joch.api import errors
 FieldPath = tuple[Hashable, ...]
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_NODES = 500_000
+MAX_DEPTH = 64
 STDIN = "-"
 
 _TYPED_TAGS = frozenset(
     f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "float", "null", "timestamp")
 )
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_DOCUMENT_MARKER = re.compile(r"^(?:---|\.\.\.)(?=\s|$)", re.M)
+_BLOCK_RUNS = [re.compile(rf"^[ \t?:-]{{{n + 1},}}", re.M) for n in range((MAX_DEPTH - 4) // 2 + 1)]
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_SURROGATE_ESCAPE = re.compile(r"\\(?:u|U0000)[dD][89a-fA-F]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -120,6 +143,50 @@ def load_paths(paths: list[str]) -> list[Document]:
     return docs
 
 
+def check_nesting(text: str, source: str = STDIN) -> None:
+    """Refuse YAML or JSON ``text`` whose mappings and lists nest deeper than ``MAX_DEPTH``:
+    ``errors.BadRequest`` naming ``source``, the document and the line. Call it before handing text
+    to a YAML composer (``yaml.compose``, ``Loader.get_node``, ``yaml.load``), which recurses in C
+    and crashes the process on deep input. Cheap unless the text could nest that deep."""
+    if not _may_nest_too_deeply(text):
+        return
+    if _looks_like_json(text):
+        try:
+            json.loads(text)
+        except RecursionError:
+            _check_json_depth(text, source)
+            raise _too_deep(source, 0, None) from None
+        except ValueError:
+            pass  # not JSON: YAML flow style, scanned as YAML below
+        else:
+            _check_json_depth(text, source)
+            return
+    _check_yaml_depth(text, source)
+
+
+def check_surrogates(value: Any, text: str, source: str = STDIN, ref: str = "documents[0]") -> None:
+    """Refuse a lone UTF-16 surrogate anywhere in ``value`` (a key or a string) parsed from
+    ``text``: ``errors.BadRequest`` naming the field, below ``ref`` (``""`` for a bare object).
+    Free unless ``text`` has such an escape."""
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_surrogates(value, source, ref)
+
+
+def _refuse_surrogates(value: Any, source: str, ref: str) -> None:
+    found = _lone_surrogate(value)
+    if found is None:
+        return
+    path, bad = found
+    from joch.admission.diagnostics import format_path  # diagnostics imports this module
+
+    field_path = format_path(path)
+    where = f"{ref}.{field_path}" if ref and field_path[:1] not in ("", "[") else f"{ref}{field_path}"
+    message = (f"{_display(source)}: {where} holds a lone UTF-16 surrogate (\\u{ord(bad):04x}), which is "
+               "not a character and cannot be stored as UTF-8; send the text as UTF-8, or escape a "
+               "character beyond U+FFFF as a surrogate pair (\\ud83d\\ude00)")
+    raise errors.BadRequest(message, causes=[errors.Cause(where, message, "FieldValueInvalid")])
+
+
 # --- reading -------------------------------------------------------------------------------------
 
 def _read(path: str) -> Iterator[tuple[str, str]]:
@@ -150,14 +217,25 @@ def _read_file(path: Path) -> str:
 
 def _load_json(text: str, source: str) -> Any:
     """The parsed JSON value, or None when ``text`` is not JSON (it is then read as YAML)."""
-    if not text.lstrip().startswith(("{", "[")):
+    if not _looks_like_json(text):
         return None
     try:
-        return json.loads(text, object_pairs_hook=_unique_pairs)
+        value = json.loads(text, object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError:
         return None
     except _DuplicateKey as exc:
         raise errors.BadRequest(f'{_display(source)}: duplicate key "{exc.key}" in a JSON object') from None
+    except RecursionError:
+        _check_json_depth(text, source)
+        raise _too_deep(source, 0, None) from None
+    if _may_nest_too_deeply(text):
+        _check_json_depth(text, source)
+    check_surrogates(value, text, source, "documents[0].items" if isinstance(value, list) else "documents[0]")
+    return value
+
+
+def _looks_like_json(text: str) -> bool:
+    return text.lstrip().startswith(("{", "["))
 
 
 class _DuplicateKey(Exception):
@@ -199,6 +277,8 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
 
 
 def _load_yaml(text: str, source: str) -> Iterator[tuple[int, int, Any, RawScalars]]:
+    check_nesting(text, source)
+    escapes = _SURROGATE_ESCAPE.search(text) is not None
     loader = _Loader(text)
     try:
         index = 0
@@ -207,6 +287,8 @@ def _load_yaml(text: str, source: str) -> Iterator[tuple[int, int, Any, RawScala
             data = loader.construct_document(node)
             raw = RawScalars()
             _walk(loader, node, (), raw, _Budget(source, index))
+            if escapes:
+                _refuse_surrogates(data, source, f"documents[{index}]")
             yield index, node.start_mark.line + 1, data, raw
             index += 1
     except yaml.MarkedYAMLError as exc:
@@ -260,6 +342,8 @@ def _walk(loader: _Loader, node: Node, path: FieldPath, raw: RawScalars, budget:
         if not node.style and node.tag in _TYPED_TAGS:  # libyaml says "", PyYAML None
             raw.values[path] = node.value
         return
+    if len(path) >= MAX_DEPTH:  # only aliases get here: check_nesting bounded the text itself
+        raise _too_deep(budget.source, budget.index, node.start_mark.line + 1, " through aliases")
     if id(node) in budget.stack:
         raise budget.fail("refers to itself through an alias; a manifest must be a tree")
     budget.stack.add(id(node))
@@ -275,6 +359,85 @@ def _walk(loader: _Loader, node: Node, path: FieldPath, raw: RawScalars, budget:
                 raw.keys[(*path, key)] = key_node.value
             _walk(loader, value_node, (*path, key), raw, budget)
     budget.stack.discard(id(node))
+
+
+# --- nesting and characters ----------------------------------------------------------------------
+
+def _may_nest_too_deeply(text: str) -> bool:
+    """Whether an upper bound on the depth of ``text`` (see the module docstring) exceeds
+    ``MAX_DEPTH``: flow brackets, plus twice the longest run of indentation and indicators that
+    starts a line, plus slack. C-speed string scans, no Python loop over the text."""
+    flow = text.count("[") + text.count("{")
+    if not _bound_exceeded(text, flow):
+        return False
+    if flow:
+        # libyaml ends a document at a column-0 "---" or "..." even inside a flow collection
+        return _bound_exceeded(text, max(part.count("[") + part.count("{") for part in _DOCUMENT_MARKER.split(text)))
+    return True
+
+
+def _bound_exceeded(text: str, flow: int) -> bool:
+    room = (MAX_DEPTH - 4 - flow) // 2  # the longest line-start run that keeps the bound in the limit
+    return room < 0 or _BLOCK_RUNS[room].search(text) is not None
+
+
+def _check_yaml_depth(text: str, source: str) -> None:
+    depth = index = 0
+    try:
+        for event in yaml.parse(text, Loader=_BaseLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    raise _too_deep(source, index, mark.line + 1 if mark is not None else None)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.DocumentEndEvent):
+                index += 1
+    except yaml.YAMLError:
+        return  # the loader reports it; its composer gets no deeper than this scan did
+
+
+def _check_json_depth(text: str, source: str) -> None:
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        char = text[token.start()]
+        if char == '"':
+            continue
+        if char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _too_deep(source, 0, text.count("\n", 0, token.start()) + 1)
+        else:
+            depth -= 1
+
+
+def _too_deep(source: str, index: int, line: int | None, how: str = "") -> errors.BadRequest:
+    return errors.BadRequest(
+        f"{_where(source, index, line)}: mappings and lists nest more than {MAX_DEPTH} levels "
+        f"deep{how}; Joch accepts at most {MAX_DEPTH} — flatten the data, or keep it in a file the "
+        "object points to"
+    )
+
+
+def _lone_surrogate(value: Any) -> tuple[FieldPath, str] | None:
+    """The path of the first key or string holding a lone surrogate, and that surrogate."""
+    stack: list[tuple[Any, FieldPath]] = [(value, ())]
+    while stack:
+        current, path = stack.pop()
+        if isinstance(current, str):
+            bad = _SURROGATE.search(current)
+            if bad:
+                return path, bad.group()
+        elif isinstance(current, dict):
+            for key, child in current.items():
+                bad = _SURROGATE.search(key) if isinstance(key, str) else None
+                if bad:
+                    return (*path, key), bad.group()
+                stack.append((child, (*path, key)))
+        elif isinstance(current, list):
+            stack.extend((child, (*path, i)) for i, child in enumerate(current))
+    return None
 
 
 # --- documents -----------------------------------------------------------------------------------

@@ -6,8 +6,13 @@ same alphabet, and annotations together at most 256 KiB — the limits ``kubectl
 
 ``normalize_metadata`` keeps only the fields a user owns (name, generateName, namespace, labels,
 annotations, finalizers, ownerReferences). Server-owned fields (uid, resourceVersion, generation,
-timestamps, managedFields) in the input are ignored here: the store sets them, and the callers
-decide whether a ``resourceVersion`` is a precondition. A namespaced object without a namespace
+timestamps, managedFields) in the input are not kept here: the store sets them, and the callers
+use a ``resourceVersion`` or ``uid`` the input carries as a precondition. A ``resourceVersion``
+must therefore look like one (a decimal revision): anything else is a mistake to report, not a
+precondition that fails with a 409.
+
+An invalid name gets a suggestion only when one can be made that is itself valid (``a..b`` →
+``a-b``, ``Ünïcode`` → ``unicode``); otherwise the rule alone is stated. A namespaced object without a namespace
 gets ``default``; a cluster-scoped object must not name one. Empty maps and lists are dropped so an
 object with ``labels: {}`` and one without labels are the same object.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,7 +54,8 @@ def normalize_metadata(
     try:
         ObjectMeta.model_validate({} if value is None else value)
     except ValidationError as exc:
-        causes.extend(causes_from_validation(exc, model=ObjectMeta, prefix=("metadata",), raw=raw))
+        causes.extend(causes_from_validation(exc, model=ObjectMeta, prefix=("metadata",), raw=raw,
+                                             given=value))
     m: dict[str, Any] = value if isinstance(value, dict) else {}
     causes.extend(_rules(kind, m))
     out = {k: copy.deepcopy(m[k]) for k in USER_FIELDS if m.get(k) not in (None, "", [], {})}
@@ -71,15 +78,28 @@ def _rules(kind: KindInfo, m: dict[str, Any]) -> Iterator[Cause]:
         masked = generate[:-1] + "a" if generate.endswith("-") else generate
         yield from _subdomain("metadata.generateName", masked, generate)
     yield from _namespace(kind, m.get("namespace"))
+    yield from _resource_version(m.get("resourceVersion"))
     yield from _labels(m.get("labels"))
     yield from _annotations(m.get("annotations"))
     yield from _finalizers(m.get("finalizers"))
 
 
+def namespace_problem(value: str) -> str | None:
+    """Why ``value`` is not a valid namespace, or None when it is."""
+    if len(value) <= 63 and DNS1123_LABEL.match(value):
+        return None
+    suggestion = _suggest(value, label=True)
+    example = f' (e.g. "{suggestion}")' if suggestion else ""
+    return f'"{value}" is not a valid namespace: it must be {_LABEL_RULE}{example}'
+
+
 def _subdomain(field: str, value: str, shown: str) -> Iterator[Cause]:
     if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
-        yield Cause(field, f'"{shown}" is not a valid name: it must be {_SUBDOMAIN_RULE} '
-                    f'(e.g. "{_suggest(shown)}")')
+        suggestion = _suggest(shown)
+        if suggestion and shown.endswith("-") and value != shown:  # a generateName prefix
+            suggestion += "-"
+        example = f' (e.g. "{suggestion}")' if suggestion else ""
+        yield Cause(field, f'"{shown}" is not a valid name: it must be {_SUBDOMAIN_RULE}{example}')
 
 
 def _namespace(kind: KindInfo, value: Any) -> Iterator[Cause]:
@@ -89,8 +109,17 @@ def _namespace(kind: KindInfo, value: Any) -> Iterator[Cause]:
         yield Cause("metadata.namespace",
                     f"{kind.kind} is cluster-scoped; remove metadata.namespace (got \"{value}\")",
                     "FieldValueForbidden")
-    elif len(value) > 63 or not DNS1123_LABEL.match(value):
-        yield Cause("metadata.namespace", f'"{value}" is not a valid namespace: it must be {_LABEL_RULE}')
+        return
+    problem = namespace_problem(value)
+    if problem:
+        yield Cause("metadata.namespace", problem)
+
+
+def _resource_version(value: Any) -> Iterator[Cause]:
+    if isinstance(value, str) and value and not (value.isascii() and value.isdigit()):
+        yield Cause("metadata.resourceVersion",
+                    f'"{value}" is not a resourceVersion: it must be the decimal revision the server '
+                    'returned (e.g. "42"); remove it to write without a precondition')
 
 
 def _labels(labels: Any) -> Iterator[Cause]:
@@ -136,6 +165,16 @@ def _qualified(field: str, key: str) -> Iterator[Cause]:
         yield Cause(field, f'"{key}" is not valid: it must be {_QUALIFIED_RULE}')
 
 
-def _suggest(value: str) -> str:
-    cleaned = re.sub(r"[^a-z0-9.-]+", "-", value.lower()).strip("-.")
-    return cleaned[:253] or "my-name"
+def _suggest(value: str, *, label: bool = False) -> str | None:
+    """A valid name (or namespace, with ``label``) close to ``value``, or None when there is none."""
+    ascii_text = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode().lower()
+    limit = 63 if label else 253
+    if label:
+        ascii_text = ascii_text.replace(".", "-")
+    parts = [re.sub(r"[^a-z0-9]+", "-", part).strip("-") for part in ascii_text.split(".")]
+    candidate = ".".join(p for p in parts if p)[:limit]
+    candidate = re.sub(r"[-.]+$", "", candidate)
+    pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
+    if not candidate or candidate == value or not pattern.match(candidate):
+        return None
+    return candidate

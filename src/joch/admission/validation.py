@@ -18,8 +18,13 @@ Design decisions:
   ``references``) is upserted into it.
 * Size limits are part of validation and reported as causes with the limit and the size:
   implementation text (UTF-8 bytes) and the whole object (compact JSON bytes).
-* A ``metadata.resourceVersion`` in the input is passed through on the admitted object so callers
-  can use it as an update precondition; other server-owned metadata is taken from ``old``.
+* A ``metadata.resourceVersion`` or ``metadata.uid`` in the input is passed through on the admitted
+  object so callers use it as an update precondition (the store checks both); other server-owned
+  metadata is taken from ``old``.
+* Rules beyond a spec's schema (``kinds.CheckedSpec.problems``: unique Policy rule names, selector
+  kinds the registry knows) run once the schema passes, and report at their own paths.
+* ``apiVersion: joch.dev/v2`` with a kind that exists in another version is a problem with the
+  ``apiVersion`` and is reported there; a kind unknown in a known apiVersion is reported at ``kind``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from joch.admission.metadata import normalize_metadata
 from joch.admission.references import Pending, Resolution, check_references
 from joch.api import errors
 from joch.api.errors import Cause
+from joch.api.kinds import CheckedSpec
 from joch.api.meta import dig, set_condition
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store.base import Writer
@@ -119,7 +125,7 @@ def validate_status(kind: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
         status = prune_defaults(_dump(model), given)
     except ValidationError as exc:
         causes = diagnostics.causes_from_validation(
-            exc, model=kind.status_model, prefix=("status",), raw=RawScalars())
+            exc, model=kind.status_model, prefix=("status",), raw=RawScalars(), given=given)
     causes = _merge(diagnostics.scan({"status": given}, raw=RawScalars()), causes)
     if causes:
         raise invalid(kind, display_name(obj), causes)
@@ -140,8 +146,11 @@ def resolve_kind(obj: Any) -> KindInfo:
     except errors.NotFound as exc:
         message = exc.message if "did you mean" in exc.message else exc.message + _kind_hint(
             api_version, kind)
-        raise errors.Invalid(message, kind=kind, causes=[Cause("kind", message, "FieldValueNotSupported")]
-                             ) from exc
+        known_version = any(i.api_version == api_version for i in REGISTRY)
+        known_kind = any(i.kind == kind for i in REGISTRY)
+        field_name = "apiVersion" if known_kind or not known_version else "kind"
+        raise errors.Invalid(message, kind=kind,
+                             causes=[Cause(field_name, message, "FieldValueNotSupported")]) from exc
 
 
 def invalid(kind: KindInfo, name: str, causes: list[Cause]) -> errors.Invalid:
@@ -191,7 +200,12 @@ def _spec(kind: KindInfo, obj: dict[str, Any], raw: RawScalars) -> tuple[dict[st
         model = kind.spec_model.model_validate(given)
     except ValidationError as exc:
         return {}, diagnostics.causes_from_validation(exc, model=kind.spec_model, prefix=("spec",),
-                                                      raw=raw)
+                                                      raw=raw, given=given)
+    if isinstance(model, CheckedSpec):
+        problems = [Cause(diagnostics.format_path(("spec", *path)), message, reason)
+                    for path, message, reason in model.problems()]
+        if problems:
+            return {}, problems
     spec: dict[str, Any] = prune_defaults(_dump(model), given)
     return spec, []
 
@@ -232,12 +246,14 @@ def _with_server_fields(
     metadata: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None
 ) -> dict[str, Any]:
     given = obj.get("metadata")
-    version = given.get("resourceVersion") if isinstance(given, dict) else None
+    given = given if isinstance(given, dict) else {}
     out = dict(metadata)
     if old is not None:
         out.update({k: v for k, v in old.get("metadata", {}).items() if k in SERVER_OWNED})
-    if isinstance(version, str) and version:
-        out["resourceVersion"] = version
+    for precondition in ("resourceVersion", "uid"):
+        value = given.get(precondition)
+        if isinstance(value, str) and value:
+            out[precondition] = value
     return out
 
 
@@ -268,11 +284,10 @@ def _kind_hint(api_version: str, kind: str) -> str:
     return f"; known apiVersions: {', '.join(groups)}"
 
 
-def _merge(scanned: list[Cause], causes: list[Cause]) -> list[Cause]:
-    """``scan``'s causes first; other causes at a field it reported, and repeats, dropped."""
-    seen = {c.field for c in scanned}
-    out = list(scanned)
+def _merge(scanned: diagnostics.Scan, causes: list[Cause]) -> list[Cause]:
+    """``scan``'s causes first; other causes at a value it reported, and repeats, dropped."""
+    out = list(scanned.causes)
     for cause in causes:
-        if cause.field not in seen and cause not in out:
+        if cause.field not in scanned.value_fields and cause not in out:
             out.append(cause)
     return out

@@ -4,14 +4,28 @@ Field names follow DESIGN.md §3 and the Jangar seed (``providerRef``, ``argsTem
 ``execution.coordinates.git``, ``implementationRef`` or ``implementation.inline``). Maps that a
 provider may extend freely (``parameters``, ``runtime.config``) are typed as open dicts; everything
 else forbids unknown fields so a typo is an error naming the field.
+
+Rules a schema cannot state — uniqueness across list items, names the registry must know — live
+on the spec as ``CheckedSpec.problems``: (path below ``spec``, message, reason) triples that
+admission reports as causes at their paths, next to the schema's own errors. (A pydantic validator
+could only report them at the model, not at ``spec.rules[2].name``.)
+
+Secrets behave as in Kubernetes: ``spec.data`` values are base64 (checked: a plain-text value is an
+error that points to ``stringData``), and ``spec.stringData`` is write-only convenience — admission
+encodes it into ``data`` (a key in both takes the ``stringData`` value) and never stores it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import base64
+import binascii
+import difflib
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from joch.api.errors import NotFound
 from joch.api.meta import (
     Bool,
     Condition,
@@ -24,7 +38,7 @@ from joch.api.meta import (
     PositiveInt,
     Str,
 )
-from joch.api.registry import Column, KindInfo, Reference, register
+from joch.api.registry import REGISTRY, Column, KindInfo, Reference, register
 
 JOCH = "joch.dev"
 RUNTIME = "runtime.joch.dev"
@@ -34,7 +48,18 @@ V1ALPHA1 = "v1alpha1"
 RuntimeType = Literal["local", "kubernetes", "argo", "temporal", "custom"]
 
 
+Problem = tuple[tuple[str | int, ...], str, str]
+"""A rule the schema cannot state, broken: (path below ``spec``, message, Kubernetes cause reason)."""
+
+
 # --- shared pieces -------------------------------------------------------------------------------
+
+class CheckedSpec(Model):
+    """A spec with rules beyond its schema; admission runs ``problems`` after the schema passed."""
+
+    def problems(self) -> Iterator[Problem]:
+        return iter(())
+
 
 class EnvVar(Model):
     name: Str = Field(min_length=1)
@@ -167,9 +192,37 @@ class PolicyRule(Model):
     message: Str | None = None
 
 
-class PolicySpec(Model):
+class PolicySpec(CheckedSpec):
     selector: PolicySelector = Field(default_factory=PolicySelector)
     rules: list[PolicyRule] = Field(min_length=1)
+
+    def problems(self) -> Iterator[Problem]:
+        first: dict[str, int] = {}
+        for i, rule in enumerate(self.rules):
+            if rule.name in first:
+                yield (("rules", i, "name"), f'duplicate rule name "{rule.name}" (spec.rules[{first[rule.name]}] '
+                       "has it already): rule names must be unique within a Policy", "FieldValueDuplicate")
+            first.setdefault(rule.name, i)
+        for i, name in enumerate(self.selector.kinds):
+            if not _known_kind(name):
+                yield (("selector", "kinds", i), _unknown_kind(name), "FieldValueNotSupported")
+
+
+def _known_kind(name: str) -> bool:
+    try:
+        REGISTRY.resolve(name)
+    except NotFound:
+        return False
+    return True
+
+
+def _unknown_kind(name: str) -> str:
+    kinds = sorted(info.kind for info in REGISTRY)
+    names = sorted({n for info in REGISTRY for n in (info.kind, *info.names())})
+    match = difflib.get_close_matches(name, names, n=1)
+    hint = f'did you mean "{match[0]}"? ' if match else ""
+    return (f'unknown kind "{name}": {hint}the known kinds are {", ".join(kinds)} '
+            "(a kind, its plural or a short name)")
 
 
 class PolicyStatus(ConditionedStatus):
@@ -266,10 +319,34 @@ class ApprovalStatus(ConditionedStatus):
 
 # --- ops.joch.dev/Secret and Event ---------------------------------------------------------------
 
+def _base64(value: str) -> str:
+    try:
+        # Go's decoder, which Kubernetes uses, skips line breaks: wrapped base64 is fine
+        base64.b64decode(value.replace("\n", "").replace("\r", ""), validate=True)
+    except binascii.Error:
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise ValueError(
+            f'must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got "{shown}"; put plain text '
+            "under spec.stringData instead, which is encoded into data for you"
+        ) from None
+    return value
+
+
+Base64 = Annotated[Str, AfterValidator(_base64)]
+
+
 class SecretSpec(Model):
     type: Str = "Opaque"
-    data: dict[Str, Str] = Field(default_factory=dict)
-    stringData: dict[Str, Str] = Field(default_factory=dict)
+    data: dict[Str, Base64] = Field(default_factory=dict)
+    stringData: dict[Str, Str] | None = None
+
+    @model_validator(mode="after")
+    def _encode_string_data(self) -> SecretSpec:
+        if self.stringData:
+            encoded = {k: base64.b64encode(v.encode()).decode() for k, v in self.stringData.items()}
+            self.data = {**self.data, **encoded}
+        self.stringData = None  # write-only, as in Kubernetes: never stored, never shown
+        return self
 
 
 class SecretStatus(Model):
@@ -362,4 +439,4 @@ EVENT = register(KindInfo(
 ))
 
 __all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "EVENT", "IMPLEMENTATION_SPEC",
-           "POLICY", "SECRET", "Condition"]
+           "POLICY", "SECRET", "CheckedSpec", "Condition", "Problem"]

@@ -1,7 +1,12 @@
 """The query parameters Kubernetes clients send, declared once so OpenAPI documents them.
 
 Values FastAPI cannot type-check (``dryRun`` must be ``All``, ``resourceVersion`` is a decimal
-revision) are checked by the small parsers here, which raise ``BadRequest`` naming the parameter.
+revision, ``limit`` is at most ``MAX_LIMIT``, a namespace is a DNS-1123 label) are checked by the
+small parsers here, which raise ``BadRequest`` naming the parameter. ``limit`` is capped at
+2^31 - 1 (Kubernetes declares it int64; the databases bind 64-bit integers, and a bigger value
+would overflow there as a 500): no page is that large, so the cap only turns nonsense into a 400.
+A namespace in the path or in ``?namespace=`` follows the rule admission applies to
+``metadata.namespace``, so ``/namespaces/Bad_NS/...`` is a 400 naming the rule, not an empty list.
 Parameters clients send that Joch has no use for (``fieldManager``, ``fieldValidation``, ``pretty``,
 ``resourceVersionMatch``) are accepted and ignored, as a lenient apiserver would.
 """
@@ -12,8 +17,11 @@ from typing import Annotated
 
 from fastapi import Header, Query
 
+from joch.admission import metadata
 from joch.api import errors
 from joch.store.base import ListOptions, WatchOptions
+
+MAX_LIMIT = 2**31 - 1
 
 LabelSelector = Annotated[
     str | None,
@@ -23,7 +31,9 @@ FieldSelector = Annotated[
     str | None,
     Query(alias="fieldSelector", description="`metadata.name` / `metadata.namespace` with = or !="),
 ]
-Limit = Annotated[int | None, Query(alias="limit", description="page size; 0 or absent: no limit")]
+Limit = Annotated[
+    int | None, Query(alias="limit", description=f"page size, at most {MAX_LIMIT}; 0 or absent: no limit")
+]
 Continue = Annotated[str | None, Query(alias="continue", description="token from the previous page")]
 ResourceVersion = Annotated[
     str | None,
@@ -54,6 +64,26 @@ def dry_run(value: str | None) -> bool:
     raise errors.BadRequest(f"invalid dryRun value {value!r}: the only supported value is 'All'")
 
 
+def page_limit(value: int | None) -> int | None:
+    if value is None or value == 0:
+        return None
+    if value < 0 or value > MAX_LIMIT:
+        message = f"invalid limit {value}: it must be a page size from 1 to {MAX_LIMIT}, or 0 for no limit"
+        raise errors.BadRequest(message, causes=[errors.Cause("limit", message, "FieldValueInvalid")])
+    return value
+
+
+def check_namespace(value: str | None, *, where: str = "the query parameter namespace") -> str | None:
+    """A namespace from the URL (``""`` and None: none given), checked like ``metadata.namespace``."""
+    if not value:
+        return None
+    problem = metadata.namespace_problem(value)
+    if problem:
+        message = f"{where}: {problem}"
+        raise errors.BadRequest(message, causes=[errors.Cause("namespace", message, "FieldValueInvalid")])
+    return value
+
+
 def watch_revision(value: str | None) -> str | None:
     """The revision a watch resumes after; ``""`` and ``"0"`` mean "current state, then follow"."""
     if value is None or value in ("", "0"):
@@ -70,7 +100,7 @@ def list_options(
         namespace=namespace,
         label_selector=labels or None,
         field_selector=fields or None,
-        limit=limit if limit is not None and limit > 0 else None,
+        limit=page_limit(limit),
         continue_token=token or None,
     )
 

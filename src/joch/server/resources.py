@@ -16,8 +16,11 @@ body is read beforehand by an async dependency (``wire.body_reader``). Writes go
 admission (validation, defaulting, references, policy); reads and deletes go to the store.
 
 Wire rules, as the apiserver applies them: POST answers 201, everything else 200; admission
-warnings become ``Warning: 299`` headers; a body whose namespace, name, apiVersion or kind
-disagrees with the URL is a 400 (admission checks it, and fills in what the body leaves out);
+warnings become ``Warning: 299`` headers; a namespace in the path that is not a DNS-1123 label is
+a 400 naming the rule (before any handler runs); a body whose namespace, name, apiVersion or kind
+disagrees with the URL is a 400 (admission checks it, and fills in what the body leaves out or
+leaves empty); a ``metadata.uid`` or ``metadata.resourceVersion`` in a PUT body is a precondition
+(409 when stale), and a ``resourceVersion`` that is not a decimal revision is a 422;
 DELETE answers the object (with ``deletionTimestamp`` when finalizers hold it back); the status
 subresource changes only ``status`` and the main resource never does. ``PATCH .../status``
 merges the patch into the stored object and writes its status, retrying on a conflict unless the
@@ -185,8 +188,8 @@ class KindHandlers:
 
 
 # Async on purpose: FastAPI runs a sync dependency in the threadpool, a hop per request for nothing.
-async def _namespace(namespace: Annotated[str, Path(description="the object's namespace")]) -> str | None:
-    return namespace
+async def namespace_scope(namespace: Annotated[str, Path(description="the object's namespace")]) -> str | None:
+    return params.check_namespace(namespace, where="the namespace in the URL")
 
 
 async def _cluster() -> str | None:
@@ -201,7 +204,7 @@ def request_body(schema: dict[str, Any], *media: str) -> dict[str, Any]:
 def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, schemas: KindSchemas) -> None:
     h = KindHandlers(kind, store, options)
     base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
-    scope: Scope = _namespace if kind.namespaced else _cluster
+    scope: Scope = namespace_scope if kind.namespaced else _cluster
     collection = f"{base}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"{base}/{kind.plural}"
     item = f"{collection}/{{name}}"
     read_body = wire.body_reader(options.max_body_bytes)
@@ -277,7 +280,7 @@ def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, 
 
 def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Response]:
     """The list-or-watch endpoint of a kind, scoped to the URL's namespace unless told otherwise."""
-    scope = scope or (_namespace if h.kind.namespaced else _cluster)
+    scope = scope or (namespace_scope if h.kind.namespaced else _cluster)
 
     def list_objects(
         namespace: str | None = Depends(scope),

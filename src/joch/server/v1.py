@@ -3,7 +3,14 @@
 * ``POST /v1/resources/apply``: a multi-document YAML (or JSON) body applied atomically through
   admission; any rejected document rejects the request with a 422 naming it and nothing is written.
   The answer is an ``ApplyResult`` with one item per document (in input order) and the
-  kubectl-style ``lines`` (``agent.joch.dev/x created``).
+  kubectl-style ``lines`` (``agent.joch.dev/x created``). A document carrying
+  ``metadata.resourceVersion``/``uid`` (``get -o yaml`` output) is applied only over that version:
+  409 ``Conflict`` naming the document otherwise.
+* ``POST /v1/resources/create``: the same body, parameters and answer (201, every item
+  ``created``), through ``admission.create_documents``: ``generateName`` is honoured, and a document
+  whose object exists already is a 409 ``AlreadyExists`` naming it, with nothing written.
+* Both take ``application/yaml`` or ``application/json`` (or no ``Content-Type``); other types
+  are a 415. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
 * ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions`` (AgentRuns; ``POST`` creates
   one), ``approvals``: the same list/get answers as the ``/apis`` routes.
 * ``GET /v1/resources/watch`` and the seed's literal ``WATCH /v1/resources``: Server-Sent Events
@@ -57,24 +64,46 @@ def install(
     read_manifests = wire.body_reader(options.max_apply_bytes)
     read_body = wire.body_reader(options.max_body_bytes)
 
+    def manifests(body: bytes, content_type: str | None, verb: str) -> list[documents.Document]:
+        wire.require_manifests(content_type)
+        docs = documents.load_documents(wire.decode_text(body), wire.BODY)
+        if not docs:
+            raise errors.BadRequest(f"the request body holds no objects to {verb}")
+        return docs
+
     def apply(
-        body: bytes = Depends(read_manifests), dry_run: params.DryRun = None, namespace: params.Namespace = None,
+        body: bytes = Depends(read_manifests), content_type: ContentType = None, dry_run: params.DryRun = None,
+        namespace: params.Namespace = None,
     ) -> Response:
         dry = params.dry_run(dry_run)
-        docs = documents.load_documents(wire.decode_text(body), "request body")
-        if not docs:
-            raise errors.BadRequest("the request body holds no objects to apply")
-        result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission,
-                                           namespace=namespace or None)
+        ns = params.check_namespace(namespace)
+        result = admission.apply_documents(store, manifests(body, content_type, "apply"), dry_run=dry,
+                                           options=options.admission, namespace=ns)
         return wire.json_response(apply_body(result, dry), warnings=result.warnings())
 
+    def create(
+        body: bytes = Depends(read_manifests), content_type: ContentType = None, dry_run: params.DryRun = None,
+        namespace: params.Namespace = None,
+    ) -> Response:
+        dry = params.dry_run(dry_run)
+        ns = params.check_namespace(namespace)
+        result = admission.create_documents(store, manifests(body, content_type, "create"), dry_run=dry,
+                                            options=options.admission, namespace=ns)
+        return wire.json_response(apply_body(result, dry), status_code=201, warnings=result.warnings())
+
+    manifest_body = {"requestBody": {"required": True, "content": {
+        "application/yaml": {"schema": {"type": "string"}},
+        "application/json": {"schema": {"type": "object"}},
+    }}}
     app.add_api_route(
         "/v1/resources/apply", apply, methods=["POST"], tags=TAGS, summary="Apply manifests atomically",
-        responses=schemas.responses(200, None, "an ApplyResult"),
-        openapi_extra={"requestBody": {"required": True, "content": {
-            "application/yaml": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"type": "object"}},
-        }}},
+        responses=schemas.responses(200, None, "an ApplyResult"), openapi_extra=manifest_body,
+    )
+    app.add_api_route(
+        "/v1/resources/create", create, methods=["POST"], tags=TAGS, status_code=201,
+        summary="Create manifests atomically (generateName honoured; existing objects are a 409)",
+        responses=schemas.responses(201, None, "an ApplyResult, every item created"),
+        openapi_extra=manifest_body,
     )
 
     agents = KindHandlers(kinds.AGENT, store, options)
@@ -84,7 +113,7 @@ def install(
                       methods=["GET"], tags=TAGS, summary="List agents",
                       responses=schemas.responses(200, schemas.list(kinds.AGENT), "an AgentList"))
 
-    def get_agent(namespace: str, name: str) -> Response:
+    def get_agent(name: str, namespace: str | None = Depends(resources.namespace_scope)) -> Response:
         return agents.get(namespace, name)
 
     app.add_api_route("/v1/namespaces/{namespace}/agents/{name}", get_agent, methods=["GET"],
@@ -95,8 +124,8 @@ def install(
                       responses=schemas.responses(200, schemas.list(kinds.AGENT_RUN), "an AgentRunList"))
 
     def create_execution(
-        namespace: str, body: bytes = Depends(read_body), content_type: ContentType = None,
-        dry_run: params.DryRun = None,
+        namespace: str | None = Depends(resources.namespace_scope), body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
     ) -> Response:
         return runs.create(namespace, body, content_type, params.dry_run(dry_run))
 
@@ -120,7 +149,8 @@ def install(
     ) -> Response:
         info = registry.resolve(kind) if kind else None
         watch_options = params.watch_options(
-            namespace or None, label_selector, field_selector, last_event_id or resource_version, False
+            params.check_namespace(namespace), label_selector, field_selector,
+            last_event_id or resource_version, False,
         )
         return sse.respond(store, info, watch_options, timeout_seconds=timeout,
                            heartbeat=options.sse_heartbeat_interval)

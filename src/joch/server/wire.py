@@ -8,10 +8,19 @@ Bodies are read by an async dependency (``body_reader``) with a size limit check
 streams in, so the sync handlers that call the store run in the threadpool with the bytes in hand
 and a huge upload is refused before it is buffered.
 
-Object bodies are JSON; ``application/yaml`` (and its aliases) is accepted too for POST and PUT,
-parsed by admission's document loader so YAML is held to the same rules as in ``apply``. PATCH
-accepts ``application/merge-patch+json`` only and names it in the 415 otherwise (strategic merge
-and server-side apply are Kubernetes built-in-type features).
+Content types. Object bodies (POST, PUT, DELETE options) are JSON: ``application/json`` or any
+``application/*+json``; ``application/yaml`` (and its aliases) is accepted too for POST and PUT,
+parsed by admission's document loader so YAML is held to the same rules as in ``apply``. A body
+with no ``Content-Type`` is read as JSON, as a lenient apiserver does for hand-written requests
+(kubectl always sends ``application/json``). Anything else — ``text/plain``, ``image/png``, the
+``application/x-www-form-urlencoded`` that ``curl -d`` sends — is a 415 naming the accepted types,
+never a guess. PATCH accepts ``application/merge-patch+json`` only and names it in the 415
+otherwise (strategic merge and server-side apply are Kubernetes built-in-type features).
+
+JSON bodies are held to the document loader's limits before and after parsing: nesting deeper
+than ``documents.MAX_DEPTH`` is a 400 naming the line (Python's JSON parser recurses, so a body of
+100,000 ``[`` would otherwise be a ``RecursionError``), and a lone UTF-16 surrogate escape
+(``"\\ud800"``), which the store cannot encode, is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from joch.api import errors
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+BODY = "request body"
 
 
 def dumps(body: Any) -> bytes:
@@ -78,42 +88,66 @@ def decode_text(body: bytes) -> str:
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise errors.BadRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from None
+        raise errors.BadRequest(
+            f"the request body is not valid UTF-8 (byte {exc.start}): send JSON or YAML encoded as UTF-8"
+        ) from None
+
+
+def is_json(kind: str) -> bool:
+    return kind in ("", JSON) or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def require_manifests(content_type: str | None) -> None:
+    """The body of ``/v1/resources/apply`` and ``create``: YAML or JSON (or no Content-Type)."""
+    kind = media_type(content_type)
+    if not is_json(kind) and kind not in YAML_TYPES:
+        raise _unsupported(kind, "application/yaml or application/json")
 
 
 def decode_object(body: bytes, content_type: str | None, *, allow_yaml: bool = True) -> dict[str, Any]:
     """The JSON object in a request body (or the YAML document when the type says YAML)."""
     kind = media_type(content_type)
+    yaml_body = kind in YAML_TYPES and allow_yaml
+    if not yaml_body and not is_json(kind):
+        raise _unsupported(kind, "application/json or application/yaml" if allow_yaml else JSON)
     if not body.strip():
         raise errors.BadRequest("the request body is empty: send the object as JSON")
-    if kind in YAML_TYPES and allow_yaml:
-        value = _load_yaml(decode_text(body))
-    elif kind in ("", JSON, MERGE_PATCH, "text/plain") or kind.endswith("+json"):
-        value = _load_json(body)
-    else:
-        accepted = "application/json or application/yaml" if allow_yaml else "application/json"
-        raise errors.UnsupportedMediaType(
-            f"the body's media type {kind!r} is not supported: send {accepted}"
-        )
+    value = _load_yaml(decode_text(body)) if yaml_body else _load_json(decode_text(body))
     if not isinstance(value, dict):
         raise errors.BadRequest(f"the request body must be a JSON object, not {type(value).__name__}")
     return value
 
 
-def _load_json(body: bytes) -> Any:
+def _unsupported(kind: str, accepted: str) -> errors.UnsupportedMediaType:
+    hint = ""
+    if kind == "application/x-www-form-urlencoded":
+        hint = " (curl -d sends this type: add -H 'Content-Type: application/json')"
+    return errors.UnsupportedMediaType(
+        f"the body's media type {kind!r} is not supported{hint}: send {accepted} "
+        f"and say so in the Content-Type header"
+    )
+
+
+def _load_json(text: str) -> Any:
+    text = text.removeprefix("\ufeff")
+    documents.check_nesting(text, BODY)
     try:
-        return json.loads(body)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise errors.BadRequest(
             f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    except UnicodeDecodeError as exc:
-        raise errors.BadRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from None
+    except RecursionError:  # check_nesting refuses such a body first; kept as the backstop
+        raise errors.BadRequest(
+            f"the request body nests more than {documents.MAX_DEPTH} levels deep"
+        ) from None
+    documents.check_surrogates(value, text, BODY, ref="")
+    return value
 
 
 def _load_yaml(text: str) -> Any:
     # Admission's loader: duplicate keys and alias bombs are refused as they are for `apply`.
-    docs = documents.load_documents(text, "request body")
+    docs = documents.load_documents(text, BODY)
     if len(docs) != 1:
         raise errors.BadRequest(
             f"the request body holds {len(docs)} objects; send exactly one "

@@ -56,3 +56,33 @@ def test_oversized_bodies_are_413(store: Store) -> None:
         r = small.http.post(small.path("ap"), content=b"{" + b" " * 200 + b"}",
                             headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and is_status(r.json(), 413, "RequestEntityTooLarge")
+
+
+def test_limits_beyond_what_the_databases_hold_are_400_naming_limit(server: LiveServer) -> None:
+    for limit in ("99999999999999999999999", "2147483648", "-1"):
+        r = server.http.get(server.path("ap"), params={"limit": limit})
+        assert r.status_code == 400 and is_status(r.json(), 400, "BadRequest"), limit
+        assert r.json()["details"]["causes"][0]["field"] == "limit"
+        assert "from 1 to 2147483647" in r.json()["message"]
+    assert server.http.get(server.path("ap"), params={"limit": "2147483647"}).status_code == 200
+
+
+def test_deeply_nested_json_is_400_not_500(server: LiveServer) -> None:
+    body = b'{"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "spec":\n' + b"[" * 100_000
+    for path in (server.path("ap"), "/v1/resources/apply", "/v1/resources/create"):
+        r = server.http.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and is_status(r.json(), 400, "BadRequest"), path
+        assert r.json()["message"].startswith("request body: documents[0] (line 2): mappings and lists nest more "
+                                              "than 64 levels deep")
+
+
+def test_lone_surrogates_are_400_naming_the_field(server: LiveServer) -> None:
+    body = b'{"apiVersion":"joch.dev/v1alpha1","kind":"ImplementationSpec","metadata":{"name":"s"},' \
+           b'"spec":{"text":"x\\ud800y"}}'
+    r = server.http.post(server.path("impl"), content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and is_status(r.json(), 400, "BadRequest")
+    assert r.json()["details"]["causes"][0]["field"] == "spec.text"
+    r = server.http.post("/v1/resources/apply", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and is_status(r.json(), 400, "BadRequest")
+    assert r.json()["details"]["causes"][0]["field"] == "documents[0].spec.text"
+    assert server.http.get(server.path("impl", "s")).status_code == 404

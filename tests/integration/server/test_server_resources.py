@@ -159,6 +159,66 @@ def test_stale_resource_version_is_409_conflict(server: LiveServer) -> None:
     assert r.status_code == 409 and is_status(r.json(), 409, "Conflict")
 
 
+def test_put_with_another_objects_uid_is_409(server: LiveServer) -> None:
+    created = server.create(provider("x"))
+    body = {**created, "metadata": {**created["metadata"], "uid": "0000-not-this-one"}, "spec": {"binary": "v2"}}
+    r = server.http.put(server.path("ap", "x"), json=body)
+    assert r.status_code == 409 and is_status(r.json(), 409, "Conflict")
+    assert "0000-not-this-one" in r.json()["message"]
+    assert server.http.get(server.path("ap", "x")).json()["spec"]["binary"] == "echo"
+    del body["metadata"]["uid"], body["metadata"]["resourceVersion"]
+    r = server.http.put(server.path("ap", "x"), json=body)
+    assert r.status_code == 200 and r.json()["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+def test_a_resource_version_that_is_not_a_revision_is_422_not_409(server: LiveServer) -> None:
+    created = server.create(provider("x"))
+    body = {**created, "metadata": {**created["metadata"], "resourceVersion": "latest"}}
+    r = server.http.put(server.path("ap", "x"), json=body)
+    assert r.status_code == 422 and is_status(r.json(), 422, "Invalid")
+    assert [c["field"] for c in r.json()["details"]["causes"]] == ["metadata.resourceVersion"]
+    r = server.http.put(server.path("ap", "x", sub="status"), json=body)
+    assert r.status_code == 422 and is_status(r.json(), 422, "Invalid")
+
+
+def test_namespaces_in_the_path_must_be_dns_labels(server: LiveServer) -> None:
+    for request in (server.http.get(server.path("ap", namespace="Bad_NS")),
+                    server.http.get(server.path("ap", "x", namespace="Bad_NS")),
+                    server.http.post(server.path("ap", namespace="Bad_NS"), json=provider("x")),
+                    server.http.get("/v1/namespaces/Bad_NS/agents/x")):
+        assert request.status_code == 400 and is_status(request.json(), 400, "BadRequest"), request.url
+        assert request.json()["message"] == (
+            'the namespace in the URL: "Bad_NS" is not a valid namespace: it must be a lowercase RFC 1123 label: '
+            "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 "
+            'characters (e.g. "bad-ns")')
+        assert request.json()["details"]["causes"][0]["field"] == "namespace"
+
+
+def test_an_empty_namespace_or_name_in_the_body_is_filled_from_the_url(server: LiveServer) -> None:
+    r = server.http.post(server.path("ap", namespace="team-a"), json=provider("x", namespace=""))
+    assert r.status_code == 201, r.text
+    created = r.json()
+    assert created["metadata"]["namespace"] == "team-a"
+    body = {**created, "metadata": {**created["metadata"], "namespace": "", "name": ""}, "spec": {"binary": "v2"}}
+    r = server.http.put(server.path("ap", "x", namespace="team-a"), json=body)
+    assert r.status_code == 200, r.text
+    assert (r.json()["metadata"]["namespace"], r.json()["spec"]["binary"]) == ("team-a", "v2")
+
+
+def test_bodies_other_than_json_or_yaml_are_415(server: LiveServer) -> None:
+    created = server.create(provider("x"))
+    for media in ("text/plain", "image/png", "application/x-www-form-urlencoded"):
+        headers = {"Content-Type": media}
+        for r in (server.http.post(server.path("ap"), content=json.dumps(provider("y")), headers=headers),
+                  server.http.put(server.path("ap", "x"), content=json.dumps(created), headers=headers),
+                  server.http.post("/v1/resources/apply", content=json.dumps(provider("y")), headers=headers)):
+            assert r.status_code == 415 and is_status(r.json(), 415, "UnsupportedMediaType"), (media, r.url)
+            assert "send application/" in r.json()["message"] and media in r.json()["message"]
+    assert server.http.get(server.path("ap", "y")).status_code == 404
+    r = server.http.post(server.path("ap"), content=json.dumps(provider("y")))  # no Content-Type: JSON
+    assert r.status_code == 201, r.text
+
+
 def test_merge_patch_sets_and_removes_fields(server: LiveServer) -> None:
     obj = provider("p", labels={"team": "a", "tier": "x"})
     obj["spec"]["argsTemplate"] = ["--yes"]

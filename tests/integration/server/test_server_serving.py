@@ -71,6 +71,35 @@ def test_serve_refuses_to_start_when_a_manifest_is_invalid(store_url: str, tmp_p
     proc = launch(store_url, port, tmp_path)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode != 0
-    assert "Invalid: 1 of 1 documents are invalid; nothing was applied" in stderr
+    assert "Invalid: 1 of 1 document is invalid; nothing was applied" in stderr
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_deeply_nested_yaml_is_400_and_the_server_lives_on(store_url: str, tmp_path: Path) -> None:
+    # A real `serve` process: libyaml's composer used to take it down with SIGSEGV on this body.
+    port = free_port()
+    proc = launch(store_url, port, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.1)
+        for text in ("a: " + "[" * 100_000, "a:\n" + "- " * 100_000 + "x"):
+            r = httpx.post(f"{base}/v1/resources/apply", content=text,
+                           headers={"Content-Type": "application/yaml"}, timeout=30)
+            assert r.status_code == 400, r.text[:500]
+            assert r.json()["message"].startswith("request body: documents[0] (line ")
+            assert "nest more than 64 levels deep" in r.json()["message"]
+        assert httpx.get(f"{base}/readyz").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr

@@ -92,6 +92,62 @@ def test_apply_accepts_json_and_rejects_unparseable_text(server: LiveServer) -> 
         assert r.status_code == 400 and is_status(r.json(), 400, "BadRequest"), text
 
 
+def create(server: LiveServer, text: str, **params: str) -> Any:
+    return server.http.post("/v1/resources/create", content=text, headers=YAML, params=params)
+
+
+RUN_TEMPLATE = """\
+apiVersion: runtime.joch.dev/v1alpha1
+kind: AgentRun
+metadata:
+  generateName: fix-
+spec:
+  agentRef: {name: fixer}
+  implementation: {inline: {text: fix it}}
+"""
+
+
+def test_create_makes_every_document_or_nothing(server: LiveServer) -> None:
+    r = create(server, MANIFESTS + "---\n" + RUN_TEMPLATE + "---\n" + RUN_TEMPLATE, namespace="team-a")
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["kind"] == "ApplyResult" and body["dryRun"] is False
+    assert [i["action"] for i in body["items"]] == ["created"] * 4
+    assert {i["namespace"] for i in body["items"]} == {"team-a"}
+    runs = [i["name"] for i in body["items"][2:]]
+    assert len(set(runs)) == 2 and all(name.startswith("fix-") for name in runs)
+    assert body["lines"][0] == "agentprovider.joch.dev/codex created"
+
+    extra = MANIFESTS.replace("name: fixer", "name: other")  # codex exists in team-a: nothing is created
+    r = create(server, extra, namespace="team-a")
+    assert r.status_code == 409 and is_status(r.json(), 409, "AlreadyExists")
+    assert r.json()["message"].startswith("documents[0] (AgentProvider/codex in request body:1): ")
+    assert "nothing was written" in r.json()["message"]
+    assert server.http.get(server.path("agents", "other", namespace="team-a")).status_code == 404
+
+    r = create(server, MANIFESTS, dryRun="All")
+    assert r.status_code == 201 and r.json()["dryRun"] is True
+    assert server.http.get(server.path("ap", "codex")).status_code == 404
+    r = create(server, MANIFESTS.replace("binary: codex", "binary: ''"))
+    assert r.status_code == 422 and r.json()["message"] == "1 of 2 documents is invalid; nothing was created"
+    r = create(server, MANIFESTS, namespace="Team_A")
+    assert r.status_code == 400 and r.json()["details"]["causes"][0]["field"] == "namespace"
+
+
+def test_apply_of_stale_get_output_is_409_and_writes_nothing(server: LiveServer) -> None:
+    apply(server, MANIFESTS).raise_for_status()
+    got = server.http.get(server.path("agents", "fixer")).json()
+    assert apply(server, json.dumps(got)).json()["items"][0]["action"] == "unchanged"
+    server.http.patch(server.path("agents", "fixer"), content='{"metadata":{"labels":{"team":"theirs"}}}',
+                      headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    mine = {**got, "metadata": {**got["metadata"], "labels": {"team": "mine"}}}
+    r = server.http.post("/v1/resources/apply", json=mine)
+    assert r.status_code == 409 and is_status(r.json(), 409, "Conflict")
+    assert r.json()["message"].startswith("documents[0] (Agent/fixer in request body): the object has been "
+                                          "modified since resourceVersion ")
+    assert server.http.get(server.path("agents", "fixer")).json()["metadata"]["labels"] == {"team": "theirs"}
+
+
 def test_agents_executions_and_approvals(server: LiveServer) -> None:
     apply(server, MANIFESTS).raise_for_status()
     agents = server.http.get("/v1/namespaces/default/agents").json()

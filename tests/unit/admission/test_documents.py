@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from joch.admission.documents import MAX_NODES, load_documents, load_paths
+from joch.admission.documents import MAX_DEPTH, MAX_NODES, check_nesting, load_documents, load_paths
 from joch.api import errors
 
 AGENT = """\
@@ -156,3 +157,72 @@ def test_load_paths_refuses_binary(tmp_path: Path) -> None:
     (tmp_path / "bin.yaml").write_bytes(b"kind: \xff\xfe\n")
     with pytest.raises(errors.BadRequest, match="not UTF-8"):
         load_paths([str(tmp_path / "bin.yaml")])
+
+
+# --- nesting and characters ----------------------------------------------------------------------
+
+def _nested(kind: str, depth: int) -> str:
+    """A document whose collections nest exactly ``depth`` levels deep, the document included."""
+    if kind == "flow":
+        return "a: " + "[" * (depth - 1) + "]" * (depth - 1) + "\n"
+    if kind == "json":
+        return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+    if kind == "compact":  # "- - - x": a list in a list per two columns, no brackets at all
+        return "a:\n" + "- " * (depth - 1) + "x\n"
+    return "".join(" " * i + f"k{i}:\n" for i in range(depth - 1)) + " " * (depth - 1) + "k: v\n"
+
+
+@pytest.mark.parametrize("kind", ["flow", "json", "compact", "block"])
+def test_nesting_is_limited_with_the_source_and_the_line(kind: str) -> None:
+    assert load_documents("x: 1\n---\n" + _nested(kind, MAX_DEPTH), "deep.yaml")
+    with pytest.raises(errors.BadRequest) as info:
+        load_documents("x: 1\n---\n" + _nested(kind, MAX_DEPTH + 1), "deep.yaml")
+    assert info.value.message.startswith("deep.yaml: documents[1] (line ")
+    assert f"nest more than {MAX_DEPTH} levels deep" in info.value.message
+
+
+def test_json_nesting_is_limited_on_the_json_path() -> None:
+    with pytest.raises(errors.BadRequest, match=r"deep.json: documents\[0\] \(line 2\): mappings and lists"):
+        load_documents('{"a":\n' + "[" * 200 + "]" * 200 + "}", "deep.json")
+
+
+def test_nesting_through_aliases_is_limited() -> None:
+    chain = "".join(f"a{i + 1}: &a{i + 1} [*a{i}]\n" for i in range(MAX_DEPTH))
+    with pytest.raises(errors.BadRequest, match="through aliases"):
+        load_documents("a0: &a0 [x]\n" + chain, "alias.yaml")
+
+
+def test_check_nesting_is_what_the_cli_calls_before_composing() -> None:
+    check_nesting("apiVersion: v1\nkind: List\nitems: [{a: [1, 2]}, {b: {c: d}}]\n", "ok.yaml")
+    with pytest.raises(errors.BadRequest, match=r"^stdin: documents\[0\] \(line 1\)"):
+        check_nesting("a: " + "[" * 100)
+    check_nesting("a: [" * 10, "broken.yaml")  # a syntax error is the parser's to report, not this one's
+
+
+@pytest.mark.parametrize("text", ["a: " + "[" * 100_000, "- " * 100_000 + "a", "? " * 100_000 + "a",
+                                  "[" * 100_000])
+def test_documents_that_crashed_libyaml_are_refused(text: str) -> None:
+    # In a child process: before the limit, libyaml's recursive composer took the process down.
+    code = ("import sys; from joch.admission.documents import load_documents; from joch.api import errors\n"
+            "try:\n    load_documents(sys.stdin.read(), 'bomb.yaml')\n"
+            "except errors.BadRequest as exc:\n    print(exc.message)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("bomb.yaml: documents[0] (line 1): mappings and lists nest more than 64")
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ('{"kind": "A", "spec": {"text": "x\\ud800y"}}', "documents[0].spec.text"),
+    ('[{"kind": "A"}, {"kind": "B", "spec": {"\\udc00": 1}}]', "documents[0].items[1].spec[\udc00]"),
+    ('{"kind": "List", "items": [{"kind": "A", "m": ["ok", "\\uDBFF"]}]}', "documents[0].items[0].m[1]"),
+])
+def test_lone_surrogates_are_refused_at_their_field(text: str, where: str) -> None:
+    with pytest.raises(errors.BadRequest) as info:
+        load_documents(text, "s.json")
+    assert info.value.message.startswith(f"s.json: {where} holds a lone UTF-16 surrogate")
+    assert [c.field for c in info.value.causes] == [where]
+
+
+def test_surrogate_pairs_are_characters() -> None:
+    (doc,) = load_documents('{"kind": "A", "spec": {"text": "\\ud83d\\ude00"}}', "s.json")
+    assert doc.obj["spec"]["text"] == "\U0001f600"

@@ -133,12 +133,21 @@ def test_status_in_input_is_dropped_on_create_and_old_status_kept_on_update(read
     assert "resourceVersion" not in updated["metadata"]
 
 
-def test_a_resource_version_in_the_input_is_passed_through_as_a_precondition(reader: MemoryReader) -> None:
+def test_resource_version_and_uid_in_the_input_are_passed_through_as_preconditions(reader: MemoryReader) -> None:
     reader.add(AGENT, "coder")
     text = RUN_YAML.replace("  name: fix-1\n", "  name: fix-1\n  resourceVersion: '42'\n  uid: forged\n")
     metadata = admit_yaml(reader, text).obj["metadata"]
-    assert metadata["resourceVersion"] == "42"
-    assert "uid" not in metadata
+    assert (metadata["resourceVersion"], metadata["uid"]) == ("42", "forged")
+    old = {**admit_yaml(reader, RUN_YAML).obj, "metadata": {"name": "fix-1", "uid": "real", "generation": 3}}
+    updated = admit_yaml(reader, RUN_YAML, old=old).obj["metadata"]
+    assert (updated["uid"], updated["generation"]) == ("real", 3)  # absent: the stored one, no precondition
+
+
+def test_a_resource_version_that_is_not_a_revision_is_invalid(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", "  name: coder\n  resourceVersion: latest\n")
+    assert causes(rejected(reader, text)) == {"metadata.resourceVersion": (
+        '"latest" is not a resourceVersion: it must be the decimal revision the server returned (e.g. "42"); '
+        "remove it to write without a precondition")}
 
 
 # --- collecting errors ---------------------------------------------------------------------------
@@ -475,3 +484,94 @@ def test_validate_status_reports_paths() -> None:
 def test_a_scalar_where_a_mapping_belongs(reader: MemoryReader) -> None:
     exc = rejected(reader, AGENT_YAML.replace("  providerRef:\n    name: codex\n", "  providerRef: codex\n"))
     assert causes(exc) == {"spec.providerRef": 'expected a mapping, got "codex"'}
+
+
+# --- review fixes: paths, suggestions, apiVersion, Secrets, Policies ------------------------------
+
+def _fields(exc: errors.JochError) -> list[tuple[str, str]]:
+    return [(c.field, c.message) for c in exc.causes]
+
+
+def test_a_value_under_a_boolean_key_is_reported_at_the_key_as_written(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", "  name: coder\n  annotations: {yes: 2}\n")
+    found = _fields(rejected(reader, text))
+    assert [field for field, _ in found] == ["metadata.annotations.yes", "metadata.annotations.yes"]
+    assert found[0][1].startswith("the key yes was read as boolean true")
+    assert found[1][1] == 'expected a string, got number 2; YAML reads unquoted 2 as a number — quote the value ("2")'
+
+
+@pytest.mark.parametrize(("name", "suggestion"), [
+    ("a..b", "a.b"), ("ünïcode", "unicode"), ("My App.v2", "my-app.v2"), ("-x-", "x"), ("a.-b", "a.b"),
+])
+def test_name_suggestions_are_valid_names(reader: MemoryReader, name: str, suggestion: str) -> None:
+    message = causes(rejected(reader, AGENT_YAML.replace("name: coder", f"name: '{name}'")))["metadata.name"]
+    assert message.endswith(f'(e.g. "{suggestion}")')
+
+
+def test_no_suggestion_when_none_is_valid(reader: MemoryReader) -> None:
+    message = causes(rejected(reader, AGENT_YAML.replace("name: coder", "name: '日本'")))["metadata.name"]
+    assert "e.g." not in message and message.endswith("at most 253 characters")
+
+
+def test_namespace_problems_suggest_a_label(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", "  name: coder\n  namespace: Team.A\n")
+    assert causes(rejected(reader, text))["metadata.namespace"].endswith('(e.g. "team-a")')
+
+
+def test_an_unknown_api_version_of_a_known_kind_is_reported_at_api_version(reader: MemoryReader) -> None:
+    exc = rejected(reader, AGENT_YAML.replace("joch.dev/v1alpha1", "joch.dev/v2"))
+    assert [c.field for c in exc.causes] == ["apiVersion"]
+    assert "did you mean apiVersion: joch.dev/v1alpha1?" in exc.causes[0].message
+
+
+SECRET_YAML = """\
+apiVersion: ops.joch.dev/v1alpha1
+kind: Secret
+metadata:
+  name: token
+spec:
+"""
+
+
+def test_secret_data_must_be_base64(reader: MemoryReader) -> None:
+    exc = rejected(reader, SECRET_YAML + "  data:\n    ok: aGVsbG8=\n    token: hello world\n    tls.crt: abc\n")
+    found = causes(exc)
+    assert set(found) == {"spec.data.token", "spec.data[tls.crt]"}
+    assert found["spec.data.token"].startswith('must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got '
+                                               '"hello world"; put plain text under spec.stringData')
+
+
+def test_secret_string_data_is_encoded_into_data_and_not_kept(reader: MemoryReader) -> None:
+    text = (SECRET_YAML + "  data:\n    a: b2xk\n    b: YmJi\n"
+            "  stringData:\n    a: new\n    c: |\n      two\n      lines\n")
+    spec = admit_yaml(reader, text).obj["spec"]
+    assert spec == {"type": "Opaque", "data": {"a": "bmV3", "b": "YmJi", "c": "dHdvCmxpbmVzCg=="}}
+    wrapped = SECRET_YAML + "  data:\n    key: |\n      aGVs\n      bG8=\n"
+    assert admit_yaml(reader, wrapped).obj["spec"]["data"] == {"key": "aGVs\nbG8=\n"}
+
+
+POLICY_YAML = """\
+apiVersion: joch.dev/v1alpha1
+kind: Policy
+metadata:
+  name: guard
+spec:
+  selector:
+    kinds: [Agent, agentruns, ar, Agnet, Gizmo]
+  rules:
+  - {name: budget, expression: "true"}
+  - {name: approval, expression: "true"}
+  - {name: budget, expression: "false"}
+"""
+
+
+def test_policy_rule_names_are_unique_and_selector_kinds_known(reader: MemoryReader) -> None:
+    found = causes(rejected(reader, POLICY_YAML))
+    assert set(found) == {"spec.rules[2].name", "spec.selector.kinds[3]", "spec.selector.kinds[4]"}
+    assert found["spec.rules[2].name"].startswith('duplicate rule name "budget" (spec.rules[0] has it already)')
+    assert found["spec.selector.kinds[3]"].startswith('unknown kind "Agnet": did you mean "Agent"? the known '
+                                                      "kinds are Agent, AgentProvider, AgentRun, Approval,")
+    assert 'unknown kind "Gizmo": the known kinds are' in found["spec.selector.kinds[4]"]
+    fixed = POLICY_YAML.replace(", Agnet, Gizmo", "").replace("name: budget, expression: \"false\"",
+                                                              "name: other, expression: \"false\"")
+    assert admit_yaml(reader, fixed).obj["spec"]["selector"]["kinds"] == ["Agent", "agentruns", "ar"]

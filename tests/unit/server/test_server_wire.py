@@ -42,9 +42,41 @@ def test_decode_rejects_bad_bodies(body: bytes, message: str) -> None:
         wire.decode_object(body, "application/json")
 
 
-def test_decode_rejects_unknown_media_types() -> None:
-    with pytest.raises(errors.UnsupportedMediaType, match="application/xml"):
-        wire.decode_object(b"<a/>", "application/xml")
+@pytest.mark.parametrize("content_type", ["application/xml", "text/plain", "image/png", "text/plain; charset=utf-8",
+                                          "multipart/form-data; boundary=x"])
+def test_decode_rejects_media_types_other_than_json_and_yaml(content_type: str) -> None:
+    with pytest.raises(errors.UnsupportedMediaType) as info:
+        wire.decode_object(b'{"a": 1}', content_type)
+    assert info.value.message == (f"the body's media type {wire.media_type(content_type)!r} is not supported: "
+                                  "send application/json or application/yaml and say so in the Content-Type header")
+
+
+def test_a_form_body_gets_the_curl_hint() -> None:
+    with pytest.raises(errors.UnsupportedMediaType, match=r"curl -d sends this type: add -H 'Content-Type: appl"):
+        wire.decode_object(b'{"a": 1}', "application/x-www-form-urlencoded")
+
+
+def test_manifest_bodies_are_yaml_or_json() -> None:
+    for content_type in (None, "application/yaml", "text/yaml", "application/json; charset=utf-8"):
+        wire.require_manifests(content_type)
+    with pytest.raises(errors.UnsupportedMediaType, match="send application/yaml or application/json"):
+        wire.require_manifests("text/plain")
+
+
+def test_deeply_nested_json_is_400_naming_the_line() -> None:
+    for depth in (65, 100_000):
+        with pytest.raises(errors.BadRequest, match=r"^request body: documents\[0\] \(line 2\): mappings and lists "
+                                                    r"nest more than 64 levels deep"):
+            wire.decode_object(b'{"spec":\n' + b"[" * depth + b"]" * depth + b"}", "application/json")
+    assert wire.decode_object(b'{"spec":' + b"[" * 63 + b"]" * 63 + b"}", None)
+
+
+def test_a_lone_surrogate_is_400_naming_the_field() -> None:
+    with pytest.raises(errors.BadRequest) as info:
+        wire.decode_object(b'{"spec":{"text":"x\\ud800y"}}', "application/json")
+    assert info.value.message.startswith("request body: spec.text holds a lone UTF-16 surrogate (\\ud800)")
+    assert [c.field for c in info.value.causes] == ["spec.text"]
+    assert wire.decode_object(b'{"t":"\\ud83d\\ude00"}', None) == {"t": "\U0001f600"}
 
 
 def test_merge_patch_is_the_only_patch_type() -> None:
@@ -64,6 +96,25 @@ def test_watch_revision() -> None:
     assert params.watch_revision("42") == "42"
     with pytest.raises(errors.BadRequest, match="resourceVersion"):
         params.watch_revision("-1")
+
+
+@pytest.mark.parametrize("limit", [-1, params.MAX_LIMIT + 1, 99999999999999999999999])
+def test_limits_out_of_range_are_400_naming_limit(limit: int) -> None:
+    with pytest.raises(errors.BadRequest) as info:
+        params.list_options(None, None, None, limit, None)
+    assert info.value.message == (f"invalid limit {limit}: it must be a page size from 1 to 2147483647, "
+                                  "or 0 for no limit")
+    assert [c.field for c in info.value.causes] == ["limit"]
+    assert params.list_options(None, None, None, params.MAX_LIMIT, None).limit == params.MAX_LIMIT
+
+
+def test_namespaces_in_urls_follow_the_dns_label_rule() -> None:
+    assert params.check_namespace("team-a") == "team-a" and params.check_namespace("") is None
+    with pytest.raises(errors.BadRequest) as info:
+        params.check_namespace("Bad_NS", where="the namespace in the URL")
+    assert info.value.message.startswith('the namespace in the URL: "Bad_NS" is not a valid namespace: it must '
+                                         "be a lowercase RFC 1123 label")
+    assert info.value.message.endswith('(e.g. "bad-ns")')
 
 
 def test_list_options_treat_zero_limit_as_none() -> None:
