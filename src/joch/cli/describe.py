@@ -10,10 +10,16 @@ Conditions get their own table (Type, Status, Reason, Message, Age since the las
 because they are what a user looks at first when something is not Ready; events are the
 ``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object, oldest first. Rendering is
 a pure function of the object, its events and ``now``.
+
+A ``Secret``'s values are never printed: like ``kubectl describe secret``, each key of
+``spec.data`` (base64) and ``spec.stringData`` shows only its size, ``token:  12 bytes``. A page
+is read over shoulders and pasted into tickets; ``get -o yaml`` is the deliberate way to see them.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +30,7 @@ from joch.cli.resolve import ResourceType
 
 HEADER_WIDTH = len("Annotations:  ")
 INDENT = "  "
+SECRET = ("ops.joch.dev", "Secret")
 
 
 def describe(
@@ -37,7 +44,8 @@ def describe(
     lines += _pairs("Annotations", meta.get("annotations"))
     lines += [_header("API Version", obj.get("apiVersion", rt.api_version)), _header("Kind", rt.kind)]
     lines += _section("Metadata", _metadata(meta), 0)
-    lines += _section("Spec", obj.get("spec"), 0)
+    spec = obj.get("spec")
+    lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
     lines += _status(obj.get("status") or {}, now)
     lines += _events(events, now)
     return "\n".join(lines) + "\n"
@@ -58,6 +66,28 @@ def _metadata(meta: dict[str, Any]) -> dict[str, Any]:
     keys = ("uid", "creationTimestamp", "deletionTimestamp", "resourceVersion", "generation",
             "generateName", "finalizers", "ownerReferences")
     return {k: meta[k] for k in keys if meta.get(k) not in (None, "", [], {})}
+
+
+def _sizes_only(spec: Any) -> Any:
+    """A Secret's spec with every value replaced by its size in bytes."""
+    if not isinstance(spec, dict):
+        return spec
+    shown = dict(spec)
+    for field, encoded in (("data", True), ("stringData", False)):
+        values = spec.get(field)
+        if isinstance(values, dict):
+            shown[field] = {key: _size(value, encoded) for key, value in values.items()}
+    return shown
+
+
+def _size(value: Any, encoded: bool) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if not encoded:
+        return f"{len(text.encode())} bytes"
+    try:
+        return f"{len(base64.b64decode(text, validate=True))} bytes"
+    except (binascii.Error, ValueError):
+        return f"{len(text.encode())} bytes (not valid base64)"
 
 
 def _section(title: str, value: Any, indent: int) -> list[str]:

@@ -3,35 +3,48 @@
 Errors are reported in exactly one place, ``reported``, which ``command`` wraps around every
 command: a ``JochError`` becomes ``error: <message>`` plus one ``  - <field>: <message>`` line per
 cause on stderr, and the process exits with the error's ``exit_code`` (the table in ``joch --help``
-is generated from the error classes). A user error never shows a traceback; a traceback is a bug.
+is generated from the error classes). A message that already ends with the list of its causes
+(Kubernetes' ``X is invalid: [a: ..., b: ...]``) is cut before the list, so each cause is printed
+once. A user error never shows a traceback; a traceback is a bug.
+
+Usage errors found while parsing (an unknown option, a value that is not a number, a missing
+argument) are reported the same way, ``error: ...`` and exit code 2, by ``Commands.main``, instead
+of click's usage banner and a rich box. Options with a fixed set of values are plain strings
+checked by ``_one_of``, so the message says what is allowed in the words the user typed.
 
 Help text is rendered as Markdown (typer + rich): paragraphs reflow to the terminal, and nothing in
 a help string is mistaken for rich markup (``[NAME]`` stays literal).
 
 Like kubectl, ``--server`` and ``-n`` work before or after the command name. They are declared on
-the root callback (which also reads ``JOCH_SERVER``/``JOCH_NAMESPACE``) and again on each command;
-a value given after the command wins, then the root value or environment, then the default.
+the root callback and again on each command; a value given after the command wins, then the root
+value, then the environment (``JOCH_SERVER``, ``JOCH_NAMESPACE``), then the default. The
+environment is read here, not by typer, because ``JOCH_NAMESPACE`` means something different from
+``-n``: a default, which manifests naming another namespace override (see ``namespaces``).
+
+Start-up time is part of the interface (every command pays it): the heavy libraries are imported
+where they are used, not with the CLI: the web stack in ``serving``, httpx in ``client``, yaml in
+``manifests`` and ``printers``, the admission package (for its YAML checks) in ``manifests``.
 """
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.api.meta import DEFAULT_NAMESPACE
-from joch.cli import applying, manifests, reading, serving
+from joch.cli import applying, manifests, namespaces, reading, serving
 from joch.cli.client import Client, server_url
+from joch.cli.namespaces import Namespace
 
 _MEANING = {
     0: "success",
@@ -43,6 +56,10 @@ _MEANING = {
     6: "expired resourceVersion or continue token",
     7: "server unreachable or unavailable",
 }
+USAGE_EXIT_CODE = errors.BadRequest.exit_code
+OUTPUTS = ("wide", "yaml", "json", "name")
+APPLY_OUTPUTS = ("yaml", "json", "name")
+DRY_RUN = ("none", "server")
 
 
 def exit_codes_help() -> str:
@@ -82,21 +99,82 @@ def reported(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def report(exc: errors.JochError) -> None:
-    typer.echo(f"error: {exc.message}", err=True)
+    typer.echo(f"error: {headline(exc)}", err=True)
     for cause in exc.causes:
         prefix = f"{manifests.readable_field(cause.field)}: " if cause.field else ""
         typer.echo(f"  - {prefix}{cause.message}", err=True)
+
+
+def headline(exc: errors.JochError) -> str:
+    """The message, or with causes its first line without the causes it lists (they follow)."""
+    if not exc.causes:
+        return exc.message
+    line = exc.message.strip().splitlines()[0] if exc.message.strip() else exc.reason
+    shown = [f"{c.field}: {c.message}" if c.field else c.message for c in exc.causes]
+    for listing in ("[" + ", ".join(shown) + "]", shown[0] if len(shown) == 1 else None):
+        if listing and line.endswith(f": {listing}"):
+            return line[: -len(listing) - 2]
+    head, bracket, rest = line.partition(": [")  # the listing, after documents were relabelled
+    if bracket and rest.endswith("]") and all(c.message in rest for c in exc.causes):
+        return head
+    return line
 
 
 def warn(text: str) -> None:
     typer.echo(f"Warning: {text}", err=True)
 
 
+class Commands(TyperGroup):
+    """Reports what click finds wrong with the command line as ``error: ...`` and exit code 2."""
+
+    def main(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+        standalone_mode: bool = True, **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as exc:  # click's UsageError and BadParameter, in typer >= 0.29
+            typer.echo(f"error: {usage_error(exc)}", err=True)
+            code = getattr(exc, "exit_code", USAGE_EXIT_CODE)
+        except typer.Abort:
+            code = 130
+        code = code if isinstance(code, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+_EXPECTED = {"int_parsing": "must be a whole number", "float_parsing": "must be a number",
+             "bool_parsing": "must be true or false"}
+
+
+def usage_error(exc: typer.TyperException) -> str:
+    """``--port must be a whole number (got "x")``-style text from a click exception."""
+    if isinstance(exc, typer.BadParameter) and exc.param is not None and exc.message:
+        opts = [o for o in getattr(exc.param, "opts", []) if o.startswith("--")]
+        name = opts[0] if opts else (exc.param.name or "").upper()
+        problems = getattr(exc.__cause__, "errors", None)  # typer checks values with pydantic
+        problem = problems()[0] if callable(problems) and problems() else {}
+        given = f' (got "{problem["input"]}")' if "input" in problem else ""
+        if problem.get("type") in _EXPECTED:
+            return f"{name} {_EXPECTED[problem['type']]}{given}"
+        return f"invalid value for {name}: {exc.message.removeprefix('Value error, ').rstrip('.')}{given}"
+    text = exc.format_message().strip().rstrip(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+def _one_of(option: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if value is None or value in allowed:
+        return value
+    raise errors.BadRequest(f'{option} must be one of {", ".join(allowed)} (got "{value}")')
+
+
 app = typer.Typer(
     name="joch",
+    cls=Commands,
     help="Joch: a control plane for fleets of AI coding agents.",
     epilog=exit_codes_help(),
-    no_args_is_help=True,
+    invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
@@ -114,24 +192,6 @@ def command(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return register
 
 
-class Output(enum.StrEnum):
-    wide = "wide"
-    yaml = "yaml"
-    json = "json"
-    name = "name"
-
-
-class ApplyOutput(enum.StrEnum):
-    yaml = "yaml"
-    json = "json"
-    name = "name"
-
-
-class DryRun(enum.StrEnum):
-    none = "none"
-    server = "server"
-
-
 ServerOption = Annotated[
     str | None,
     typer.Option("--server", "-s", help="Joch server URL (env JOCH_SERVER; default http://127.0.0.1:8080).",
@@ -139,14 +199,27 @@ ServerOption = Annotated[
 ]
 NamespaceOption = Annotated[
     str | None,
-    typer.Option("--namespace", "-n", help="Namespace (env JOCH_NAMESPACE; default: default).",
-                 show_default=False),
+    typer.Option("--namespace", "-n", show_default=False,
+                 help="Namespace. Default: JOCH_NAMESPACE, else default; unlike -n, JOCH_NAMESPACE does not "
+                      "override a namespace written in a manifest."),
 ]
 FilenameOption = Annotated[
     list[str] | None,
     typer.Option("--filename", "-f", show_default=False,
                  help="A file, a directory (its .yaml, .yml and .json files) or - for stdin. Repeatable."),
 ]
+DryRunOption = Annotated[
+    str, typer.Option("--dry-run", metavar="none|server", help="server: validate and report, write nothing."),
+]
+ApplyOutputOption = Annotated[
+    str | None,
+    typer.Option("--output", "-o", metavar="yaml|json|name", show_default=False,
+                 help="Print objects as yaml, json or name."),
+]
+KindArgument = Annotated[str, typer.Argument(metavar="KIND", help="Kind, plural, short name or plural.group; "
+                                             "or TYPE/NAME, several of them.")]
+NamesArgument = Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Names of objects.",
+                                                           show_default=False)]
 
 
 @dataclass(frozen=True)
@@ -158,13 +231,15 @@ class Settings:
 @app.callback()
 def root(
     ctx: typer.Context,
-    server: Annotated[str | None, typer.Option("--server", "-s", envvar="JOCH_SERVER", show_default=False,
-                                               help="Joch server URL (default http://127.0.0.1:8080).")] = None,
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", envvar="JOCH_NAMESPACE",
-                                                  show_default=False,
-                                                  help="Namespace (default: default).")] = None,
+    server: Annotated[str | None, typer.Option("--server", "-s", show_default=False,
+                                               help="Joch server URL (env JOCH_SERVER; "
+                                                    "default http://127.0.0.1:8080).")] = None,
+    namespace: NamespaceOption = None,
 ) -> None:
     ctx.obj = Settings(server=server, namespace=namespace)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -172,12 +247,8 @@ def _settings(ctx: typer.Context) -> Settings:
     return obj if isinstance(obj, Settings) else Settings(server=None, namespace=None)
 
 
-def _explicit_namespace(ctx: typer.Context, namespace: str | None) -> str | None:
-    return namespace or _settings(ctx).namespace
-
-
-def _namespace(ctx: typer.Context, namespace: str | None) -> str:
-    return _explicit_namespace(ctx, namespace) or DEFAULT_NAMESPACE
+def _namespace(ctx: typer.Context, namespace: str | None) -> Namespace:
+    return namespaces.choose(namespace or _settings(ctx).namespace)
 
 
 @contextmanager
@@ -195,12 +266,6 @@ def _read(filenames: list[str] | None) -> list[manifests.Source]:
     return manifests.read(filenames, sys.stdin)
 
 
-def _documents(filenames: list[str] | None, namespace: str | None) -> list[manifests.Document]:
-    docs = manifests.documents(_read(filenames))
-    applying.check_namespaces(docs, namespace)
-    return docs
-
-
 @command("server")
 def server_command(
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Directory of the embedded SQLite store.")] = Path(
@@ -210,7 +275,7 @@ def server_command(
                                               help="Store URL (sqlite:///path or postgresql://...); "
                                                    "default sqlite:///DATA_DIR/joch.db.")] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
     apply_paths: Annotated[list[str] | None, typer.Option("--apply", show_default=False,
                                                           help="Manifests to apply at start. Repeatable.")] = None,
 ) -> None:
@@ -222,11 +287,8 @@ def server_command(
 def apply_command(
     ctx: typer.Context,
     filenames: FilenameOption = None,
-    dry_run: Annotated[DryRun, typer.Option("--dry-run", help="server: validate and report, write nothing.")] = (
-        DryRun.none
-    ),
-    output: Annotated[ApplyOutput | None, typer.Option("--output", "-o", show_default=False,
-                                                       help="Print objects as yaml, json or name.")] = None,
+    dry_run: DryRunOption = "none",
+    output: ApplyOutputOption = None,
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
@@ -234,44 +296,54 @@ def apply_command(
 
     Every -f goes to the server in one request: if any document is rejected, nothing is written,
     and every problem is listed by file, document, kind/name and field path."""
-    sources = _read(filenames)
-    with _client(ctx, server) as client:
-        applying.apply(client, sources, namespace=_explicit_namespace(ctx, namespace),
-                       dry_run=dry_run is DryRun.server, output=output.value if output else None, warn=warn)
+    _write(ctx, filenames, dry_run, output, namespace, server, create=False)
 
 
 @command("create")
 def create_command(
     ctx: typer.Context,
     filenames: FilenameOption = None,
+    dry_run: DryRunOption = "none",
+    output: ApplyOutputOption = None,
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
-    """Create resources from manifests, one request per document (metadata.generateName works).
+    """Create resources from manifests, all or nothing; metadata.generateName is honoured.
 
-    Not atomic: creation stops at the first error and the objects created before it remain.
-    Use `joch apply` for all-or-nothing."""
-    docs = _documents(filenames, _explicit_namespace(ctx, namespace))
+    Like apply, every -f goes to the server in one request and nothing is written unless every
+    document can be created; an object that exists already is an error."""
+    _write(ctx, filenames, dry_run, output, namespace, server, create=True)
+
+
+def _write(
+    ctx: typer.Context, filenames: list[str] | None, dry_run: str, output: str | None, namespace: str | None,
+    server: str | None, *, create: bool,
+) -> None:
+    dry = _one_of("--dry-run", dry_run, DRY_RUN) == "server"
+    shown = _one_of("--output", output, APPLY_OUTPUTS)
+    sources = _read(filenames)
     with _client(ctx, server) as client:
-        applying.create(client, docs, default_namespace=_namespace(ctx, namespace))
+        applying.apply(client, sources, namespace=_namespace(ctx, namespace), dry_run=dry, output=shown,
+                       warn=warn, create=create)
 
 
 def _scope(ctx: typer.Context, namespace: str | None, all_namespaces: bool) -> reading.Scope:
     return reading.Scope(namespace=_namespace(ctx, namespace), all_namespaces=all_namespaces)
 
 
-GET_KIND_HELP = "Kind, plural, short name or plural.group; KIND/NAME; several as agents,ap; or all."
+GET_KIND_HELP = ("Kind, plural, short name or plural.group; several as agents,ap; or all. Or TYPE/NAME, "
+                 "several of them.")
 
 
 @command("get")
 def get_command(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Argument(help=GET_KIND_HELP)],
-    names: Annotated[list[str] | None, typer.Argument(help="Names of objects.", show_default=False)] = None,
+    kind: Annotated[str, typer.Argument(metavar="KIND", help=GET_KIND_HELP)],
+    names: NamesArgument = None,
     namespace: NamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List in all namespaces.")] = False,
-    output: Annotated[Output | None, typer.Option("--output", "-o", show_default=False,
-                                                  help="wide, yaml, json or name.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="wide|yaml|json|name", show_default=False,
+                                               help="wide, yaml, json or name.")] = None,
     selector: Annotated[str | None, typer.Option("--selector", "-l", show_default=False,
                                                  help="Label selector, e.g. team=core,tier!=test.")] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="After listing, print changes as they happen.")] = (
@@ -279,40 +351,50 @@ def get_command(
     ),
     server: ServerOption = None,
 ) -> None:
-    """List resources as a table, or print objects as YAML/JSON."""
-    kind, object_names = reading.split_kind(kind, names or [])
-    if object_names and all_namespaces:
-        raise errors.BadRequest("a resource cannot be retrieved by name across all namespaces")
+    """List resources as a table, or print objects as YAML/JSON.
+
+    With names, prints the objects found, then an error for each one that is not, and exits with
+    the first error's code."""
     request = reading.GetRequest(
-        kind=kind, names=object_names, scope=_scope(ctx, namespace, all_namespaces),
-        output=output.value if output else None, selector=selector, watch=watch,
+        targets=reading.targets([kind, *(names or [])], verb="get"),
+        scope=_scope(ctx, namespace, all_namespaces),
+        output=_one_of("--output", output, OUTPUTS), selector=selector, watch=watch,
     )
+    if request.named and all_namespaces:
+        raise errors.BadRequest("a resource cannot be retrieved by name across all namespaces")
+    if request.named and selector:
+        raise errors.BadRequest("name cannot be provided when a selector is specified (-l)")
     with _client(ctx, server) as client:
-        reading.get(client, request)
+        failure = reading.get(client, request, report=report)
+    if failure is not None:
+        raise typer.Exit(failure.exit_code)
 
 
 @command("describe")
 def describe_command(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Argument(help="Kind, plural, short name or plural.group; or KIND/NAME.")],
-    names: Annotated[list[str] | None, typer.Argument(help="Names of objects.", show_default=False)] = None,
+    kind: KindArgument,
+    names: NamesArgument = None,
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
-    """Show an object in detail: metadata, spec, status, conditions and events."""
-    kind, object_names = reading.split_kind(kind, names or [])
-    if not object_names:
+    """Show objects in detail: metadata, spec, status, conditions and events."""
+    wanted = reading.targets([kind, *(names or [])], verb="describe")
+    if not any(object_names for _, object_names in wanted):
         raise errors.BadRequest("you must specify the name of the resource to describe")
     with _client(ctx, server) as client:
-        reading.describe(client, kind=kind, names=object_names, scope=_scope(ctx, namespace, False))
+        failure = reading.describe(client, wanted, scope=_scope(ctx, namespace, False), report=report)
+    if failure is not None:
+        raise typer.Exit(failure.exit_code)
 
 
 @command("delete")
 def delete_command(
     ctx: typer.Context,
-    kind: Annotated[str | None, typer.Argument(help="Kind, plural, short name or plural.group; or KIND/NAME.",
-                                               show_default=False)] = None,
-    names: Annotated[list[str] | None, typer.Argument(help="Names of objects.", show_default=False)] = None,
+    kind: Annotated[str | None, typer.Argument(metavar="KIND", show_default=False,
+                                               help="Kind, plural, short name or plural.group; or TYPE/NAME, "
+                                                    "several of them.")] = None,
+    names: NamesArgument = None,
     filenames: FilenameOption = None,
     ignore_not_found: Annotated[bool, typer.Option("--ignore-not-found",
                                                    help="Treat a missing object as deleted.")] = False,
@@ -332,24 +414,21 @@ def _delete(
     ctx: typer.Context, client: Client, kind: str | None, names: list[str], filenames: list[str] | None,
     namespace: str | None, ignore_not_found: bool,
 ) -> errors.JochError | None:
+    chosen = _namespace(ctx, namespace)
     if filenames:
         if kind:
             raise errors.BadRequest("give either -f or KIND NAME..., not both")
-        return applying.delete_documents(
-            client, _documents(filenames, _explicit_namespace(ctx, namespace)),
-            default_namespace=_namespace(ctx, namespace),
-            ignore_not_found=ignore_not_found, report=report,
-        )
+        docs = manifests.documents(_read(filenames))
+        applying.check_namespaces(docs, chosen)
+        return applying.delete_documents(client, docs, namespace=chosen, ignore_not_found=ignore_not_found,
+                                         report=report)
     if not kind:
         raise errors.BadRequest("you must specify a KIND and NAME..., or -f")
-    kind, object_names = reading.split_kind(kind, names)
-    if not object_names:
+    wanted = reading.targets([kind, *names], verb="delete")
+    if not any(object_names for _, object_names in wanted):
         raise errors.BadRequest(f'you must specify the name of the {kind} to delete (or use -f)')
-    rt = client.discovery.resolve(kind)
-    return applying.delete_names(
-        client, rt, object_names, namespace=_namespace(ctx, namespace) if rt.namespaced else None,
-        ignore_not_found=ignore_not_found, report=report,
-    )
+    return applying.delete_names(client, reading.resolve(client, wanted), namespace=chosen,
+                                 ignore_not_found=ignore_not_found, report=report)
 
 
 @command("api-resources")
@@ -364,7 +443,7 @@ def version_command(ctx: typer.Context, server: ServerOption = None) -> None:
     """Print the client version, then the server's (exit code 7 when it cannot be reached)."""
     typer.echo(f"Client Version: {joch.__version__}")
     with _client(ctx, server) as client:
-        info = client.get_json("/version") or {}
+        info = client.get_object("/version")
     version = info.get("gitVersion") or info.get("version") or info
     typer.echo(f"Server Version: {version}")
 

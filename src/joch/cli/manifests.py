@@ -15,25 +15,36 @@ itself (``documents[3] (Agent/coder in agents.yaml:14)``), so ``joch apply`` and
 its own first, so a YAML syntax error names the file and the line in it, before anything is sent.
 
 A directory contributes its ``*.yaml``, ``*.yml`` and ``*.json`` files in name order (not
-recursively, like kubectl without ``-R``).
+recursively, like kubectl without ``-R``). ``-f ''`` is an error, not the current directory.
+
+Before any text is composed, ``joch.admission.documents`` checks how deeply it nests: libyaml's
+composer recurses once per level and crashes the process (SIGSEGV) on ``a: [[[[...`` a hundred
+thousand deep, long before Python's recursion limit could turn that into an exception.
+
+``with_namespace`` writes ``metadata.namespace`` into the text of documents that name none, for
+``JOCH_NAMESPACE`` (a default, see ``namespaces``) when the batch also holds documents naming
+other namespaces, which the server's ``?namespace=`` would reject. It inserts one key where the
+composer says ``metadata`` begins and leaves every other byte as written; ``Source.origin``
+keeps the original lines, so labels still point into the file.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
-
-import yaml
+from typing import TYPE_CHECKING, Any, TextIO
 
 from joch.api import errors
+
+if TYPE_CHECKING:
+    from yaml.nodes import MappingNode, Node
 
 STDIN = "-"
 EXTENSIONS = (".yaml", ".yml", ".json")
 SEPARATOR = "\n---\n"
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,7 @@ def read(paths: list[str], stdin: TextIO) -> list[Source]:
     sources: list[Source] = []
     for path in _expand(paths):
         if path == STDIN:
-            sources.append(Source("stdin", stdin.read()))
+            sources.append(Source("stdin", _read_stdin(stdin)))
         else:
             sources.append(Source(path, _read_file(path)))
     return sources
@@ -125,6 +136,15 @@ class Bundle:
             local_line = line - starts[number] + 1
             local_index, original_line, _ = located[number].get(local_line, (index, local_line, data))
             self._by_index[index] = (sources[number].name, local_index, original_line, data)
+
+    def documents(self) -> list[Document]:
+        """Every object of the stream, lists expanded, labelled in its own source."""
+        out: list[Document] = []
+        for name, local_index, line, data in self._by_index.values():
+            members = list(enumerate(_members(data))) if _is_list(data) else [(None, data)]
+            out += [Document(source=name, index=local_index, line=line, obj=obj, item=item)
+                    for item, obj in members if isinstance(obj, dict)]
+        return out
 
     def document(self, index: int, item: int | None = None) -> Document | None:
         found = self._by_index.get(index)
@@ -174,14 +194,25 @@ def _item_of(data: Any, item: int) -> Any:
 
 def _sections(text: str, name: str) -> Iterator[tuple[int, int, Any]]:
     """(index, start line, data) of every ``---`` section, empty ones (data None) included."""
-    loader = _Loader(text)
+    for index, line, data, _ in _composed(text, name):
+        yield index, line, data
+
+
+def _composed(text: str, name: str) -> Iterator[tuple[int, int, Any, Node | None]]:
+    """(index, start line, data, node) of every ``---`` section."""
+    import yaml  # lazy: only commands that read manifests need it
+
+    from joch.admission import documents
+
+    documents.check_nesting(text, name)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         index = 0
         while loader.check_node():
             node = loader.get_node()
             if node is None:  # check_node() said there is one; kept for the type checker
                 return
-            yield index, node.start_mark.line + 1, loader.construct_document(node)
+            yield index, node.start_mark.line + 1, loader.construct_document(node), node
             index += 1
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -191,6 +222,87 @@ def _sections(text: str, name: str) -> Iterator[tuple[int, int, Any]]:
         raise errors.BadRequest(f"{name}: invalid YAML: {exc}") from None
     finally:
         loader.dispose()
+
+
+Namespaced = Callable[[str, str], bool | None]
+
+
+def with_namespace(source: Source, namespace: str, namespaced: Namespaced, *, why: str) -> Source:
+    """The source with ``metadata.namespace: <namespace>`` added to every object of a namespaced
+    kind (``namespaced(apiVersion, kind)``; None: unknown, left alone) that names no namespace."""
+    json_array = source.text.lstrip().startswith("[")
+    edits: list[tuple[int, str]] = []
+    origin: list[tuple[int, int]] = []
+    for index, line, data, node in _composed(source.text, source.name):
+        origin.append((index, line))
+        for item, obj, obj_node in _object_nodes(data, node, json_array=json_array):
+            doc = Document(source=source.name, index=index, line=line, obj=obj, item=item)
+            edit = _namespace_edit(source.text, doc, obj_node, namespace, namespaced, why=why)
+            if edit is not None:
+                edits.append(edit)
+    if not edits:
+        return source
+    text = source.text
+    for offset, insert in sorted(edits, reverse=True):
+        text = text[:offset] + insert + text[offset:]
+    return Source(source.name, text, tuple(origin))
+
+
+def _object_nodes(data: Any, node: Node | None, *, json_array: bool) -> Iterator[tuple[int | None, Any, Node]]:
+    """(item, object, its node) for the document and, for a List, each of its items."""
+    from yaml.nodes import MappingNode, SequenceNode
+
+    if node is None or data is None:
+        return
+    if isinstance(data, list) and json_array and isinstance(node, SequenceNode):
+        yield from ((j, obj, n) for j, (obj, n) in enumerate(zip(data, node.value, strict=False)))
+    elif _is_list(data) and isinstance(node, MappingNode):
+        items = next((v for k, v in node.value if getattr(k, "value", None) == "items"), None)
+        if isinstance(items, SequenceNode):
+            yield from ((j, obj, n) for j, (obj, n) in enumerate(zip(data["items"], items.value, strict=False)))
+    else:
+        yield None, data, node
+
+
+def _namespace_edit(
+    text: str, doc: Document, node: Node, namespace: str, namespaced: Namespaced, *, why: str
+) -> tuple[int, str] | None:
+    from yaml.nodes import MappingNode
+
+    obj = doc.obj
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(metadata, dict) or metadata.get("namespace"):
+        return None
+    if not namespaced(str(obj.get("apiVersion") or ""), doc.kind):
+        return None
+    meta_node = next((v for k, v in getattr(node, "value", []) if getattr(k, "value", None) == "metadata"), None)
+    edit = _insertion(text, meta_node, namespace) if isinstance(meta_node, MappingNode) else None
+    if edit is None or "namespace" in metadata:
+        raise errors.BadRequest(
+            f'{doc.label}: cannot give this document the namespace "{namespace}" ({why}) as it is written; '
+            "set its metadata.namespace, or pass -n"
+        )
+    return edit
+
+
+def _insertion(text: str, mapping: MappingNode, namespace: str) -> tuple[int, str] | None:
+    """Where and what to insert so ``mapping`` gains the key first, or None if the text is not as
+    the marks say (then nothing is guessed)."""
+    entry = f"namespace: {json.dumps(namespace)}"
+    if mapping.flow_style:
+        at = mapping.start_mark.index
+        if at >= len(text) or text[at] != "{":
+            return None
+        return at + 1, entry + (", " if mapping.value else "")
+    if not mapping.value:
+        return None
+    at = mapping.value[0][0].start_mark.index
+    line_start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at)) + 1
+    indent = text[line_start:at]
+    if at > len(text) or indent.strip(" "):
+        return None
+    newline = "\r\n" if "\r\n" in text else "\n"
+    return at, entry + newline + indent
 
 
 def _objects(source: str, index: int, line: int, data: Any, *, json_array: bool) -> list[Document]:
@@ -212,6 +324,8 @@ def _expand(paths: list[str]) -> list[str]:
     out: list[str] = []
     for raw in paths:
         path = Path(raw)
+        if not raw:
+            raise errors.BadRequest("must specify -f with a file, directory or - (got an empty filename)")
         if raw == STDIN:
             out.append(raw)
         elif path.is_dir():
@@ -221,6 +335,18 @@ def _expand(paths: list[str]) -> list[str]:
         else:
             raise errors.BadRequest(f'the path "{raw}" does not exist')
     return out
+
+
+def _read_stdin(stdin: TextIO) -> str:
+    """Bytes decoded here, strictly: the text layer may be set to smuggle bad bytes through as
+    surrogates, which no YAML parser or server can take."""
+    raw = getattr(stdin, "buffer", None)
+    if raw is None:
+        return stdin.read()
+    try:
+        return bytes(raw.read()).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise errors.BadRequest(f"cannot read stdin: it is not UTF-8 text ({exc})") from None
 
 
 def _read_file(path: str) -> str:

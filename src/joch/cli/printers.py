@@ -17,13 +17,12 @@ when piped, and must stay greppable and ``awk``-able.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 from joch.api import columns
 from joch.cli.resolve import ResourceType
@@ -123,19 +122,26 @@ def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (system prompts, templates) as ``|`` blocks, as a person wrote them."""
+@functools.cache
+def _dumper() -> type[Any]:
+    """Multi-line strings (system prompts, templates) as ``|`` blocks, as a person wrote them.
+    Built on first use: yaml is imported only by the commands that print YAML."""
+    import yaml
 
+    class Dumper(yaml.SafeDumper):
+        pass
 
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
-
-_Dumper.add_representer(str, _represent_str)
+    Dumper.add_representer(str, represent_str)
+    return Dumper
 
 
 def to_yaml(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    import yaml
+
+    return yaml.dump(obj, Dumper=_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def to_json(obj: Any) -> str:

@@ -10,6 +10,11 @@ first table, padded to its widths. A watch row whose cell is wider than the firs
 pushes the rest of the line right: kubectl does the same, and the alternative (buffering) would
 delay rows a user is waiting for.
 
+Objects are named as kubectl accepts them: ``TYPE[,TYPE...] [NAME...]`` or ``TYPE/NAME
+[TYPE/NAME...]`` (``targets``). With names, every object found is printed (one table per type,
+names qualified by type when there are several), then an error line for each one that was not,
+and the command fails with the first error's exit code, as kubectl does; ``describe`` likewise.
+
 "No resources found" goes to stderr, as in kubectl, so ``joch get ... | wc -l`` counts objects.
 """
 
@@ -24,66 +29,99 @@ import typer
 
 from joch.api import errors
 from joch.cli import describe as describing
-from joch.cli import printers
+from joch.cli import namespaces, printers
 from joch.cli.client import Client
+from joch.cli.namespaces import Namespace
 from joch.cli.resolve import ResourceType
 
 Obj = dict[str, Any]
+Target = tuple[str, list[str]]
+Reporter = Callable[[errors.JochError], None]
 
 
 @dataclass(frozen=True)
 class Scope:
     """Which namespace(s) a command reads: ``namespace`` is ignored when ``all_namespaces``."""
 
-    namespace: str
+    namespace: Namespace
     all_namespaces: bool = False
 
     def for_path(self, rt: ResourceType) -> str | None:
-        return None if self.all_namespaces or not rt.namespaced else self.namespace
+        return None if self.all_namespaces or not rt.namespaced else self.namespace.name
 
 
 @dataclass(frozen=True)
 class GetRequest:
-    kind: str
-    names: list[str]
+    targets: list[Target]
     scope: Scope
     output: str | None
     selector: str | None
     watch: bool
+
+    @property
+    def named(self) -> bool:
+        return any(names for _, names in self.targets)
+
+    @property
+    def spelled(self) -> str:
+        return " ".join(word if not names else f"{word} {' '.join(names)}" for word, names in self.targets)
 
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def split_kind(kind: str, names: list[str]) -> tuple[str, list[str]]:
-    """``agent/coder`` is accepted wherever ``agent coder`` is."""
-    if "/" in kind and not names:
-        kind, _, name = kind.partition("/")
-        return kind, [name]
-    return kind, names
+def targets(args: list[str], *, verb: str) -> list[Target]:
+    """kubectl's two spellings: ``TYPE[,TYPE...] [NAME...]`` and ``TYPE/NAME [TYPE/NAME...]``."""
+    first, rest = args[0], args[1:]
+    if "/" not in first:
+        slashed = next((a for a in rest if "/" in a), None)
+        if slashed is not None:
+            raise errors.BadRequest(
+                "there is no need to give the resource type as a separate argument when passing arguments in "
+                f'TYPE/NAME form: `joch {verb} {slashed}`, not `joch {verb} {first} {slashed}`'
+            )
+        return [(first, list(rest))]
+    out: dict[str, list[str]] = {}
+    for arg in args:
+        kind, _, name = arg.partition("/")
+        if not kind or not name or "/" in name:
+            raise errors.BadRequest(
+                f'"{arg}" is not TYPE/NAME: once one argument is TYPE/NAME, every argument must be one'
+            )
+        out.setdefault(kind, []).append(name)
+    return list(out.items())
 
 
-def get(client: Client, request: GetRequest) -> None:
-    types = client.discovery.resolve_many(request.kind)
-    if len(types) > 1 or "," in request.kind:
-        _get_many(client, types, request)
+def resolve(client: Client, wanted: list[Target]) -> list[tuple[ResourceType, list[str]]]:
+    """Each type once, in the order first named, with every name asked of it."""
+    out: dict[ResourceType, list[str]] = {}
+    for word, names in wanted:
+        for rt in client.discovery.resolve_many(word):
+            out.setdefault(rt, []).extend(names)
+    return list(out.items())
+
+
+def get(client: Client, request: GetRequest, *, report: Reporter) -> errors.JochError | None:
+    selected = resolve(client, request.targets)
+    several = len(selected) > 1 or any("," in word for word, _ in request.targets)
+    if request.watch and several:
+        raise errors.BadRequest(f"--watch can be used with one resource type only, not {request.spelled!r}")
+    if request.named:
+        return _get_named(client, selected, request, report=report)
+    if several:
+        _get_many(client, [rt for rt, _ in selected], request)
     elif request.output in printers.TABLE_OUTPUTS:
-        _get_table(client, types[0], request)
+        _list_table(client, selected[0][0], request)
     else:
-        _get_objects(client, types[0], request)
+        _list_objects(client, selected[0][0], request)
+    return None
 
 
-def _get_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
-    namespace = request.scope.for_path(rt)
-    if request.names:
-        tables = [_table(client, rt.path(namespace=namespace, name=n)) for n in request.names]
-        resource_version = None
-    else:
-        tables = [_table(client, rt.path(namespace=namespace), _list_params(request))]
-        resource_version = (tables[0].get("metadata") or {}).get("resourceVersion")
-    layout = _layout(rt, tables[0], request)
-    rows = [layout.cells(row) for table in tables for row in table.get("rows") or []]
+def _list_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
+    table = _table(client, rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
+    layout = _layout(rt, table, request)
+    rows = [layout.cells(row) for row in table.get("rows") or []]
     column_widths = None
     if rows:
         column_widths = printers.widths(layout.headers, rows)
@@ -92,37 +130,84 @@ def _get_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
     elif not request.watch:
         typer.echo(_nothing_found(rt, request.scope), err=True)
     if request.watch:
+        resource_version = (table.get("metadata") or {}).get("resourceVersion")
         _follow(client, rt, request, resource_version, _row_printer(layout, column_widths))
 
 
-def _get_objects(client: Client, rt: ResourceType, request: GetRequest) -> None:
+def _list_objects(client: Client, rt: ResourceType, request: GetRequest) -> None:
     """``-o yaml|json|name``: the objects themselves, from the plain JSON routes."""
-    namespace = request.scope.for_path(rt)
-    if request.names:
-        objects = [client.get_json(rt.path(namespace=namespace, name=n)) for n in request.names]
-        resource_version = None
-    else:
-        listing = client.get_json(rt.path(namespace=namespace), _list_params(request))
-        objects = list(listing.get("items") or [])
-        resource_version = (listing.get("metadata") or {}).get("resourceVersion")
+    listing = client.get_object(rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
+    objects = [o for o in listing.get("items") or [] if isinstance(o, dict)]
     if request.output == "name":
         for obj in objects:
             typer.echo(printers.object_name(rt, obj))
     elif request.output:
-        shown = objects[0] if len(request.names) == 1 else printers.as_list(objects)
-        typer.echo(printers.dump(shown, request.output), nl=False)
+        typer.echo(printers.dump(printers.as_list(objects), request.output), nl=False)
     if request.watch:
+        resource_version = (listing.get("metadata") or {}).get("resourceVersion")
         _follow(client, rt, request, resource_version, _object_printer(rt, request))
+
+
+def _get_named(
+    client: Client, selected: list[tuple[ResourceType, list[str]]], request: GetRequest, *, report: Reporter
+) -> errors.JochError | None:
+    """The objects found, then one error line per object that was not; the first error's code."""
+    failures: list[errors.JochError] = []
+
+    def fetch(rt: ResourceType, name: str, accept: str | None) -> Obj | None:
+        try:
+            return client.get_object(rt.path(namespace=request.scope.for_path(rt), name=name), accept=accept)
+        except errors.ServiceUnavailable:
+            raise
+        except errors.JochError as exc:
+            failures.append(namespaces.noted(exc, request.scope.namespace))
+            return None
+
+    follow: Callable[[Obj], None] | None = None
+    if request.output in printers.TABLE_OUTPUTS:
+        printed = 0
+        for rt, names in selected:
+            found = [t for t in (fetch(rt, n, printers.TABLE_ACCEPT) for n in names) if t is not None]
+            if not found:
+                continue
+            tables = [printers.as_table(t, utcnow()) for t in found]
+            layout = _layout(rt, tables[0], request)
+            rows = [layout.cells(row) for table in tables for row in table.get("rows") or []]
+            if len(selected) > 1:
+                for row in rows:
+                    row[layout.name_at] = f"{rt.qualified_kind}/{row[layout.name_at]}"
+            column_widths = printers.widths(layout.headers, rows)
+            if printed:
+                typer.echo("")
+            printed += 1
+            for line in (layout.headers, *rows):
+                typer.echo(printers.render_row(line, column_widths))
+            follow = _row_printer(layout, column_widths)
+    else:
+        objects = [(rt, obj) for rt, names in selected for obj in (fetch(rt, n, None) for n in names) if obj]
+        if request.output == "name":
+            for rt, obj in objects:
+                typer.echo(printers.object_name(rt, obj))
+        elif objects:
+            asked = sum(len(names) for _, names in selected)
+            shown = objects[0][1] if asked == 1 else printers.as_list([obj for _, obj in objects])
+            typer.echo(printers.dump(shown, request.output or "yaml"), nl=False)
+        if selected:
+            follow = _object_printer(selected[0][0], request)
+    for failure in failures:
+        report(failure)
+    if failures:
+        return failures[0]
+    if request.watch and follow is not None:
+        _follow(client, selected[0][0], request, None, follow, names=selected[0][1])
+    return None
 
 
 def _get_many(client: Client, types: list[ResourceType], request: GetRequest) -> None:
     """``get agents,ap`` and ``get all``: one table per type that has objects, as kubectl prints
     them, with names qualified by type (``agent.joch.dev/demo``)."""
-    if request.names or request.watch:
-        what = "names" if request.names else "--watch"
-        raise errors.BadRequest(f"{what} can be used with one resource type only, not {request.kind!r}")
     if request.output not in printers.TABLE_OUTPUTS:
-        listed = [(rt, client.get_json(rt.path(namespace=request.scope.for_path(rt)), _list_params(request)))
+        listed = [(rt, client.get_object(rt.path(namespace=request.scope.for_path(rt)), _list_params(request)))
                   for rt in types]
         if request.output == "name":
             for rt, listing in listed:
@@ -151,7 +236,7 @@ def _get_many(client: Client, types: list[ResourceType], request: GetRequest) ->
 
 
 def _table(client: Client, path: str, params: dict[str, str] | None = None) -> printers.Table:
-    return printers.as_table(client.get_json(path, params, accept=printers.TABLE_ACCEPT), utcnow())
+    return printers.as_table(client.get_object(path, params, accept=printers.TABLE_ACCEPT), utcnow())
 
 
 def _layout(rt: ResourceType, table: printers.Table, request: GetRequest) -> printers.Layout:
@@ -166,18 +251,18 @@ def _list_params(request: GetRequest) -> dict[str, str]:
 def _nothing_found(rt: ResourceType, scope: Scope) -> str:
     if scope.all_namespaces or not rt.namespaced:
         return "No resources found"
-    return f"No resources found in {scope.namespace} namespace."
+    return f"No resources found in {scope.namespace.name} namespace{scope.namespace.origin}."
 
 
 def _follow(
     client: Client, rt: ResourceType, request: GetRequest, resource_version: str | None,
-    emit: Callable[[Obj], None],
+    emit: Callable[[Obj], None], *, names: list[str] | None = None,
 ) -> None:
     params = {"watch": "1", **_list_params(request)}
     if resource_version:
         params["resourceVersion"] = resource_version
-    if len(request.names) == 1:
-        params["fieldSelector"] = f"metadata.name={request.names[0]}"
+    if names and len(names) == 1:
+        params["fieldSelector"] = f"metadata.name={names[0]}"
     accept = printers.TABLE_ACCEPT if request.output in printers.TABLE_OUTPUTS else None
     for event in client.stream(rt.path(namespace=request.scope.for_path(rt)), params, accept=accept):
         kind = event.get("type")
@@ -215,15 +300,28 @@ def _object_printer(rt: ResourceType, request: GetRequest) -> Callable[[Obj], No
     return emit
 
 
-def describe(client: Client, *, kind: str, names: list[str], scope: Scope) -> None:
-    rt = client.discovery.resolve(kind)
-    namespace = scope.for_path(rt)
-    for index, name in enumerate(names):
-        obj = client.get_json(rt.path(namespace=namespace, name=name))
-        if index:
-            typer.echo("")
-        events = _events_for(client, obj, namespace)
-        typer.echo(describing.describe(obj, rt, events=events, now=utcnow()), nl=False)
+def describe(client: Client, wanted: list[Target], *, scope: Scope, report: Reporter) -> errors.JochError | None:
+    """Each object's page; then an error line per object not found, as for ``get``."""
+    failures: list[errors.JochError] = []
+    printed = 0
+    for rt, names in resolve(client, wanted):
+        namespace = scope.for_path(rt)
+        for name in names:
+            try:
+                obj = client.get_object(rt.path(namespace=namespace, name=name))
+            except errors.ServiceUnavailable:
+                raise
+            except errors.JochError as exc:
+                failures.append(namespaces.noted(exc, scope.namespace))
+                continue
+            if printed:
+                typer.echo("")
+            printed += 1
+            events = _events_for(client, obj, namespace)
+            typer.echo(describing.describe(obj, rt, events=events, now=utcnow()), nl=False)
+    for failure in failures:
+        report(failure)
+    return failures[0] if failures else None
 
 
 def _events_for(client: Client, obj: Obj, namespace: str | None) -> list[Obj]:
@@ -233,7 +331,7 @@ def _events_for(client: Client, obj: Obj, namespace: str | None) -> list[Obj]:
     except errors.NotFound:
         return []
     ns = (obj.get("metadata") or {}).get("namespace") or namespace
-    listing = client.get_json(events_rt.path(namespace=ns))
+    listing = client.get_object(events_rt.path(namespace=ns))
     related = [e for e in listing.get("items") or [] if describing.involves(e, obj)]
     return sorted(related, key=describing.event_timestamp)
 

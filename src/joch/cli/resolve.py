@@ -14,6 +14,7 @@ discovery order wins, as kubectl prefers its priority order.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, Protocol, TypedDict
@@ -62,9 +63,9 @@ class ResourceType:
         """The REST path of the collection (``name`` None) or of one object."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{_segment(namespace, 'namespace')}"
         base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base
+        return f"{base}/{_segment(name, 'name')}" if name else base
 
     def aliases(self) -> Iterator[str]:
         """Every lower-case spelling that names this resource."""
@@ -76,8 +77,15 @@ class ResourceType:
                 yield f"{word}.{self.version}.{self.group}"
 
 
+def _segment(value: str, what: str) -> str:
+    """One path segment, escaped; ``.``, ``..`` and ``/`` would address another URL, as kubectl knows."""
+    if value in (".", "..") or "/" in value:
+        raise errors.BadRequest(f'invalid {what} "{value}": a {what} may not be "." or ".." or contain "/"')
+    return urllib.parse.quote(value, safe="")
+
+
 class Getter(Protocol):
-    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any: ...
+    def get_object(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]: ...
 
 
 class Discovery:
@@ -98,7 +106,8 @@ class Discovery:
         for doc in resource_lists:
             group, _, version = str(doc.get("groupVersion", "")).rpartition("/")
             for entry in doc.get("resources") or []:
-                if "/" not in entry.get("name", "/"):  # skip subresources such as agents/status
+                usable = isinstance(entry, dict) and entry.get("kind") and entry.get("name")
+                if usable and "/" not in entry["name"]:  # subresources such as agents/status are not types
                     resources.append(_resource_type(group, version, entry))
         return cls(resources)
 
@@ -150,11 +159,13 @@ def _resource_type(group: str, version: str, entry: APIResource) -> ResourceType
 
 def discover(client: Getter) -> Discovery:
     """Fetch ``/apis`` and the preferred version of every group."""
-    group_list = client.get_json("/apis")
+    group_list = client.get_object("/apis")
     documents = []
     for group in group_list.get("groups") or []:
+        if not isinstance(group, dict):
+            continue
         preferred = group.get("preferredVersion") or (group.get("versions") or [{}])[0]
-        group_version = preferred.get("groupVersion")
+        group_version = preferred.get("groupVersion") if isinstance(preferred, dict) else None
         if group_version:
-            documents.append(client.get_json(f"/apis/{group_version}"))
+            documents.append(client.get_object(f"/apis/{group_version}"))
     return Discovery.from_documents(documents)

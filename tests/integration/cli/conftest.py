@@ -128,15 +128,15 @@ class Joch:
         self.server = server
         self.runner = CliRunner()
 
-    def __call__(self, *args: str, input: str | None = None) -> Result:
-        env: dict[str, str | None] = {"JOCH_SERVER": self.server.url, "JOCH_NAMESPACE": None, "JOCH_STORE": None}
-        result = self.runner.invoke(app, list(args), input=input, env=env)
+    def __call__(self, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+        environ: dict[str, str | None] = {"JOCH_SERVER": self.server.url, "JOCH_NAMESPACE": None, "JOCH_STORE": None}
+        result = self.runner.invoke(app, list(args), input=input, env={**environ, **(env or {})})
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception  # a bug, not a user error: the CLI must never get here
         return Result(result.exit_code, result.stdout, result.stderr)
 
-    def ok(self, *args: str, input: str | None = None) -> Result:
-        result = self(*args, input=input)
+    def ok(self, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+        result = self(*args, input=input, env=env)
         assert result.code == 0, f"joch {' '.join(args)} exited {result.code}:\n{result.out}\n{result.err}"
         return result
 

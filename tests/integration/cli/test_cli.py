@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import yaml
 
 import joch as package
@@ -48,7 +52,7 @@ def test_a_batch_with_one_bad_document_writes_nothing_and_names_it(joch, manifes
     assert result.code == 2
     assert result.out == ""
     lines = result.err.splitlines()
-    assert lines[0] == "error: 1 of 4 documents are invalid; nothing was applied"
+    assert lines[0] == "error: 1 of 4 documents is invalid; nothing was applied"
     where = f"documents[3] (Agent/batch-broken in {manifest('three-good-one-bad.yaml')}:23)"
     assert f"  - {where}: spec.providerRef: required field is missing" in lines
     assert any(line.startswith(f"  - {where}: spec.requiresApproval: expected a boolean") for line in lines)
@@ -62,7 +66,7 @@ def test_a_batch_with_one_bad_document_writes_nothing_and_names_it(joch, manifes
 def test_atomicity_spans_every_file_and_errors_name_the_file_they_are_in(joch, manifest) -> None:
     result = joch("apply", "-f", manifest("reviewer.yaml"), "-f", manifest("three-good-one-bad.yaml"))
     assert result.code == 2
-    assert "error: 1 of 5 documents are invalid; nothing was applied" in result.err
+    assert "error: 1 of 5 documents is invalid; nothing was applied" in result.err
     # the index and the line are those inside the second file, not in the joined request
     assert f"documents[3] (Agent/batch-broken in {manifest('three-good-one-bad.yaml')}:23): " in result.err
     assert "reviewer.yaml" not in result.err
@@ -130,6 +134,31 @@ def test_create_an_existing_object_fails_and_names_it(joch, manifest) -> None:
     assert result.out == ""
 
 
+BAD_CREATE = (PROVIDER.replace("name: p", "name: first") + "---\n"
+              "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {name: second}\n"
+              "spec: {provderRef: {name: first}}\n")
+
+
+def test_create_is_atomic_and_prints_each_cause_once(joch, tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_CREATE)
+    result = joch("create", "-f", str(bad))
+    assert (result.code, result.out) == (2, "")
+    lines = result.err.splitlines()
+    assert lines[0] == "error: 1 of 2 documents is invalid; nothing was created"
+    where = f"documents[1] (Agent/second in {bad}:6)"
+    assert f'  - {where}: spec.provderRef: unknown field "provderRef"; did you mean "providerRef"?' in lines
+    assert result.err.count("provderRef: unknown field") == 1
+    assert joch.ok("get", "agentproviders").err == "No resources found in default namespace.\n"  # not half-written
+
+
+def test_create_dry_run_and_output(joch) -> None:
+    dry = joch.ok("create", "-f", "-", "--dry-run=server", input=PROVIDER)
+    assert dry.out == "agentprovider.joch.dev/p created (server dry run)\n"
+    assert joch.ok("get", "ap").err.startswith("No resources found")
+    assert joch.ok("create", "-f", "-", "-o", "name", input=PROVIDER).out == "agentprovider.joch.dev/p\n"
+
+
 # --- get -----------------------------------------------------------------------------------------
 
 def test_get_agents_table(joch, manifest) -> None:
@@ -157,7 +186,9 @@ def test_get_several_kinds_and_all(joch, manifest) -> None:
     assert "agent.joch.dev/coder" in everything and "agentprovider.joch.dev/echo" in everything
     listed = json.loads(joch.ok("get", "ag,ap", "-o", "json").out)
     assert sorted(i["kind"] for i in listed["items"]) == ["Agent", "AgentProvider"]
-    assert joch("get", "agents,ap", "coder").code == 2
+    both = joch("get", "agents,ap", "coder")  # as kubectl: each type's object of that name
+    assert (both.code, table(both.out)[1][0]) == (3, "agent.joch.dev/coder")
+    assert both.err == 'error: agentproviders.joch.dev "coder" in namespace "default" not found\n'
     joch.ok("delete", "-f", manifest("quickstart.yaml"))
     assert joch.ok("get", "all").err == "No resources found in default namespace.\n"
 
@@ -181,6 +212,39 @@ def test_get_missing_things(joch) -> None:
     unknown = joch("get", "gadgets")
     assert unknown.code == 3
     assert 'error: the server doesn\'t have a resource type "gadgets"' in unknown.err
+
+
+def test_get_prints_what_it_finds_then_an_error_for_each_missing_name(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"), "-f", manifest("reviewer.yaml"))
+    result = joch("get", "ag", "coder", "nope", "reviewer")
+    assert result.code == 3
+    assert [r[0] for r in table(result.out)] == ["NAME", "coder", "reviewer"]
+    assert result.err == 'error: agents.joch.dev "nope" in namespace "default" not found\n'
+    named = joch("get", "ag", "nope", "coder", "-o", "name")
+    assert (named.code, named.out) == (3, "agent.joch.dev/coder\n")
+    listed = joch("get", "ag", "coder", "nope", "-o", "yaml")
+    assert listed.code == 3
+    assert [i["metadata"]["name"] for i in yaml.safe_load(listed.out)["items"]] == ["coder"]
+    nothing = joch("get", "ag", "nope", "gone")
+    assert (nothing.code, nothing.out) == (3, "")
+    assert nothing.err.count("error: ") == 2
+
+
+def test_get_several_type_name_arguments(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    out = joch.ok("get", "ag/coder", "ap/echo", "agents/coder").out
+    first, second = out.split("\n\n")
+    assert table(first)[0] == ["NAME", "PROVIDER", "READY", "AGE"]
+    assert [r[0] for r in table(first)[1:]] == ["agent.joch.dev/coder", "agent.joch.dev/coder"]
+    assert table(second)[1][:2] == ["agentprovider.joch.dev/echo", "/bin/echo"]
+    named = joch("get", "ag/coder", "ap/echo", "is/nope", "-o", "name")
+    assert named.out.splitlines() == ["agent.joch.dev/coder", "agentprovider.joch.dev/echo"]
+    assert (named.code, named.err) == (3, 'error: implementationspecs.joch.dev "nope" in namespace "default" '
+                                          "not found\n")
+    one = joch.ok("get", "ag/coder", "ag/coder", "-o", "json").out
+    assert [i["kind"] for i in json.loads(one)["items"]] == ["Agent", "Agent"]
+    mixed = joch("get", "ag/coder", "echo")
+    assert mixed.code == 2 and "every argument must be one" in mixed.err
 
 
 def test_label_selectors(joch, manifest) -> None:
@@ -215,6 +279,54 @@ def test_namespaces(joch, manifest) -> None:
                 input="apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: y}\n"
                       "spec: {binary: /bin/true, envTemplate: {MODE: on}}\n")
     assert trap.code == 2 and 'quote the value ("on")' in trap.err
+
+
+MIXED = ("apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata:\n  name: here\nspec: {binary: /bin/true}\n"
+         "---\napiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: there, namespace: team-b}\n"
+         "spec: {binary: /bin/true}\n")
+
+
+def test_joch_namespace_is_a_default_that_manifests_override(joch, tmp_path) -> None:
+    team_a = {"JOCH_NAMESPACE": "team-a"}
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(MIXED)
+    applied = joch.ok("apply", "-f", str(mixed), env=team_a)
+    assert applied.out.splitlines() == ["agentprovider.joch.dev/here created", "agentprovider.joch.dev/there created"]
+    rows = table(joch.ok("get", "ap", "-A").out)
+    assert [r[:2] for r in rows[1:]] == [["team-a", "here"], ["team-b", "there"]]
+    assert mixed.read_text() == MIXED
+    # errors still point at the lines of the file as written (a line was added to the first document)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(MIXED.replace("there", "broken").replace("/bin/true}\n", "/bin/true, bogus: 1}\n"))
+    failed = joch("apply", "-f", str(broken), env=team_a)
+    assert failed.code == 2
+    assert f'  - documents[1] (AgentProvider/broken in {broken}:7): spec.bogus: unknown field "bogus"' in failed.err
+    # create and delete -f take it the same way
+    joch.ok("delete", "-f", str(mixed), env=team_a)
+    assert joch.ok("create", "-f", str(mixed), env=team_a).out.count(" created") == 2
+    assert joch.ok("get", "ap", "here", "-o", "name", env=team_a).out == "agentprovider.joch.dev/here\n"
+    assert joch.ok("delete", "-f", str(mixed), env=team_a).out.count(" deleted") == 2
+
+
+def test_only_an_explicit_namespace_conflicts_and_messages_say_where_a_namespace_came_from(joch, tmp_path) -> None:
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(MIXED)
+    for args in (["-n", "team-a", "apply"], ["apply", "--namespace", "team-a"], ["create", "-n", "team-a"]):
+        conflict = joch(*args, "-f", str(mixed), env={"JOCH_NAMESPACE": "team-c"})
+        assert conflict.code == 2
+        assert conflict.err == (f'error: documents[1] (AgentProvider/there in {mixed}:7): the namespace from the '
+                                'provided object "team-b" does not match the namespace "team-a" given with '
+                                "-n/--namespace; pass --namespace=team-b or remove metadata.namespace\n")
+    empty = joch("get", "ap", env={"JOCH_NAMESPACE": "team-c"})
+    assert empty.err == "No resources found in team-c namespace (from JOCH_NAMESPACE).\n"
+    missing = joch("get", "ap", "x", env={"JOCH_NAMESPACE": "team-c"})
+    assert missing.err == ('error: agentproviders.joch.dev "x" in namespace "team-c" not found '
+                           "(the namespace came from JOCH_NAMESPACE)\n")
+    assert joch("get", "ap", "x", "-n", "team-c").err == (
+        'error: agentproviders.joch.dev "x" in namespace "team-c" not found\n')
+    invalid = joch("apply", "-f", str(mixed), env={"JOCH_NAMESPACE": "Team_C"})
+    assert invalid.code == 2
+    assert invalid.err.startswith('error: invalid namespace "Team_C" (from JOCH_NAMESPACE=Team_C)')
 
 
 def test_watch_prints_the_table_then_a_row_per_change(joch, manifest, server, joch_binary) -> None:
@@ -283,6 +395,24 @@ def test_describe_without_events_and_a_missing_object(joch, manifest) -> None:
     assert missing.code == 3 and missing.err.startswith("error: ")
 
 
+def test_describe_several_objects_and_a_missing_one(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    result = joch("describe", "ag/coder", "ap/nope", "ap/echo")
+    assert result.code == 3
+    assert [line for line in result.out.splitlines() if line.startswith("Name:")] == [
+        "Name:         coder", "Name:         echo"]
+    assert result.err == 'error: agentproviders.joch.dev "nope" in namespace "default" not found\n'
+
+
+def test_describe_secret_shows_sizes_not_values(joch) -> None:
+    secret = ("apiVersion: ops.joch.dev/v1alpha1\nkind: Secret\nmetadata: {name: keys}\n"
+              "spec:\n  data: {token: czNjcjN0LXZhbHVl}\n")  # s3cr3t-value
+    joch.ok("apply", "-f", "-", input=secret)
+    page = joch.ok("describe", "secret", "keys").out
+    assert "  data:\n    token:  12 bytes\n" in page
+    assert "czNjcjN0LXZhbHVl" not in page and "s3cr3t" not in page
+
+
 # --- delete --------------------------------------------------------------------------------------
 
 def test_delete_by_name_and_by_file(joch, manifest) -> None:
@@ -297,6 +427,29 @@ def test_delete_by_name_and_by_file(joch, manifest) -> None:
                                         'implementationspec.joch.dev "hello" deleted']
     assert by_file.code == 3  # coder was already gone; the others were still deleted
     assert "documents[1] (Agent/coder in" in by_file.err
+
+
+def test_delete_type_name_arguments(joch, manifest) -> None:
+    joch.ok("apply", "-f", manifest("quickstart.yaml"))
+    result = joch("delete", "ag/coder", "ap/nope", "is/hello")
+    assert result.out.splitlines() == ['agent.joch.dev "coder" deleted', 'implementationspec.joch.dev "hello" deleted']
+    assert (result.code, result.err) == (3, 'error: agentproviders.joch.dev "nope" in namespace "default" '
+                                             "not found\n")
+
+
+def test_delete_of_an_object_with_finalizers_says_it_is_only_marked(joch, server) -> None:
+    held = PROVIDER.replace("metadata: {name: p}", "metadata: {name: p, finalizers: [example.com/a, example.com/b]}")
+    joch.ok("apply", "-f", "-", input=held)
+    try:
+        result = joch.ok("delete", "ap", "p")
+        assert result.out == ('agentprovider.joch.dev "p" marked for deletion '
+                              "(waiting on finalizers: example.com/a, example.com/b)\n")
+        assert yaml.safe_load(joch.ok("get", "ap", "p", "-o", "yaml").out)["metadata"]["deletionTimestamp"]
+    finally:
+        httpx.patch(f"{server.url}/apis/joch.dev/v1alpha1/namespaces/default/agentproviders/p",
+                    content='{"metadata": {"finalizers": null}}',
+                    headers={"Content-Type": "application/merge-patch+json"}, timeout=10).raise_for_status()
+    assert joch("get", "ap", "p").code == 3
 
 
 # --- discovery, version, and no server -----------------------------------------------------------
@@ -332,3 +485,74 @@ def test_server_refuses_a_taken_port_with_a_clear_error(server, joch_binary, tmp
     assert result.returncode == 2
     assert result.stderr == (f"error: cannot listen on 127.0.0.1:{server.port}: the address is already in use "
                              "(is another `joch server` running?)\n")
+
+
+def test_a_malformed_server_url_or_port_is_a_clear_error_not_a_traceback(joch_at, joch_binary, tmp_path) -> None:
+    bad_url = joch_at("http://[::1", "get", "ag")
+    assert bad_url.code == 2 and "Traceback" not in bad_url.err
+    assert bad_url.err.startswith('error: the server URL "http://[::1" (JOCH_SERVER) is not a valid URL')
+    flag = joch_at("http://127.0.0.1:1", "get", "ag", "--server", "http://[::1")
+    assert flag.code == 2 and '(--server) is not a valid URL' in flag.err
+    port = subprocess.run([str(joch_binary), "server", "--port", "99999", "--data-dir", str(tmp_path / "d")],
+                          capture_output=True, text=True, timeout=30)
+    assert (port.returncode, port.stdout, port.stderr) == (2, "", "error: --port must be between 1 and 65535 "
+                                                                  "(got 99999)\n")
+
+
+def test_a_web_server_that_is_not_joch_is_named_with_exit_code_7(joch_at, closed_port, tmp_path) -> None:
+    port = closed_port
+    web = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(url)
+        for args, request in ((["get", "agents"], "GET /apis answered 404 text/html"),
+                              (["version"], "GET /version answered 404 text/html"),
+                              (["apply", "-f", "-"], "POST /v1/resources/apply answered 501 text/html"),
+                              (["create", "-f", "-"], "POST /v1/resources/create answered 501 text/html")):
+            result = joch_at(url, *args, input=PROVIDER)
+            assert (result.code, result.err) == (7, f"error: {url} is not a Joch API server ({request})\n"), args
+    finally:
+        web.terminate()
+        web.wait(timeout=10)
+
+
+def test_a_peer_that_does_not_speak_http_is_one_line_and_exit_code_7(joch_at) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+        def banner() -> None:
+            for _ in range(2):
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)  # the request, read so closing does not reset the connection
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+        threading.Thread(target=banner, daemon=True).start()
+        for args in (["get", "agents"], ["version"]):
+            result = joch_at(url, *args)
+            assert result.code == 7 and "Traceback" not in result.err
+            assert [line for line in result.err.splitlines() if line.startswith("error: ")] == result.err.splitlines()
+            assert result.err.startswith(f"error: no valid HTTP answer from {url} to GET ")
+
+
+def test_a_yaml_bomb_is_refused_with_exit_code_2_not_a_crash(joch_at, server, tmp_path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 100_000 + "\n")
+    for verb in ("apply", "create", "delete"):
+        result = joch_at(server.url, verb, "-f", str(deep))
+        assert result.code == 2, (verb, result)  # libyaml's composer used to die here with SIGSEGV (139)
+        assert result.err.startswith(f"error: {deep}: documents[0] (line 1): mappings and lists nest more than 64")
+
+
+def _wait_for(url: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing answered at {url}")

@@ -33,3 +33,17 @@ def test_an_item_of_a_list_is_named_with_its_item_index() -> None:
     bundle = Bundle([Source("one.yaml", GOOD), Source("list.json", listing)])
     located = applying._relabel("documents[2].items[0].spec: bad", bundle)
     assert located == "documents[0].items[0] (Agent/x in list.json:1).spec: bad"
+
+
+def test_a_deletion_waiting_on_finalizers_says_so() -> None:
+    marked = {"metadata": {"name": "ed", "deletionTimestamp": "2025-01-01T00:00:00Z", "finalizers": ["x", "y"]}}
+    assert applying.deletion(marked) == "marked for deletion (waiting on finalizers: x, y)"
+    assert applying.deletion({"metadata": {"name": "ed", "deletionTimestamp": "2025-01-01T00:00:00Z"}}) == "deleted"
+    assert applying.deletion({"kind": "Status", "status": "Success"}) == "deleted"
+    assert applying.deletion(None) == "deleted"
+
+
+def test_the_servers_name_for_the_stream_gives_way_to_the_file() -> None:
+    bundle = Bundle([Source("good.yaml", GOOD)])
+    assert applying._relabel("request body: documents[1] (?/? in request body:4) is a list", bundle) == (
+        "documents[1] (Agent/b in good.yaml:4) is a list")

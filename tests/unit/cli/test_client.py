@@ -42,13 +42,73 @@ def test_status_bodies_become_the_matching_error(
     assert [(x.field, x.message) for x in caught.value.causes] == [("spec.x", "bad")]
 
 
-def test_a_body_that_is_not_a_status_is_mapped_from_the_http_code() -> None:
-    c = client(lambda _: httpx.Response(404, text="<html>not here</html>"))
-    with pytest.raises(errors.NotFound, match="not here"):
-        c.get_json("/x")
-    c = client(lambda _: httpx.Response(502, json={"detail": "bad gateway"}))
-    with pytest.raises(errors.Internal, match="bad gateway"):
-        c.get_json("/x")
+@pytest.mark.parametrize(
+    ("response", "answered"),
+    [(httpx.Response(404, text="<html>not here</html>", headers={"content-type": "text/html"}),
+      "GET /apis answered 404 text/html"),
+     (httpx.Response(404, json={"detail": "Not Found"}), "GET /apis answered 404 application/json"),
+     (httpx.Response(200, text="<html>hello</html>", headers={"content-type": "text/html; charset=utf-8"}),
+      "GET /apis answered 200 text/html"),
+     (httpx.Response(500), "GET /apis answered 500 an empty body")],
+)
+def test_a_server_that_is_not_joch_is_named_with_exit_code_7(response: httpx.Response, answered: str) -> None:
+    with pytest.raises(errors.ServiceUnavailable) as caught:
+        client(lambda _: response).get_json("/apis")
+    assert caught.value.exit_code == 7
+    assert caught.value.message == f"http://joch.test is not a Joch API server ({answered})"
+
+
+def test_a_gateway_error_without_a_status_is_unavailable() -> None:
+    with pytest.raises(errors.ServiceUnavailable, match="GET /apis answered 502 Bad Gateway") as caught:
+        client(lambda _: httpx.Response(502, text="<html>bad gateway</html>")).get_json("/apis")
+    assert caught.value.message.startswith("cannot reach the Joch server at http://joch.test: ")
+
+
+def test_a_redirect_is_not_followed_and_names_its_target() -> None:
+    moved = httpx.Response(301, headers={"location": "https://elsewhere.test/apis"})
+    with pytest.raises(errors.ServiceUnavailable, match=r"a redirect to https://elsewhere\.test/apis"):
+        client(lambda _: moved).get_json("/apis")
+
+
+def test_json_that_is_not_an_object_is_not_joch() -> None:
+    with pytest.raises(errors.ServiceUnavailable, match="is not a Joch API server"):
+        client(lambda _: httpx.Response(200, json=[1, 2])).get_object("/apis")
+
+
+def _raising(exc: type[Exception]) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if issubclass(exc, httpx.RequestError):
+            raise exc("boom", request=request)
+        raise exc("boom")
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls", "text"),
+    [(httpx.ReadTimeout, errors.ServiceUnavailable, "did not answer GET /apis in time"),
+     (httpx.ConnectTimeout, errors.ServiceUnavailable, "did not answer GET /apis in time"),
+     (httpx.PoolTimeout, errors.ServiceUnavailable, "did not answer GET /apis in time"),
+     (httpx.RemoteProtocolError, errors.ServiceUnavailable, "no valid HTTP answer from http://joch.test"),
+     (httpx.LocalProtocolError, errors.ServiceUnavailable, "no valid HTTP answer"),
+     (httpx.DecodingError, errors.ServiceUnavailable, "no valid HTTP answer"),
+     (httpx.TooManyRedirects, errors.ServiceUnavailable, "no valid HTTP answer"),
+     (httpx.ReadError, errors.ServiceUnavailable, "GET /apis to the Joch server at http://joch.test failed"),
+     (httpx.ProxyError, errors.ServiceUnavailable, "failed: boom"),
+     (httpx.UnsupportedProtocol, errors.BadRequest, "cannot send GET /apis to http://joch.test"),
+     (httpx.InvalidURL, errors.BadRequest, "cannot send GET /apis"),
+     (httpx.StreamConsumed, errors.ServiceUnavailable, "failed")],
+)
+def test_every_httpx_failure_is_one_joch_error(exc: type[Exception], cls: type[errors.JochError], text: str) -> None:
+    if exc is httpx.StreamConsumed:
+        handler: Handler = lambda _: (_ for _ in ()).throw(httpx.StreamConsumed())  # noqa: E731
+    else:
+        handler = _raising(exc)
+    with pytest.raises(cls, match=text) as caught:
+        client(handler).get_json("/apis")
+    assert caught.value.exit_code == (7 if cls is errors.ServiceUnavailable else 2)
+    with pytest.raises(cls):
+        list(client(handler).stream("/apis", {"watch": "1"}))
 
 
 def test_a_refused_connection_is_one_clear_line_with_exit_code_7() -> None:
@@ -80,11 +140,6 @@ def test_a_watch_stream_yields_events_and_a_failed_watch_raises() -> None:
         list(c.stream("/w", {"watch": "1"}))
 
 
-def test_non_json_success_is_an_internal_error() -> None:
-    with pytest.raises(errors.Internal, match="not JSON"):
-        client(lambda _: httpx.Response(200, text="<html>")).get_json("/x")
-
-
 def test_server_url_comes_from_the_flag_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JOCH_SERVER", raising=False)
     assert server_url(None) == "http://127.0.0.1:8080"
@@ -93,3 +148,21 @@ def test_server_url_comes_from_the_flag_then_the_environment(monkeypatch: pytest
     assert server_url("https://flag:2") == "https://flag:2"
     with pytest.raises(errors.BadRequest, match="must start with http"):
         server_url("localhost:8080")
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [("http://[::1", "is not a valid URL (Invalid IPv6 URL)"), ("http://127.0.0.1:99999", "is not a valid URL"),
+     ("http://127.0.0.1:port", "is not a valid URL"), ("http://", "names no host"), ("http://:8080", "names no host"),
+     ("http://h:1/?x=1", "must not have a query")],
+)
+def test_a_malformed_server_url_is_a_clear_error_naming_its_source(
+    url: str, problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(errors.BadRequest) as caught:
+        server_url(url)
+    assert caught.value.message.startswith(f'the server URL "{url}" (--server) {problem}')
+    assert caught.value.message.endswith("give http://HOST[:PORT], e.g. http://127.0.0.1:8080")
+    monkeypatch.setenv("JOCH_SERVER", url)
+    with pytest.raises(errors.BadRequest, match=r"\(JOCH_SERVER\)"):
+        server_url(None)

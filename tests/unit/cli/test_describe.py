@@ -85,3 +85,19 @@ def test_events_are_matched_by_uid_or_by_kind_and_name() -> None:
     by_uid = event("e")
     by_uid["spec"]["involvedObject"]["uid"] = "someone-else"
     assert not describe.involves(by_uid, AGENT)
+
+
+SECRETS = ResourceType(group="ops.joch.dev", version="v1alpha1", kind="Secret", plural="secrets", singular="secret",
+                       namespaced=True, short_names=("sec",))
+
+
+def test_a_secret_shows_the_size_of_each_value_never_the_value() -> None:
+    secret = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret",
+              "metadata": {"name": "keys", "namespace": "default"},
+              "spec": {"type": "Opaque", "data": {"token": "czNjcjN0LXZhbHVl", "broken": "not base64!"},
+                       "stringData": {"password": "hunter2"}}}
+    page = describe.describe(secret, SECRETS, events=[], now=NOW)
+    assert "Spec:\n  type:  Opaque\n  data:\n    token:   12 bytes\n    broken:  11 bytes (not valid base64)\n" in page
+    assert "  stringData:\n    password:  7 bytes\n" in page
+    assert "czNjcjN0" not in page and "hunter2" not in page and "not base64!" not in page
+    assert secret["spec"]["data"]["token"] == "czNjcjN0LXZhbHVl"  # the object itself is left alone

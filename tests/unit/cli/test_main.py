@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
@@ -30,13 +33,27 @@ def test_the_exit_code_table_is_generated_from_the_error_classes() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--server", "localhost:8080", "get", "agents"], 'the server URL "localhost:8080" must start with http'),
+        (["--server", "localhost:8080", "get", "agents"],
+         'the server URL "localhost:8080" (--server) must start with http'),
         (["get", "agents", "x", "-A"], "a resource cannot be retrieved by name across all namespaces"),
+        (["get", "agents", "x", "-l", "a=b"], "name cannot be provided when a selector is specified"),
         (["describe", "agents"], "you must specify the name of the resource to describe"),
         (["delete"], "you must specify a KIND and NAME..., or -f"),
         (["delete", "agents"], "you must specify the name of the agents to delete"),
         (["apply"], "must specify one of -f/--filename"),
         (["apply", "-f", "/definitely/not/here.yaml"], 'the path "/definitely/not/here.yaml" does not exist'),
+        (["apply", "-f", ""], "must specify -f with a file, directory or - (got an empty filename)"),
+        (["create", "-f", "-", "-f", ""], "must specify -f with a file, directory or -"),
+        (["get", "agents", "-n", "Team_A"], 'invalid namespace "Team_A" (from -n/--namespace Team_A): a namespace'),
+        (["delete", "-f", ""], "must specify -f with a file, directory or -"),
+        (["--server", "http://[::1", "get", "agents"],
+         'the server URL "http://[::1" (--server) is not a valid URL (Invalid IPv6 URL); give http://HOST[:PORT]'),
+        (["get", "agents", "--server", "http://127.0.0.1:99999"],
+         'the server URL "http://127.0.0.1:99999" (--server) is not a valid URL (Port out of range 0-65535)'),
+        (["server", "--port", "99999"], "--port must be between 1 and 65535 (got 99999)"),
+        (["server", "--port", "0"], "--port must be between 1 and 65535 (got 0)"),
+        (["get", "ag/demo", "ap"], '"ap" is not TYPE/NAME: once one argument is TYPE/NAME, every argument must be'),
+        (["get", "ag", "ap/demo"], "there is no need to give the resource type as a separate argument"),
     ],
 )
 def test_user_errors_are_one_line_with_exit_code_2(args: list[str], message: str) -> None:
@@ -64,3 +81,60 @@ def test_apply_with_empty_input_sends_nothing() -> None:
     result = runner.invoke(main.app, ["--server", "http://127.0.0.1:9", "apply", "-f", "-"], input="# nothing\n---\n")
     assert result.exit_code == 2
     assert result.stderr == "error: no objects passed to apply\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["get", "ag", "-o", "bogus"], 'error: --output must be one of wide, yaml, json, name (got "bogus")'),
+        (["apply", "-f", "-", "-o", "wide"], 'error: --output must be one of yaml, json, name (got "wide")'),
+        (["create", "-f", "-", "--dry-run=client"], 'error: --dry-run must be one of none, server (got "client")'),
+        (["server", "--port", "abc"], 'error: --port must be a whole number (got "abc")'),
+        (["get"], "error: missing argument 'KIND'"),
+        (["get", "ag", "--bogus"], "error: no such option: --bogus"),
+        (["apply", "-f"], "error: option '-f' requires an argument"),
+        (["gte", "ag"], "error: no such command 'gte'. Did you mean 'get'?"),
+    ],
+)
+def test_usage_errors_are_plain_error_lines_with_exit_code_2(args: list[str], line: str) -> None:
+    code, out, err = invoke(*args)
+    assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_no_command_prints_the_help() -> None:
+    code, out, err = invoke()
+    assert code == 0 and "Usage: joch" in out and "Exit codes" in out and err == ""
+
+
+def test_a_message_listing_its_causes_is_not_printed_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    causes = [errors.Cause("spec.providerRef", "required field is missing"),
+              errors.Cause("spec.tools[0]", 'unknown tool "x"')]
+    main.report(errors.Invalid('Agent.joch.dev "x" is invalid: [spec.providerRef: required field is missing, '
+                               'spec.tools[0]: unknown tool "x"]', causes=causes))
+    main.report(errors.Invalid('Agent.joch.dev "y" is invalid: spec.providerRef: required field is missing',
+                               causes=causes[:1]))
+    main.report(errors.Invalid("1 of 2 documents are invalid; nothing was applied\nsecond line", causes=causes[:1]))
+    assert capsys.readouterr().err.splitlines() == [
+        'error: Agent.joch.dev "x" is invalid',
+        "  - spec.providerRef: required field is missing",
+        '  - spec.tools[0]: unknown tool "x"',
+        'error: Agent.joch.dev "y" is invalid',
+        "  - spec.providerRef: required field is missing",
+        "error: 1 of 2 documents are invalid; nothing was applied",
+        "  - spec.providerRef: required field is missing",
+    ]
+
+
+def test_the_cli_starts_without_the_libraries_only_some_commands_need() -> None:
+    """Every command pays for what ``import joch.cli.main`` imports (see the module docstring)."""
+    probe = ("import sys, joch.cli.main; print(' '.join(sorted(m for m in ('httpx', 'yaml', 'rich', 'fastapi', "
+             "'uvicorn', 'joch.admission', 'joch.server', 'joch.store') if m in sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.split() == []
+
+
+def test_the_httpx_command_line_client_is_not_imported() -> None:
+    probe = ("import sys; from joch.cli import client; client._httpx(); "
+             "print('httpx' in sys.modules, sys.modules.get('httpx._main') is None, 'rich' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.split() == ["True", "True", "False"]

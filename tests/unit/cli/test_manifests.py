@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,74 @@ def test_a_missing_path_is_a_bad_request(tmp_path: Path) -> None:
         manifests.read([str(tmp_path / "nope.yaml")], io.StringIO())
 
 
+
+
+def test_an_empty_filename_is_an_error_not_the_current_directory() -> None:
+    with pytest.raises(errors.BadRequest, match="must specify -f with a file, directory or -"):
+        manifests.read([""], io.StringIO())
+
+
+def test_text_nested_deeper_than_admission_allows_is_refused_before_libyaml_composes_it() -> None:
+    """libyaml's composer recurses in C: 100,000 ``[`` kill the process with SIGSEGV (exit -11)."""
+    probe = ("from joch.api import errors\nfrom joch.cli import manifests\n"
+             "for text in ('a: ' + '[' * 100000, '- ' * 100000 + 'x', '{\"a\": ' * 100000):\n"
+             "    try:\n        manifests.documents([manifests.Source('deep.yaml', text)])\n"
+             "    except errors.BadRequest as exc:\n        print(exc.message)\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and all("deep.yaml" in line and "nest more than" in line for line in lines), lines
+
+
+def namespaced(api_version: str, kind: str) -> bool | None:
+    return {"Agent": True, "Cluster": False}.get(kind)
+
+
+def added(text: str, name: str = "a.yaml") -> Source:
+    return manifests.with_namespace(Source(name, text), "team-a", namespaced, why="from JOCH_NAMESPACE")
+
+
+def test_with_namespace_adds_the_key_to_documents_naming_none_and_leaves_every_other_byte() -> None:
+    text = ("# agents\nkind: Agent\nmetadata:\n  name: a   # first\n  labels: {x: 'on'}\nspec: {tools: [a]}\n"
+            "---\nkind: Agent\nmetadata: {name: b, namespace: team-b}\n"
+            "---\nkind: Cluster\nmetadata: {name: c}\n"
+            "---\nkind: Agent\nmetadata: {name: d}\n"
+            "---\nkind: Agent\nmetadata: {}\n"
+            "---\nkind: Unknown\nmetadata: {name: e}\n")
+    source = added(text)
+    assert source.text == text.replace("  name: a", '  namespace: "team-a"\n  name: a').replace(
+        "metadata: {name: d}", 'metadata: {namespace: "team-a", name: d}').replace(
+        "metadata: {}", 'metadata: {namespace: "team-a"}')
+    docs = manifests.documents([source])
+    assert [(d.name, (d.obj["metadata"] or {}).get("namespace")) for d in docs] == [
+        ("a", "team-a"), ("b", "team-b"), ("c", None), ("d", "team-a"), ("", "team-a"), ("e", None)]
+    assert docs[0].obj["metadata"]["labels"] == {"x": "on"}  # the rest is as written, quotes and all
+    # labels still name the lines of the file as the user wrote it
+    bundle = Bundle([source])
+    assert [bundle.document(i).label for i in range(3)] == [  # type: ignore[union-attr]
+        "documents[0] (Agent/a in a.yaml:2)", "documents[1] (Agent/b in a.yaml:8)",
+        "documents[2] (Cluster/c in a.yaml:11)"]
+
+
+def test_with_namespace_in_json_lists_and_crlf_files() -> None:
+    listing = ('{"kind": "List", "items": [{"kind": "Agent", "metadata": {"name": "x"}},\n'
+               ' {"kind": "Agent", "metadata": {"name": "y", "namespace": "b"}}]}')
+    assert added(listing).text == listing.replace('{"name": "x"}', '{namespace: "team-a", "name": "x"}')
+    array = '[{"kind": "Agent", "metadata": {"name": "x"}}]'
+    assert manifests.documents([added(array)])[0].obj["metadata"] == {"namespace": "team-a", "name": "x"}
+    crlf = "kind: Agent\r\nmetadata:\r\n  name: x\r\n"
+    assert added(crlf).text == 'kind: Agent\r\nmetadata:\r\n  namespace: "team-a"\r\n  name: x\r\n'
+
+
+def test_with_namespace_refuses_to_guess_where_the_text_is_not_plain() -> None:
+    with pytest.raises(errors.BadRequest, match=r'documents\[0\] \(Agent/x in a.yaml:1\): cannot give this document '
+                                                r'the namespace "team-a" \(from JOCH_NAMESPACE\)'):
+        added("kind: Agent\nmetadata:\n  namespace: ''\n  name: x\n")
+
+
+def test_stdin_that_is_not_utf8_is_a_clear_error() -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(b"kind: \xd0\x01\n"), encoding="utf-8", errors="surrogateescape")
+    with pytest.raises(errors.BadRequest, match="cannot read stdin: it is not UTF-8 text"):
+        manifests.read(["-"], stdin)
+    bom = io.TextIOWrapper(io.BytesIO("\ufeffkind: A\n".encode()), encoding="utf-8")
+    assert manifests.read(["-"], bom)[0].text == "kind: A\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,7 +95,7 @@ class FakeServer:
                    "versions": [{"groupVersion": gv}]} for gv in (d["groupVersion"] for d in joch_documents())]
         self.documents["/apis"] = {"kind": "APIGroupList", "groups": groups}
 
-    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+    def get_object(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         self.calls.append(path)
         return self.documents[path]
 
@@ -104,6 +105,19 @@ def test_discover_walks_the_preferred_version_of_every_group() -> None:
     found = resolve.discover(server)
     assert server.calls[0] == "/apis" and len(server.calls) == 1 + len({i.group for i in REGISTRY})
     assert {rt.kind for rt in found} == {i.kind for i in REGISTRY}
+
+
+def test_names_are_escaped_and_names_that_would_address_another_url_are_refused(
+    discovery: resolve.Discovery,
+) -> None:
+    agents = discovery.resolve("agents")
+    escaped = agents.path(namespace="default", name="a#b?c d")
+    assert escaped == "/apis/joch.dev/v1alpha1/namespaces/default/agents/a%23b%3Fc%20d"
+    for name in (".", "..", "a/b"):
+        with pytest.raises(errors.BadRequest, match=f'invalid name "{re.escape(name)}"'):
+            agents.path(namespace="default", name=name)
+    with pytest.raises(errors.BadRequest, match=r'invalid namespace "\.\."'):
+        agents.path(namespace="..")
 
 
 def test_comma_lists_and_categories(discovery: resolve.Discovery) -> None:
