@@ -99,8 +99,11 @@ def reported(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def report(exc: errors.JochError) -> None:
-    typer.echo(f"error: {headline(exc)}", err=True)
+    line = headline(exc)
+    typer.echo(f"error: {line}", err=True)
     for cause in exc.causes:
+        if cause.message and cause.message in line:
+            continue  # the headline already says it (e.g. a Conflict that names its document)
         prefix = f"{manifests.readable_field(cause.field)}: " if cause.field else ""
         typer.echo(f"  - {prefix}{cause.message}", err=True)
 

@@ -138,3 +138,11 @@ def test_the_httpx_command_line_client_is_not_imported() -> None:
              "print('httpx' in sys.modules, sys.modules.get('httpx._main') is None, 'rich' in sys.modules)")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert loaded.stdout.split() == ["True", "True", "False"]
+
+
+def test_a_cause_the_headline_already_says_is_not_repeated(capsys: pytest.CaptureFixture[str]) -> None:
+    text = ("documents[0] (Agent/demo in demo.yaml:1): the object has been modified since resourceVersion 1 "
+            "was read (it is now at 4); get it again and re-apply your change")
+    main.report(errors.Conflict(text, causes=[errors.Cause("documents[0].metadata", text)]))
+    err = capsys.readouterr().err
+    assert err == f"error: {text}\n"
