@@ -126,13 +126,22 @@ class _Tx(Writer):
         self.conn = conn
         self.start = revision
         self.revision = revision
+        # Rows this transaction has read or written, as stored text (None: no such object). The
+        # transaction holds the write lock, so no one else can change them until it ends; an
+        # apply of many objects naming the same provider, or an update that admission has just
+        # read, costs no second round trip.
+        self._seen: dict[tuple[str, str, str], str | None] = {}
 
     def _load(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
-        row = self.conn.execute(
-            "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
-            (kind.key, namespace, name),
-        ).fetchone()
-        return json.loads(row[0]) if row else None
+        key = (kind.key, namespace, name)
+        if key in self._seen:
+            body = self._seen[key]
+        else:
+            row = self.conn.execute(
+                "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?", key
+            ).fetchone()
+            body = self._seen[key] = row[0] if row else None
+        return json.loads(body) if body is not None else None
 
     def _record(self, kind: KindInfo, obj: Obj, event: str, previous: Obj | None = None) -> Obj:
         revision = self.revision + 1
@@ -170,6 +179,7 @@ class _Tx(Writer):
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (revision, kind.key, namespace, name, event, body, prev_labels),
         )
+        self._seen[(kind.key, namespace, name)] = None if event == "DELETED" else body
         self.revision = revision
         return obj
 

@@ -638,3 +638,23 @@ def test_a_store_migrated_by_a_newer_joch_is_refused(store_url: str) -> None:
             conn.execute("INSERT INTO joch_schema_migrations VALUES (999, 'from-the-future', 'now')")
     with pytest.raises(errors.ServiceUnavailable, match="schema version 999, newer than this joch"):
         open_store(store_url)
+
+
+def test_reads_inside_a_transaction_see_its_own_writes(store: Store) -> None:
+    store.create(AGENT, agent("a"))
+    with store.transaction() as tx:
+        first = tx.get(AGENT, "default", "a")
+        tx.update(AGENT, {**first, "spec": {"providerRef": {"name": "changed"}}})
+        assert tx.get(AGENT, "default", "a")["spec"]["providerRef"]["name"] == "changed"
+        tx.delete(AGENT, "default", "a")
+        with pytest.raises(errors.NotFound):
+            tx.get(AGENT, "default", "a")
+        with pytest.raises(errors.NotFound):
+            tx.get(AGENT, "default", "never")
+        tx.create(AGENT, agent("never"))
+        again = tx.create(AGENT, agent("a"))
+        assert again["metadata"]["generation"] == 1
+        mutated = tx.get(AGENT, "default", "never")
+        mutated["spec"] = {"mutated": True}  # callers own what they read
+        assert tx.get(AGENT, "default", "never")["spec"] == {"providerRef": {"name": "p"}}
+    assert store.get(AGENT, "default", "a")["spec"]["providerRef"]["name"] == "p"
