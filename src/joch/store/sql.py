@@ -27,6 +27,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from joch.api import errors, selectors
@@ -51,6 +52,17 @@ class Conn(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
 
 
+@dataclass(frozen=True)
+class ChangeRow:
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    revision: int
+    body: str
+    prev_labels: str | None
+
+
 class Backend(abc.ABC):
     """What differs between dialects: connections, locking, notification and migrations."""
 
@@ -64,6 +76,34 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def read(self) -> AbstractContextManager[Conn]:
         """A connection inside a read-only transaction with one consistent snapshot."""
+
+    def record(self, conn: Conn, event: str, row: ChangeRow) -> bool:
+        """Write an object row and its change-log row; False when an ADDED object already exists.
+        Two statements here; a dialect may do both in one round trip."""
+        if event == "ADDED":
+            inserted = conn.execute(
+                "INSERT INTO joch_objects (kind, namespace, name, uid, revision, body) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (kind, namespace, name) DO NOTHING RETURNING revision",
+                (row.kind, row.namespace, row.name, row.uid, row.revision, row.body),
+            ).fetchone()
+            if inserted is None:
+                return False
+        elif event == "MODIFIED":
+            conn.execute(
+                "UPDATE joch_objects SET revision = ?, body = ? WHERE kind = ? AND namespace = ? AND name = ?",
+                (row.revision, row.body, row.kind, row.namespace, row.name),
+            )
+        else:
+            conn.execute(
+                "DELETE FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
+                (row.kind, row.namespace, row.name),
+            )
+        conn.execute(
+            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (row.revision, row.kind, row.namespace, row.name, event, row.body, row.prev_labels),
+        )
+        return True
 
     def notify(self, conn: Conn, revision: int) -> None:  # noqa: B027 - optional hook
         """Tell other processes about new changes (called inside the write transaction)."""
@@ -122,8 +162,9 @@ def _check_preconditions(
 class _Tx(Writer):
     """A write transaction: revisions are handed out in memory and the counter written at the end."""
 
-    def __init__(self, conn: Conn, revision: int) -> None:
+    def __init__(self, conn: Conn, revision: int, backend: Backend) -> None:
         self.conn = conn
+        self.backend = backend
         self.start = revision
         self.revision = revision
         # Rows this transaction has read or written, as stored text (None: no such object). The
@@ -149,36 +190,16 @@ class _Tx(Writer):
         m["resourceVersion"] = str(revision)
         namespace, name = m.get("namespace") or "", m["name"]
         body = dumps(obj)
-        if event == "ADDED":
-            # The primary key decides "already exists" in the same round trip as the insert.
-            inserted = self.conn.execute(
-                "INSERT INTO joch_objects (kind, namespace, name, uid, revision, body) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (kind, namespace, name) DO NOTHING RETURNING revision",
-                (kind.key, namespace, name, m["uid"], revision, body),
-            ).fetchone()
-            if inserted is None:
-                raise errors.AlreadyExists(f"{_ident(kind, namespace, name)} already exists",
-                                           kind=kind.plural, name=name)
-        elif event == "MODIFIED":
-            self.conn.execute(
-                "UPDATE joch_objects SET revision = ?, body = ? WHERE kind = ? AND namespace = ? AND name = ?",
-                (revision, body, kind.key, namespace, name),
-            )
-        else:
-            self.conn.execute(
-                "DELETE FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
-                (kind.key, namespace, name),
-            )
         prev_labels = None
         if previous is not None and event == "MODIFIED":
             before = (previous.get("metadata") or {}).get("labels") or {}
             if before != (m.get("labels") or {}):
                 prev_labels = dumps(before)
-        self.conn.execute(
-            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (revision, kind.key, namespace, name, event, body, prev_labels),
-        )
+        row = ChangeRow(kind.key, namespace, name, m["uid"], revision, body, prev_labels)
+        if not self.backend.record(self.conn, event, row):
+            # The primary key decided "already exists" in the same round trip as the insert.
+            raise errors.AlreadyExists(f"{_ident(kind, namespace, name)} already exists",
+                                       kind=kind.plural, name=name)
         self._seen[(kind.key, namespace, name)] = None if event == "DELETED" else body
         self.revision = revision
         return obj
@@ -325,7 +346,7 @@ class SqlStore(Store):
     def _transaction(self) -> Iterator[Writer]:
         with self.backend.write() as conn:
             (revision,) = conn.execute(self.backend.lock_revision_sql).fetchone()
-            tx = _Tx(conn, int(revision))
+            tx = _Tx(conn, int(revision), self.backend)
             yield tx
             if tx.revision != tx.start:
                 conn.execute("UPDATE joch_meta SET value = ? WHERE key = 'revision'", (tx.revision,))
