@@ -54,12 +54,7 @@ STATUS_PATCH_ATTEMPTS = 5
 
 
 def list_body(kind: KindInfo, result: ListResult) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
-    if result.continue_token:
-        metadata["continue"] = result.continue_token
-    if result.remaining is not None:
-        metadata["remainingItemCount"] = result.remaining
-    return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": metadata,
+    return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": tables.list_metadata(result),
             "items": result.items}
 
 

@@ -30,7 +30,6 @@ from joch.api.registry import KindInfo, Registry
 class ListMeta(BaseModel):
     resourceVersion: str
     continue_: str | None = Field(default=None, alias="continue")  # a keyword in Python
-    remainingItemCount: int | None = None
 
 
 class StatusCause(BaseModel):

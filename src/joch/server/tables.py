@@ -42,6 +42,15 @@ from joch.api import columns, errors
 from joch.api.registry import KindInfo
 from joch.store.base import ListResult, Obj
 
+
+def list_metadata(result: ListResult) -> dict[str, Any]:
+    """The ``metadata`` of a list, plain or as a Table: the revision a watch resumes from, and the
+    continue token when there are more pages."""
+    metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
+    if result.continue_token:
+        metadata["continue"] = result.continue_token
+    return metadata
+
 GROUP = "meta.k8s.io"
 VERSIONS = ("v1", "v1beta1")
 Include = Literal["None", "Metadata", "Object"]
@@ -113,12 +122,7 @@ class KindTables:
         self.definitions = columns.definitions(self.columns)
 
     def for_list(self, result: ListResult, request: TableRequest) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
-        if result.continue_token:
-            metadata["continue"] = result.continue_token
-        if result.remaining is not None:
-            metadata["remainingItemCount"] = result.remaining
-        return self._table(result.items, request, metadata)
+        return self._table(result.items, request, list_metadata(result))
 
     def for_object(self, obj: Obj, request: TableRequest, *, headers: bool = True) -> dict[str, Any]:
         version = (obj.get("metadata") or {}).get("resourceVersion")

@@ -50,16 +50,6 @@ class ListResult:
     items: list[Obj]
     resource_version: str
     continue_token: str | None = None
-    remaining: int | None = None
-
-
-@dataclass(frozen=True)
-class Selector:
-    """Label requirements (``key=value``, ``key!=value``, ``key``, ``!key``, ``key in (a,b)``,
-    ``key notin (a,b)``) and field requirements on ``metadata.name``/``metadata.namespace``."""
-
-    labels: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    fields: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass

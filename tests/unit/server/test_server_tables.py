@@ -54,10 +54,10 @@ def test_include_object_defaults_to_metadata_and_rejects_unknown_values() -> Non
 
 def test_a_list_table_has_list_metadata_columns_and_one_row_per_object() -> None:
     result = ListResult(items=[agent("coder", conditions=[{"type": "Ready", "status": "True"}]), agent("bare")],
-                        resource_version="42", continue_token="next", remaining=3)
+                        resource_version="42", continue_token="next")
     table = AGENTS.for_list(result, tables.TableRequest())
     assert table["kind"] == "Table" and table["apiVersion"] == "meta.k8s.io/v1"
-    assert table["metadata"] == {"resourceVersion": "42", "continue": "next", "remainingItemCount": 3}
+    assert table["metadata"] == {"resourceVersion": "42", "continue": "next"}
     assert [d["name"] for d in table["columnDefinitions"]] == ["NAME", "PROVIDER", "READY", "RUNTIME", "AGE"]
     assert [r["cells"][:4] for r in table["rows"]] == [["coder", "codex", "True", "local"],
                                                        ["bare", "codex", "<none>", "local"]]
