@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from typing import Any
+
+import httpx
 
 
 def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None = None,
@@ -15,3 +19,18 @@ def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None =
         metadata["namespace"] = namespace
     return {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": metadata,
             "spec": {"binary": binary}}
+
+
+def wait_ready(base: str, proc: subprocess.Popen[str], *, seconds: float = 30) -> None:
+    """Wait until the ``joch server`` process ``proc`` answers ``/readyz`` at ``base``; fail the
+    test with the process's output if it exits first or takes longer than ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the server did not become ready"
+        time.sleep(0.1)

@@ -6,10 +6,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+
+from support import wait_ready
 
 PROVIDER = """\
 apiVersion: joch.dev/v1alpha1
@@ -45,16 +46,7 @@ def test_serve_applies_manifests_then_serves_until_interrupted(store_url: str, t
     proc = launch(store_url, port, tmp_path)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.1)
+        wait_ready(base, proc)
         agent = httpx.get(f"{base}/apis/joch.dev/v1alpha1/namespaces/default/agents/fixer")
         assert agent.status_code == 200 and agent.json()["spec"]["providerRef"] == {"name": "codex"}
         assert httpx.request("WATCH", f"{base}/v1/resources", params={"timeoutSeconds": "1"}).status_code == 200
@@ -82,16 +74,7 @@ def test_deeply_nested_yaml_is_400_and_the_server_lives_on(store_url: str, tmp_p
     proc = launch(store_url, port, tmp_path)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.1)
+        wait_ready(base, proc)
         for text in ("a: " + "[" * 100_000, "a:\n" + "- " * 100_000 + "x"):
             r = httpx.post(f"{base}/v1/resources/apply", content=text,
                            headers={"Content-Type": "application/yaml"}, timeout=30)

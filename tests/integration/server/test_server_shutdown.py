@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from support import wait_ready
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -28,13 +30,7 @@ def test_sigint_with_open_watches_exits_cleanly(store_url: str, tmp_path: Path) 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_ready(base, proc)
         ended: list[str] = []
 
         def watch(path: str) -> None:
