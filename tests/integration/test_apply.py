@@ -268,6 +268,9 @@ def test_apply_honours_the_resource_version_of_get_output(store: Store) -> None:
         "documents[1] (Agent/coder in coder.yaml:9): the object has been modified since resourceVersion ")
     assert "get it again and re-apply your change, or remove metadata.resourceVersion" in info.value.message
     assert info.value.message.endswith("; nothing was applied")
+    (cause,) = info.value.causes
+    assert cause.field.startswith("documents[") and cause.field.endswith(".metadata")
+    assert cause.message.startswith("the object has been modified since resourceVersion")
     assert store.current_revision() == before
     assert store.get(AGENT, "default", "coder")["metadata"]["labels"] == {"team": "someone-else"}
 

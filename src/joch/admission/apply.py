@@ -370,7 +370,9 @@ def _stale(plan: _Plan) -> str | None:
 
 def _conflict(stale: list[tuple[Document, str]]) -> errors.Conflict:
     more = f" (and {len(stale) - 1} more, see details.causes)" if len(stale) > 1 else ""
-    causes = [Cause(_prefixed(doc.label(), "metadata"), why, "FieldValueInvalid") for doc, why in stale]
+    # The field names the document; the message need not say it again.
+    causes = [Cause(_prefixed(doc.label(), "metadata"), why.removeprefix(f"{doc.label()}: "), "FieldValueInvalid")
+              for doc, why in stale]
     first = stale[0][0]
     return errors.Conflict(f"{stale[0][1]}{more}; nothing was applied", kind=first.obj.get("kind"),
                            name=display_name(first.obj), causes=causes)
