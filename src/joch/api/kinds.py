@@ -262,8 +262,11 @@ class AgentRunSpec(Model):
     secrets: list[Str] = Field(default_factory=list)
     input: dict[str, Any] = Field(default_factory=dict)
     timeoutSeconds: PositiveInt | None = None
-    idempotencyKey: Str | None = None
+    idempotencyKey: Str | None = Field(default=None, min_length=1, max_length=253)
     ttlSecondsAfterFinished: NonNegativeInt | None = None
+    # Desired state, like Argo's ``spec.shutdown``: ``joch cancel run`` sets it and the run
+    # controller stops the agent and ends the run Cancelled.
+    cancel: Bool = False
 
     @model_validator(mode="after")
     def _one_implementation(self) -> AgentRunSpec:
@@ -297,6 +300,7 @@ class AgentRunStatus(ConditionedStatus):
     artifacts: list[Artifact] = Field(default_factory=list)
     costUsd: Number | None = None
     exitCode: Int | None = None
+    compiledManifestHash: Str | None = None
 
 
 # --- runtime.joch.dev/Approval -------------------------------------------------------------------
@@ -381,6 +385,23 @@ class EventStatus(Model):
     pass
 
 
+# --- ops.joch.dev/Lease --------------------------------------------------------------------------
+
+class LeaseSpec(Model):
+    """coordination.k8s.io/v1 Lease: who holds leadership and until when (times are RFC 3339 with
+    microseconds, Kubernetes' MicroTime)."""
+
+    holderIdentity: Str | None = None
+    leaseDurationSeconds: PositiveInt = 15
+    acquireTime: Str | None = None
+    renewTime: Str | None = None
+    leaseTransitions: NonNegativeInt = 0
+
+
+class LeaseStatus(Model):
+    pass
+
+
 # --- registrations -------------------------------------------------------------------------------
 
 READY = Column("READY", "status.conditions[type=Ready].status")
@@ -437,6 +458,11 @@ EVENT = register(KindInfo(
     columns=(Column("TYPE", "spec.type"), Column("REASON", "spec.reason"),
              Column("OBJECT", "spec.involvedObject.name"), Column("MESSAGE", "spec.message"), AGE),
 ))
+LEASE = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Lease", plural="leases",
+    spec_model=LeaseSpec, status_model=LeaseStatus, categories=(),
+    columns=(Column("HOLDER", "spec.holderIdentity"), Column("RENEWED", "spec.renewTime"), AGE),
+))
 
-__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "EVENT", "IMPLEMENTATION_SPEC",
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "EVENT", "IMPLEMENTATION_SPEC", "LEASE",
            "POLICY", "SECRET", "CheckedSpec", "Condition", "Problem"]

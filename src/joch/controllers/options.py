@@ -1,0 +1,37 @@
+"""How the controller manager is configured: one frozen ``ControllerOptions``.
+
+``joch server`` and ``joch controller`` build it from their flags; tests build it directly with
+short periods. Leader election times follow client-go's defaults (15 s lease, 10 s renew deadline,
+2 s retry period).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_identity() -> str:
+    """``host/pid/random``: unique per process, and says which host and process hold a lease, so a
+    restarted server on the same host can tell that the previous holder is dead."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    data_dir: Path = Path(".joch")
+    identity: str = field(default_factory=default_identity)
+    leader_election: bool = True
+    lease_name: str = "joch-controller-manager"
+    lease_namespace: str = "joch-system"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resync_period: float = 30.0
+    workers: int = 4
+    max_concurrent_runs: int | None = 10
+    max_concurrent_runs_per_namespace: int | None = None
+    grace_seconds: float = 10.0  # SIGTERM → SIGKILL when a run is cancelled or times out

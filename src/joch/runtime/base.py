@@ -1,0 +1,187 @@
+"""The runtime adapter contract, and the resolved run that ``joch runner`` executes.
+
+Every runtime runs the same wrapper, ``joch runner``, around the agent: the local runtime as a
+supervised process per run, the Kubernetes runtime as the container of a Job. The run controller
+renders the provider's templates into a ``RunnerSpec`` (argv, env, input files, outputs, git
+coordinates, deadline) and hands it to ``Runtime.submit``; the runner prepares the workspace,
+starts the agent in its own process group, enforces the deadline, and durably records what
+happened (``RunState``) so a server that crashed can re-adopt the run instead of starting it again.
+
+Contracts (every adapter, every test):
+
+* ``submit`` is idempotent per ``(uid, attempt)``: a second call for a run that was submitted
+  already (by this process or one that died) returns the existing reference and starts nothing.
+* Secret values are handed to ``submit`` separately and only ever reach the agent's environment:
+  never the spec file, the state record, the log (the runner redacts them) or the reference.
+* ``status`` never raises for a run it knows: a runner that vanished without recording an end is
+  ``Lost`` (reason ``RunnerLost``), and its agent's process group is killed.
+* ``cancel`` asks the runner to stop: SIGTERM to the agent's process group, SIGKILL after the grace
+  period; the record then ends ``Cancelled``. Cancelling a finished run does nothing.
+* ``subscribe`` callbacks fire (from a runtime thread) whenever a run's state may have changed:
+  the agent started, ended, or the runner vanished. They carry the run's identity only.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+Ref = dict[str, Any]
+"""An adapter's handle on a submitted run, stored in ``AgentRun.status.runtimeRef`` (JSON; no secrets)."""
+
+SPEC_VERSION = "runner.joch.dev/v1"
+
+
+@dataclass(frozen=True)
+class RunId:
+    namespace: str
+    name: str
+    uid: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class GitSource:
+    url: str
+    ref: str = "HEAD"
+    path: str = "."
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # relative to the workspace's inputs directory
+    content: str
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    path: str  # relative to the workspace's outputs directory
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a run's files are, as the agent sees them (template context ``workspace``)."""
+
+    root: str      # the checkout (git worktree) or an empty directory when the run names no repository
+    path: str      # root joined with ``execution.coordinates.git.path``: the agent's working directory
+    inputs: str    # input files are written here
+    outputs: str   # the agent writes its output artifacts here
+
+    def context(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    run: RunId
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: tuple[str, ...] = ()  # names of env vars whose values come from the runner's environment
+    input_files: tuple[InputFile, ...] = ()
+    outputs: tuple[Output, ...] = ()
+    git: GitSource | None = None
+    timeout_seconds: float = 3600.0
+    grace_seconds: float = 10.0
+
+    def to_json(self) -> str:
+        body = asdict(self)
+        body["apiVersion"] = SPEC_VERSION
+        return json.dumps(body, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunnerSpec:
+        body = json.loads(text)
+        if body.pop("apiVersion", None) != SPEC_VERSION:
+            raise ValueError(f"not a {SPEC_VERSION} runner spec")
+        git = body.pop("git")
+        return cls(
+            run=RunId(**body.pop("run")),
+            argv=tuple(body.pop("argv")),
+            env=dict(body.pop("env")),
+            secret_env=tuple(body.pop("secret_env")),
+            input_files=tuple(InputFile(**f) for f in body.pop("input_files")),
+            outputs=tuple(Output(**o) for o in body.pop("outputs")),
+            git=GitSource(**git) if git else None,
+            **body,
+        )
+
+
+RunnerPhase = Literal["Preparing", "Running", "Succeeded", "Failed", "Cancelled", "Lost"]
+FINISHED: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled", "Lost"})
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    name: str
+    path: str          # relative to the run's artifact directory (what ``open_artifact`` serves)
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the runner recorded. ``reason`` is one of ``Completed`` (exit 0), ``AgentFailed``
+    (non-zero exit), ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError`` (checkout failed),
+    ``StartError`` (the binary could not be started), ``RunnerLost``; ``message`` says it for a person
+    (``agent exited with code 3``). Times are epoch seconds; ``started_at`` is when the agent process
+    was spawned."""
+
+    phase: RunnerPhase
+    reason: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    pid: int | None = None
+    artifacts: tuple[ArtifactRecord, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED
+
+
+class Runtime(abc.ABC):
+    type: str
+
+    @abc.abstractmethod
+    def workspace(self, run: RunId, git: GitSource | None) -> Workspace:
+        """The paths the run will have; pure (creates nothing), so templates can render first."""
+
+    @abc.abstractmethod
+    def submit(self, spec: RunnerSpec, *, secrets: Mapping[str, str] | None = None) -> Ref: ...
+
+    @abc.abstractmethod
+    def status(self, ref: Ref) -> RunState: ...
+
+    @abc.abstractmethod
+    def cancel(self, ref: Ref) -> None: ...
+
+    @abc.abstractmethod
+    def logs(self, ref: Ref, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
+        """The agent's combined stdout and stderr (secrets redacted) from byte ``offset``; with
+        ``follow`` the iterator ends only when the run has finished and everything was read."""
+
+    @abc.abstractmethod
+    def open_artifact(self, ref: Ref, name: str) -> tuple[ArtifactRecord, BinaryIO]:
+        """An output artifact (or ``changes.patch``) by name; ``KeyError`` when there is none."""
+
+    @abc.abstractmethod
+    def cleanup(self, ref: Ref, *, keep_records: bool = True) -> None:
+        """Remove the workspace; with ``keep_records=False`` also the log, record and artifacts."""
+
+    @abc.abstractmethod
+    def subscribe(self, callback: Callable[[RunId], None]) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Stop background threads; running agents keep running (they are re-adopted later)."""
+
+
+def run_dir_name(run: RunId) -> Path:
+    """A run attempt's directory below the runtime's root: stable, unique per uid and attempt."""
+    return Path(run.uid) / str(run.attempt)
