@@ -1,0 +1,15 @@
+"""The controllers ``joch server`` and ``joch controller`` run, built in one place."""
+
+from __future__ import annotations
+
+from joch.controllers.base import Controller
+from joch.controllers.options import ControllerOptions
+from joch.runtime.base import Runtime
+from joch.store.base import Store
+
+
+def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions) -> list[Controller]:
+    from joch.controllers.agents import AgentController
+    from joch.controllers.runs import ApprovalController, RunController
+
+    return [AgentController(), RunController(runtime, options), ApprovalController()]
