@@ -42,6 +42,7 @@ from joch.admission import diagnostics
 from joch.admission.documents import RawScalars
 from joch.admission.metadata import normalize_metadata
 from joch.admission.references import Pending, Resolution, check_references
+from joch.admission.uniqueness import check_idempotency
 from joch.api import errors
 from joch.api.errors import Cause
 from joch.api.kinds import CheckedSpec
@@ -103,6 +104,8 @@ def admit(
     refs = check_references(reader, kind, obj, namespace=metadata.get("namespace"), old=old,
                             pending=pending)
     causes = [*_top_level(obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
+    if not causes:
+        causes = check_idempotency(reader, kind, obj, metadata, old)
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
     if causes:
         raise invalid(kind, display_name(obj), causes)

@@ -105,6 +105,11 @@ class Writer(abc.ABC):
     def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj: ...
 
     @abc.abstractmethod
+    def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
+        """In a transaction, the list sees the transaction's own writes, and (the transaction holding
+        the write lock) nobody else's can interleave: a uniqueness check here cannot race."""
+
+    @abc.abstractmethod
     def create(self, kind: KindInfo, obj: Obj) -> Obj: ...
 
     @abc.abstractmethod
@@ -122,9 +127,6 @@ class Writer(abc.ABC):
 
 class Store(Writer):
     """A versioned object store. See the module docstring for the semantics."""
-
-    @abc.abstractmethod
-    def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult: ...
 
     @abc.abstractmethod
     def watch(self, kind: KindInfo | None, options: WatchOptions | None = None) -> Watch: ...

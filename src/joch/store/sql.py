@@ -211,6 +211,9 @@ class _Tx(Writer):
             raise _not_found(kind, ns, name)
         return obj
 
+    def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
+        return _list(self.conn, kind, options or ListOptions())
+
     def create(self, kind: KindInfo, obj: Obj) -> Obj:
         m = dict(obj.get("metadata") or {})
         ns = object_key(kind, m.get("namespace"))
@@ -311,6 +314,65 @@ def _decode_continue(token: str) -> tuple[int, str, str]:
         raise errors.BadRequest(f"invalid continue token {token!r}: pass the token a list returned") from exc
 
 
+def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
+    labels = selectors.parse_labels(opts.label_selector)
+    fields = selectors.parse_fields(opts.field_selector)
+    if opts.limit is not None and opts.limit < 0:
+        raise errors.BadRequest(f"limit must be a positive number, got {opts.limit}")
+    limit = opts.limit or None
+    namespace = (opts.namespace or None) if kind.namespaced else None
+    after: tuple[str, str] | None = None
+    first_revision: int | None = None
+    if opts.continue_token:
+        first_revision, ns_after, name_after = _decode_continue(opts.continue_token)
+        after = (ns_after, name_after)
+    where, params = _list_filter(kind, namespace, fields)
+    items: list[Obj] = []
+    more = False
+    (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+    while True:
+        chunk = _LIST_CHUNK if limit is None else max(limit + 1 - len(items), 64)
+        sql = f"SELECT namespace, name, body FROM joch_objects WHERE {where}"
+        page_params = list(params)
+        if after is not None:
+            # A row-value comparison: both dialects turn it into an index range scan.
+            sql += " AND (namespace, name) > (?, ?)"
+            page_params += [after[0], after[1]]
+        sql += " ORDER BY namespace, name LIMIT ?"
+        rows = conn.execute(sql, [*page_params, chunk]).fetchall()
+        for ns_row, name_row, body in rows:
+            obj = json.loads(body)
+            if labels and not selectors.matches(obj, labels, ()):
+                after = (ns_row, name_row)
+                continue
+            if limit is not None and len(items) == limit:
+                more = True
+                break
+            items.append(obj)
+            after = (ns_row, name_row)
+        if more or len(rows) < chunk:
+            break
+    list_revision = first_revision if first_revision is not None else int(revision)
+    token = _encode_continue(list_revision, *after) if more and after is not None else None
+    # No remainingItemCount: it is optional in Kubernetes, and counting the rest of a large
+    # collection on every page costs more than the page itself.
+    return ListResult(items=items, resource_version=str(list_revision), continue_token=token)
+
+
+def _list_filter(
+    kind: KindInfo, namespace: str | None, fields: tuple[selectors.Requirement, ...]
+) -> tuple[str, list[Any]]:
+    where, params = ["kind = ?"], [kind.key]
+    if namespace is not None:
+        where.append("namespace = ?")
+        params.append(namespace)
+    for req in fields:
+        column = "name" if req.key == "metadata.name" else "namespace"
+        where.append(f"{column} {'=' if req.op == '=' else '<>'} ?")
+        params.append(req.values[0])
+    return " AND ".join(where), params
+
+
 class SqlStore(Store):
     def __init__(self, backend: Backend, *, history: int | None = None, compact_interval: float = 30.0) -> None:
         self.backend = backend
@@ -388,64 +450,8 @@ class SqlStore(Store):
     # --- reads ------------------------------------------------------------------------------------
 
     def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
-        opts = options or ListOptions()
-        labels = selectors.parse_labels(opts.label_selector)
-        fields = selectors.parse_fields(opts.field_selector)
-        if opts.limit is not None and opts.limit < 0:
-            raise errors.BadRequest(f"limit must be a positive number, got {opts.limit}")
-        limit = opts.limit or None
-        namespace = (opts.namespace or None) if kind.namespaced else None
-        after: tuple[str, str] | None = None
-        first_revision: int | None = None
-        if opts.continue_token:
-            first_revision, ns_after, name_after = _decode_continue(opts.continue_token)
-            after = (ns_after, name_after)
-        where, params = self._list_filter(kind, namespace, fields)
-        items: list[Obj] = []
-        more = False
         with self.backend.read() as conn:
-            (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
-            while True:
-                chunk = _LIST_CHUNK if limit is None else max(limit + 1 - len(items), 64)
-                sql = f"SELECT namespace, name, body FROM joch_objects WHERE {where}"
-                page_params = list(params)
-                if after is not None:
-                    # A row-value comparison: both dialects turn it into an index range scan.
-                    sql += " AND (namespace, name) > (?, ?)"
-                    page_params += [after[0], after[1]]
-                sql += " ORDER BY namespace, name LIMIT ?"
-                rows = conn.execute(sql, [*page_params, chunk]).fetchall()
-                for ns_row, name_row, body in rows:
-                    obj = json.loads(body)
-                    if labels and not selectors.matches(obj, labels, ()):
-                        after = (ns_row, name_row)
-                        continue
-                    if limit is not None and len(items) == limit:
-                        more = True
-                        break
-                    items.append(obj)
-                    after = (ns_row, name_row)
-                if more or len(rows) < chunk:
-                    break
-        list_revision = first_revision if first_revision is not None else int(revision)
-        token = _encode_continue(list_revision, *after) if more and after is not None else None
-        # No remainingItemCount: it is optional in Kubernetes, and counting the rest of a large
-        # collection on every page costs more than the page itself.
-        return ListResult(items=items, resource_version=str(list_revision), continue_token=token)
-
-    @staticmethod
-    def _list_filter(
-        kind: KindInfo, namespace: str | None, fields: tuple[selectors.Requirement, ...]
-    ) -> tuple[str, builtins.list[Any]]:
-        where, params = ["kind = ?"], [kind.key]
-        if namespace is not None:
-            where.append("namespace = ?")
-            params.append(namespace)
-        for req in fields:
-            column = "name" if req.key == "metadata.name" else "namespace"
-            where.append(f"{column} {'=' if req.op == '=' else '<>'} ?")
-            params.append(req.values[0])
-        return " AND ".join(where), params
+            return _list(conn, kind, options or ListOptions())
 
     def current_revision(self) -> int:
         with self.backend.read() as conn:
