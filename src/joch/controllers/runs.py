@@ -1,0 +1,718 @@
+"""The run controller: an AgentRun from Pending to Succeeded, Failed or Cancelled.
+
+Phases (DESIGN.md §2)::
+
+    Pending ──► [AwaitingApproval] ──► Queued ──► Running ──► Succeeded | Failed | Cancelled
+       └── InvalidSpec ──► Failed                   ▲    │
+                                                    └────┘ retry: a new attempt, Queued again
+
+Each reconcile reads the run from the cache and takes the steps its phase allows, writing status
+(and the Event that reports the transition, in the same transaction) after each one. Writes carry
+the resourceVersion they were computed from, so a stale cache costs a Conflict and a retry, never a
+lost update. What the controller decides and why:
+
+* **Resolution happens once, in Pending.** Agent, compiled manifest, implementation, secrets and a
+  trial rendering of the provider's templates are checked before the run is queued; a problem ends
+  the run ``Failed`` with ``InvalidSpec`` and a reason naming it (``MissingAgent``,
+  ``MissingProvider``, ``MissingImplementation``, ``MissingSecret``, ``SecretNotAllowed``,
+  ``TemplateError``). A run that cannot start should say so at once rather than queue forever.
+* **The scheduler is in memory and the leader's alone.** ``_active`` holds the runs that occupy a
+  slot (submitted, not yet seen to finish); it is seeded from the cache when the controller starts
+  and is the only count admission looks at, so two workers can never both take the last slot.
+  Queued runs are ordered by creation time (then the order the controller first saw them) and
+  considered oldest first: a run starts only if it fits after every older queued run that fits has
+  taken its slot, so younger runs never overtake older ones competing for the same limit, while a
+  run blocked by its agent's limit does not hold back other agents' runs.
+* **Nothing starts twice.** The attempt number is fixed when a run is queued and the runtime's
+  ``submit`` is idempotent per (uid, attempt): a controller that crashed after submitting but before
+  recording it submits again after restart and gets the same process back.
+* **The runner owns the deadline;** the controller keeps a backstop (cancel when the run is well
+  past its deadline plus grace) for a runner that stopped enforcing it.
+* **Cancellation and deletion** both go through the runtime's cancel and wait for the runner to
+  record the end; a finalizer keeps a deleted run until its process is gone and its files removed.
+* Retries (``Agent.spec.defaults.retryLimit``) apply to failures that another attempt might not
+  repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout or a
+  binary that cannot start fail at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from joch.api import errors, kinds
+from joch.api.meta import now, parse_time, set_condition
+from joch.api.registry import KindInfo
+from joch.compiler import manifest as compiler
+from joch.compiler import render
+from joch.controllers import events
+from joch.controllers.base import Context, Controller, Key, Mapper, Result
+from joch.controllers.options import ControllerOptions
+from joch.runtime import base as rt
+from joch.store.base import Obj
+
+logger = logging.getLogger("joch.controllers.runs")
+
+FINALIZER = "runtime.joch.dev/cleanup"
+TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
+RETRYABLE = frozenset({"AgentFailed", "RunnerLost"})
+BACKSTOP_SLACK = 30.0  # seconds past deadline + grace before the controller cancels on its own
+COMPONENT = "joch-run-controller"
+
+Phase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
+
+_PROBLEM_REASONS = {
+    "ProviderNotFound": "MissingProvider",
+    "SecretNotFound": "MissingSecret",
+    "SecretNotAllowed": "SecretNotAllowed",
+    "TemplateError": "TemplateError",
+}
+
+
+class InvalidSpec(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a run needs to start, resolved from the caches."""
+
+    agent: Obj
+    compiled: compiler.Compiled
+    implementation: Mapping[str, Any]
+    timeout_seconds: int
+    retry_limit: int
+    requires_approval: bool
+    max_concurrent: int | None
+
+
+@dataclass(frozen=True)
+class Slot:
+    namespace: str
+    agent: str
+
+
+class RunController(Controller):
+    name = "runs"
+    kind = kinds.AGENT_RUN
+
+    def __init__(self, runtime: rt.Runtime, options: ControllerOptions) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.workers = max(1, options.workers)
+        self._lock = threading.Lock()
+        self._active: dict[Key, Slot] = {}
+        self._order: dict[Key, int] = {}
+        self._next = 0
+        self._cancel_sent: set[tuple[Key, str]] = set()
+        self._cleaned: set[tuple[Key, str]] = set()
+        self._ctx: Context | None = None
+
+    # --- wiring -----------------------------------------------------------------------------------
+
+    def secondary(self) -> Sequence[tuple[KindInfo, Mapper]]:
+        return ((kinds.APPROVAL, _approval_run), (kinds.AGENT, self._runs_of_agent))
+
+    def setup(self, ctx: Context) -> None:
+        self._ctx = ctx
+        # Every kind reconcile reads comes from a cache; asking for them now gets them synced with
+        # the rest before the first reconcile.
+        for kind in (kinds.AGENT_PROVIDER, kinds.IMPLEMENTATION_SPEC, kinds.SECRET, kinds.APPROVAL):
+            ctx.cache(kind)
+        self.runtime.subscribe(self._runtime_changed)
+
+    def started(self) -> None:
+        with self._lock:
+            self._active.clear()
+            for run in self.ctx.cache(kinds.AGENT_RUN).list():
+                if _phase(run) == "Running":
+                    self._active[Key.of(run)] = _slot(run)
+
+    def stopped(self) -> None:
+        with self._lock:
+            self._active.clear()
+            self._order.clear()
+            self._cancel_sent.clear()
+            self._cleaned.clear()
+
+    @property
+    def ctx(self) -> Context:
+        if self._ctx is None:
+            raise RuntimeError("RunController used before setup()")
+        return self._ctx
+
+    def _runtime_changed(self, run: rt.RunId) -> None:
+        if self._ctx is not None:
+            self._ctx.enqueue(self.name, Key(run.namespace, run.name))
+
+    def _runs_of_agent(self, agent: Obj) -> Iterable[Key]:
+        # An Agent change matters to runs not yet started (its limit, its approval flag).
+        m = agent["metadata"]
+        for run in self.ctx.cache(kinds.AGENT_RUN).list(m.get("namespace") or ""):
+            if run["spec"]["agentRef"]["name"] == m["name"] and _phase(run) in (None, "Pending", "Queued"):
+                yield Key.of(run)
+
+    # --- reconcile --------------------------------------------------------------------------------
+
+    def reconcile(self, key: Key) -> Result | None:
+        run = self.ctx.cache(kinds.AGENT_RUN).get(key.namespace, key.name)
+        if run is None:
+            self._release(key)
+            with self._lock:
+                self._order.pop(key, None)
+            return None
+        self._remember(key, run)
+        if run["metadata"].get("deletionTimestamp"):
+            return self._finalize(key, run)
+        phase = _phase(run)
+        if phase in TERMINAL:
+            self._release(key)
+            return self._finished(key, run)
+        if FINALIZER not in (run["metadata"].get("finalizers") or []):
+            m = {**run["metadata"], "finalizers": [*(run["metadata"].get("finalizers") or []), FINALIZER]}
+            run = self.ctx.store.update(kinds.AGENT_RUN, {**run, "metadata": m})
+        if run["spec"].get("cancel") and phase != "Running":
+            self._release(key)
+            self._write(run, _ended(run, "Cancelled", "Cancelled", "the run was cancelled before it started"),
+                        ("Cancelled", "cancelled before it started", "Normal"))
+            return None
+        if phase in (None, "Pending"):
+            return self._pending(key, run)
+        if phase == "AwaitingApproval":
+            return self._awaiting_approval(key, run)
+        if phase == "Queued":
+            return self._queued(key, run)
+        return self._running(key, run)
+
+    # --- Pending ----------------------------------------------------------------------------------
+
+    def _pending(self, key: Key, run: Obj) -> Result | None:
+        try:
+            plan = self._plan(run)
+            self._trial_render(run, plan)
+        except InvalidSpec as exc:
+            status = _ended(run, "Failed", exc.reason, exc.message)
+            status["conditions"] = set_condition(status["conditions"], _cond("InvalidSpec", "True", exc.reason,
+                                                                             exc.message))
+            self._write(run, status, (exc.reason, exc.message, "Warning"))
+            return None
+        status = dict(run.get("status") or {})
+        conditions = set_condition(list(status.get("conditions") or []),
+                                   _cond("Accepted", "True", "Accepted", "the run's references resolve"))
+        conditions = set_condition(conditions, _cond("InvalidSpec", "False", "Valid", "the spec is valid"))
+        status.update(conditions=conditions, attempt=status.get("attempt") or 1,
+                      compiledManifestHash=plan.compiled.hash, observedGeneration=run["metadata"].get("generation"))
+        if plan.requires_approval:
+            return self._request_approval(key, run, status, plan)
+        queued = self._to_queued(status, "Accepted", "waiting for a run slot")
+        run = self._write(run, queued, ("Queued", f"accepted; agent {plan.agent['metadata']['name']}, attempt "
+                                                  f"{queued['attempt']}", "Normal"))
+        return self._queued(key, run)
+
+    def _plan(self, run: Obj) -> Plan:
+        namespace = run["metadata"].get("namespace") or ""
+        agent_name = run["spec"]["agentRef"]["name"]
+        agent = self._read(kinds.AGENT, namespace, agent_name)
+        if agent is None:
+            raise InvalidSpec("MissingAgent", f'Agent "{agent_name}" not found in namespace "{namespace}": create '
+                                              "it or fix spec.agentRef.name")
+        compiled = compiler.compile_agent(self._read, agent)
+        if compiled.problems or compiled.manifest is None:
+            reason, message = compiled.problems[0] if compiled.problems else ("InvalidAgent", "agent does not compile")
+            raise InvalidSpec(_PROBLEM_REASONS.get(reason, reason), f'Agent "{agent_name}": {message}')
+        spec = compiled.manifest["spec"]
+        implementation = self._implementation(run, namespace)
+        self._check_secrets(run, spec, namespace)
+        defaults = spec.get("defaults") or {}
+        timeout = run["spec"].get("timeoutSeconds") or defaults.get("timeoutSeconds") or 3600
+        return Plan(agent=agent, compiled=compiled, implementation=implementation, timeout_seconds=int(timeout),
+                    retry_limit=int(defaults.get("retryLimit") or 0),
+                    requires_approval=bool(spec.get("requiresApproval")),
+                    max_concurrent=spec.get("maxConcurrentRuns"))
+
+    def _implementation(self, run: Obj, namespace: str) -> Mapping[str, Any]:
+        inline = (run["spec"].get("implementation") or {}).get("inline")
+        if inline is not None:
+            return dict(inline)
+        name = run["spec"]["implementationRef"]["name"]
+        impl = self._read(kinds.IMPLEMENTATION_SPEC, namespace, name)
+        if impl is None:
+            raise InvalidSpec("MissingImplementation", f'ImplementationSpec "{name}" not found in namespace '
+                                                       f'"{namespace}": create it or fix spec.implementationRef.name')
+        return dict(impl["spec"])
+
+    def _check_secrets(self, run: Obj, spec: Mapping[str, Any], namespace: str) -> None:
+        allowed = set((spec.get("security") or {}).get("allowedSecrets") or [])
+        agent = run["spec"]["agentRef"]["name"]
+        for i, name in enumerate(run["spec"].get("secrets") or []):
+            if name not in allowed:
+                raise InvalidSpec("SecretNotAllowed", f'spec.secrets[{i}]: Secret "{name}" is not allowed for Agent '
+                                                      f'"{agent}"; add it to the agent\'s spec.security.allowedSecrets')
+            if self._read(kinds.SECRET, namespace, name) is None:
+                raise InvalidSpec("MissingSecret", f'spec.secrets[{i}]: Secret "{name}" not found in namespace '
+                                                   f'"{namespace}"')
+
+    def _read(self, kind: KindInfo, namespace: str | None, name: str) -> Obj | None:
+        """The cached object, or on a miss the stored one: informers of different kinds lag
+        independently, so a run applied together with its Agent may reach the controller first."""
+        found = self.ctx.cache(kind).get(namespace or "", name)
+        if found is not None:
+            return found
+        try:
+            return self.ctx.store.get(kind, namespace, name)
+        except errors.NotFound:
+            return None
+
+    def _trial_render(self, run: Obj, plan: Plan) -> None:
+        run_id = _run_id(run, 1)
+        self._invocation(run, plan, self.runtime.workspace(run_id, _git(run)), run_id)
+
+    def _invocation(self, run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunId) -> render.Invocation:
+        manifest = plan.compiled.manifest or {}
+        context = render.build_context(manifest, run=run, attempt=run_id.attempt,
+                                       implementation=plan.implementation, workspace=workspace.context())
+        try:
+            return render.render_invocation(manifest, context)
+        except render.TemplateError as exc:
+            raise InvalidSpec("TemplateError", str(exc)) from None
+
+    # --- AwaitingApproval -------------------------------------------------------------------------
+
+    def _request_approval(self, key: Key, run: Obj, status: dict[str, Any], plan: Plan) -> Result | None:
+        name = _approval_name(run)
+        agent = plan.agent["metadata"]["name"]
+        status.update(phase="AwaitingApproval", reason="AwaitingApproval",
+                      message=f'Agent "{agent}" requires approval: joch approve approval {name}')
+        status["conditions"] = set_condition(status["conditions"], _cond(
+            "AwaitingApproval", "True", "ApprovalRequested", f"waiting for Approval {name}"))
+        with self.ctx.store.transaction() as w:
+            try:
+                w.get(kinds.APPROVAL, key.namespace, name)
+            except errors.NotFound:
+                approval = w.create(kinds.APPROVAL, _approval(run, name, agent))
+                w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
+            out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
+            events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
+        return None
+
+    def _awaiting_approval(self, key: Key, run: Obj) -> Result | None:
+        name = _approval_name(run)
+        approval = self.ctx.cache(kinds.APPROVAL).get(key.namespace, name)
+        if approval is None:
+            try:
+                self.ctx.store.get(kinds.APPROVAL, key.namespace, name)
+            except errors.NotFound:
+                agent = run["spec"]["agentRef"]["name"]
+                self.ctx.store.create(kinds.APPROVAL, _approval(run, name, agent))
+            return None
+        decision = (approval.get("status") or {}).get("phase")
+        who = (approval.get("status") or {}).get("decidedBy") or "someone"
+        why = (approval.get("status") or {}).get("reason")
+        status = dict(run.get("status") or {})
+        if decision == "Approved":
+            status["conditions"] = set_condition(list(status.get("conditions") or []), _cond(
+                "AwaitingApproval", "False", "Approved", f"approved by {who}"))
+            queued = self._to_queued(status, "Approved", "approved; waiting for a run slot")
+            run = self._write(run, queued, ("Approved", f"approval {name} approved by {who}", "Normal"))
+            return self._queued(key, run)
+        if decision in ("Denied", "Expired"):
+            message = f"approval {name} {decision.lower()}" + (f" by {who}" if decision == "Denied" else "")
+            message += f": {why}" if why else ""
+            ended = _ended(run, "Failed", f"Approval{decision}", message)
+            ended["conditions"] = set_condition(ended["conditions"], _cond(
+                "AwaitingApproval", "False", decision, message))
+            self._write(run, ended, (f"Approval{decision}", message, "Warning"))
+        return None
+
+    # --- Queued: the scheduler ----------------------------------------------------------------------
+
+    @staticmethod
+    def _to_queued(status: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
+        out = {**status, "phase": "Queued", "reason": reason, "message": message}
+        out["conditions"] = set_condition(list(status.get("conditions") or []),
+                                          _cond("Queued", "True", reason, message))
+        return out
+
+    def _queued(self, key: Key, run: Obj) -> Result | None:
+        why = self._claim(key, run)
+        if why is not None:
+            status = dict(run.get("status") or {})
+            if status.get("message") != why:
+                status.update(message=why, reason="WaitingForSlot")
+                status["conditions"] = set_condition(list(status.get("conditions") or []),
+                                                     _cond("Queued", "True", "WaitingForSlot", why))
+                self._write(run, status)
+            return None
+        return self._dispatch(key, run)
+
+    def _claim(self, key: Key, run: Obj) -> str | None:
+        """Take a slot for ``run`` and return None, or say why it must wait."""
+        slot = _slot(run)
+        with self._lock:
+            if key in self._active:
+                return None
+            queued = sorted(
+                (r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Queued"
+                 and not r["metadata"].get("deletionTimestamp")),
+                key=self._fifo,
+            )
+            taken = list(self._active.values())
+            for other in queued:
+                other_key = Key.of(other)
+                if other_key == key:
+                    break
+                if other_key not in self._active and self._blocked(_slot(other), taken) is None:
+                    taken.append(_slot(other))
+            why = self._blocked(slot, taken)
+            if why is None:
+                self._active[key] = slot
+            return why
+
+    def _blocked(self, slot: Slot, taken: list[Slot]) -> str | None:
+        limit = self.options.max_concurrent_runs
+        if limit is not None and len(taken) >= limit:
+            return f"waiting for a run slot: {len(taken)} of {limit} runs are running (--max-concurrent-runs)"
+        limit = self.options.max_concurrent_runs_per_namespace
+        in_namespace = sum(1 for s in taken if s.namespace == slot.namespace)
+        if limit is not None and in_namespace >= limit:
+            return (f'waiting for a run slot: {in_namespace} of {limit} runs in namespace "{slot.namespace}" are '
+                    "running (--max-concurrent-runs-per-namespace)")
+        agent = self.ctx.cache(kinds.AGENT).get(slot.namespace, slot.agent)
+        limit = ((agent or {}).get("spec") or {}).get("maxConcurrentRuns")
+        of_agent = sum(1 for s in taken if s == slot)
+        if limit is not None and of_agent >= limit:
+            return (f'waiting for a run slot: {of_agent} of {limit} runs of Agent "{slot.agent}" are running '
+                    "(its spec.maxConcurrentRuns)")
+        return None
+
+    def _fifo(self, run: Obj) -> tuple[str, int]:
+        key = Key.of(run)
+        return (run["metadata"].get("creationTimestamp") or "", self._order.get(key, 1 << 62))
+
+    def _remember(self, key: Key, run: Obj) -> None:
+        with self._lock:
+            if key not in self._order:
+                self._order[key] = self._next
+                self._next += 1
+
+    def _release(self, key: Key) -> None:
+        with self._lock:
+            slot = self._active.pop(key, None)
+            waiting = [] if slot is None else [
+                Key.of(r) for r in sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list()
+                                           if _phase(r) == "Queued"), key=self._fifo)]
+        for other in waiting:
+            self.ctx.enqueue(self.name, other)
+
+    def _dispatch(self, key: Key, run: Obj) -> Result | None:
+        """Start the run in the slot ``_claim`` took. Until ``submit`` succeeds any failure gives the
+        slot back; after it, the process exists and keeps its slot even if recording it fails (the
+        retry finds the slot taken by this run, submits again and gets the same process back)."""
+        try:
+            plan = self._plan(run)
+            attempt = int((run.get("status") or {}).get("attempt") or 1)
+            run_id = _run_id(run, attempt)
+            git = _git(run)
+            invocation = self._invocation(run, plan, self.runtime.workspace(run_id, git), run_id)
+            secrets = self._secret_values(run, invocation)
+        except InvalidSpec as exc:
+            self._release(key)
+            status = _ended(run, "Failed", exc.reason, exc.message)
+            status["conditions"] = set_condition(status["conditions"], _cond("InvalidSpec", "True", exc.reason,
+                                                                             exc.message))
+            self._write(run, status, (exc.reason, exc.message, "Warning"))
+            return None
+        except BaseException:
+            self._release(key)
+            raise
+        spec = rt.RunnerSpec(
+            run=run_id, argv=invocation.argv, env=dict(invocation.env), secret_env=tuple(sorted(secrets)),
+            input_files=tuple(rt.InputFile(path, content) for path, content in invocation.input_files),
+            outputs=tuple(rt.Output(name, path, optional) for name, path, optional in invocation.outputs),
+            git=git, timeout_seconds=float(plan.timeout_seconds), grace_seconds=self.options.grace_seconds,
+        )
+        try:
+            ref = self.runtime.submit(spec, secrets=secrets)
+        except (OSError, ValueError, RuntimeError) as exc:
+            self._release(key)
+            message = f"the {self.runtime.type} runtime could not start the run: {exc}"
+            self._write(run, _ended(run, "Failed", "SubmitFailed", message), ("SubmitFailed", message, "Warning"))
+            return None
+        status = dict(run.get("status") or {})
+        message = f"attempt {attempt} started on the {self.runtime.type} runtime"
+        status.update(phase="Running", reason="Started", message=message, runtimeRef=ref, startedAt=now(),
+                      specHash="sha256:" + hashlib.sha256(spec.to_json().encode()).hexdigest(),
+                      compiledManifestHash=plan.compiled.hash)
+        status.pop("finishedAt", None)
+        conditions = set_condition(list(status.get("conditions") or []), _cond("Queued", "False", "Started", message))
+        status["conditions"] = set_condition(conditions, _cond("InProgress", "True", "Started", message))
+        self._write(run, status, ("Started", message, "Normal"))
+        return Result(requeue_after=min(float(plan.timeout_seconds), self.options.resync_period))
+
+    def _secret_values(self, run: Obj, invocation: render.Invocation) -> dict[str, str]:
+        namespace = run["metadata"].get("namespace") or ""
+        values: dict[str, str] = {}
+        for name in run["spec"].get("secrets") or []:
+            secret = self._read(kinds.SECRET, namespace, name)
+            if secret is None:
+                raise InvalidSpec("MissingSecret", f'Secret "{name}" not found in namespace "{namespace}"')
+            for k, v in ((secret.get("spec") or {}).get("data") or {}).items():
+                values[k] = _decode(v)
+        for env_name, secret_name, secret_key in invocation.secret_env:
+            secret = self._read(kinds.SECRET, namespace, secret_name)
+            data = ((secret or {}).get("spec") or {}).get("data") or {}
+            if secret_key not in data:
+                where = "" if secret is not None else " (the Secret does not exist)"
+                raise InvalidSpec("MissingSecret", f'env {env_name}: key "{secret_key}" not found in Secret '
+                                                   f'"{secret_name}" in namespace "{namespace}"{where}')
+            values[env_name] = _decode(data[secret_key])
+        return values
+
+    # --- Running ----------------------------------------------------------------------------------
+
+    def _running(self, key: Key, run: Obj) -> Result | None:
+        status = run.get("status") or {}
+        ref = status.get("runtimeRef")
+        if not isinstance(ref, dict):
+            # Running without a reference cannot be followed; say so instead of waiting forever.
+            self._release(key)
+            message = "the run was marked Running but has no runtime reference"
+            self._write(run, _ended(run, "Failed", "RunnerLost", message), ("RunnerLost", message, "Warning"))
+            return None
+        with self._lock:
+            self._active.setdefault(key, _slot(run))
+        state = self.runtime.status(ref)
+        if not state.finished:
+            return self._still_running(key, run, ref, state)
+        return self._ended_run(key, run, ref, state)
+
+    def _still_running(self, key: Key, run: Obj, ref: rt.Ref, state: rt.RunState) -> Result:
+        if run["spec"].get("cancel"):
+            self._cancel_once(key, ref)
+            return Result(requeue_after=1.0)
+        status = run.get("status") or {}
+        timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
+        started = parse_time(status["startedAt"]).timestamp() if status.get("startedAt") else self.ctx.clock.time()
+        overdue = self.ctx.clock.time() - (started + timeout + self.options.grace_seconds + BACKSTOP_SLACK)
+        if overdue > 0:
+            logger.warning("run %s is %.0f s past its deadline and still running: cancelling it", key, overdue)
+            self._cancel_once(key, ref)
+            return Result(requeue_after=1.0)
+        return Result(requeue_after=min(self.options.resync_period, max(1.0, -overdue)))
+
+    def _agent_timeout(self, run: Obj) -> float:
+        agent = self.ctx.cache(kinds.AGENT).get(run["metadata"].get("namespace") or "", run["spec"]["agentRef"]["name"])
+        return float((((agent or {}).get("spec") or {}).get("defaults") or {}).get("timeoutSeconds") or 3600)
+
+    def _cancel_once(self, key: Key, ref: rt.Ref) -> None:
+        token = (key, str(ref.get("id")))
+        if token in self._cancel_sent:
+            return
+        self._cancel_sent.add(token)
+        self.runtime.cancel(ref)
+
+    def _ended_run(self, key: Key, run: Obj, ref: rt.Ref, state: rt.RunState) -> Result | None:
+        self._release(key)
+        status = dict(run.get("status") or {})
+        attempt = int(status.get("attempt") or 1)
+        retry_limit = self._retry_limit(run)
+        reason = state.reason or ("Completed" if state.phase == "Succeeded" else state.phase)
+        message = state.message or reason
+        artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
+        self._cleanup(key, ref, keep_records=True)
+        if state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
+                and not run["spec"].get("cancel"):
+            status.update(attempt=attempt + 1, exitCode=state.exit_code, artifacts=artifacts)
+            note = f"attempt {attempt} failed ({message}); retrying as attempt {attempt + 1} of {retry_limit + 1}"
+            status["conditions"] = set_condition(list(status.get("conditions") or []),
+                                                 _cond("InProgress", "False", reason, message))
+            run = self._write(run, self._to_queued(status, "Retrying", note), ("Retrying", note, "Warning"))
+            return self._queued(key, run)
+        phase: Phase = "Succeeded" if state.phase == "Succeeded" else (
+            "Cancelled" if state.phase == "Cancelled" else "Failed")
+        ended = _ended(run, phase, reason, message, finished_at=state.finished_at)
+        ended.update(exitCode=state.exit_code, artifacts=artifacts)
+        kind: Literal["Normal", "Warning"] = "Normal" if phase == "Succeeded" else "Warning"
+        summary = message if phase != "Succeeded" else (
+            f"{message}; {len(artifacts)} artifact{'s' if len(artifacts) != 1 else ''}")
+        self._write(run, ended, (phase if phase != "Failed" else reason, summary, kind))
+        return None
+
+    def _retry_limit(self, run: Obj) -> int:
+        agent = self.ctx.cache(kinds.AGENT).get(run["metadata"].get("namespace") or "", run["spec"]["agentRef"]["name"])
+        return int((((agent or {}).get("spec") or {}).get("defaults") or {}).get("retryLimit") or 0)
+
+    # --- finished and deleted runs ----------------------------------------------------------------
+
+    def _finished(self, key: Key, run: Obj) -> Result | None:
+        ref = (run.get("status") or {}).get("runtimeRef")
+        if isinstance(ref, dict):
+            self._cleanup(key, ref, keep_records=True)
+        ttl = run["spec"].get("ttlSecondsAfterFinished")
+        finished = (run.get("status") or {}).get("finishedAt")
+        if ttl is None or not finished:
+            return None
+        left = parse_time(finished).timestamp() + ttl - self.ctx.clock.time()
+        if left > 0:
+            return Result(requeue_after=left)
+        m = run["metadata"]
+        try:
+            self.ctx.store.delete(kinds.AGENT_RUN, m.get("namespace"), m["name"], uid=m["uid"])
+        except errors.NotFound:
+            pass
+        return None
+
+    def _finalize(self, key: Key, run: Obj) -> Result | None:
+        finalizers = run["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers:
+            return None
+        status = run.get("status") or {}
+        ref = status.get("runtimeRef")
+        if _phase(run) not in TERMINAL:
+            if isinstance(ref, dict) and _phase(run) == "Running":
+                state = self.runtime.status(ref)
+                if not state.finished:
+                    self._cancel_once(key, ref)
+                    return Result(requeue_after=0.2)
+            message = "the run was deleted"
+            self._release(key)
+            run = self._write(run, _ended(run, "Cancelled", "Deleted", message), ("Cancelled", message, "Normal"))
+        if isinstance(ref, dict):
+            self.runtime.cleanup(ref, keep_records=False)
+        m = {**run["metadata"], "finalizers": [f for f in finalizers if f != FINALIZER]}
+        try:
+            self.ctx.store.update(kinds.AGENT_RUN, {**run, "metadata": m})
+        except errors.NotFound:
+            pass
+        self._release(key)
+        return None
+
+    def _cleanup(self, key: Key, ref: rt.Ref, *, keep_records: bool) -> None:
+        token = (key, str(ref.get("id")))
+        if token in self._cleaned:
+            return
+        self.runtime.cleanup(ref, keep_records=keep_records)
+        self._cleaned.add(token)
+
+    # --- writing ----------------------------------------------------------------------------------
+
+    def _write(self, run: Obj, status: dict[str, Any],
+               *reported: tuple[str, str, Literal["Normal", "Warning"]]) -> Obj:
+        with self.ctx.store.transaction() as w:
+            out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
+            for reason, message, type_ in reported:
+                events.record(w, out, reason=reason, message=message, type=type_, component=COMPONENT)
+        return out
+
+
+class ApprovalController(Controller):
+    """Gives an Approval created by hand (or by a tool) the ``Pending`` phase; deciding one is the
+    ``/v1/.../approvals/{name}/decide`` route's job, and acting on the decision the run controller's."""
+
+    name = "approvals"
+    kind = kinds.APPROVAL
+    ctx: Context
+
+    def setup(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def reconcile(self, key: Key) -> Result | None:
+        approval = self.ctx.cache(kinds.APPROVAL).get(key.namespace, key.name)
+        if approval is None or (approval.get("status") or {}).get("phase"):
+            return None
+        self.ctx.store.update_status(kinds.APPROVAL, {**approval, "status": {**(approval.get("status") or {}),
+                                                                              "phase": "Pending"}})
+        return None
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+def _phase(run: Obj) -> str | None:
+    phase = (run.get("status") or {}).get("phase")
+    return phase if isinstance(phase, str) else None
+
+
+def _slot(run: Obj) -> Slot:
+    return Slot(run["metadata"].get("namespace") or "", run["spec"]["agentRef"]["name"])
+
+
+def _run_id(run: Obj, attempt: int) -> rt.RunId:
+    m = run["metadata"]
+    return rt.RunId(namespace=m.get("namespace") or "", name=m["name"], uid=m["uid"], attempt=attempt)
+
+
+def _git(run: Obj) -> rt.GitSource | None:
+    git = (((run["spec"].get("execution") or {}).get("coordinates") or {}).get("git"))
+    if not git:
+        return None
+    return rt.GitSource(url=_local_url(git["url"]), ref=git.get("ref") or "HEAD", path=git.get("path") or ".")
+
+
+def _local_url(url: str) -> str:
+    """A relative repository path names a directory relative to the controller's working directory
+    (the quickstart's ``url: .``); URLs and scp-style ``host:path`` are left alone."""
+    if "://" in url or os.path.isabs(url) or re.match(r"^[\w.-]+@[\w.-]+:", url):
+        return url
+    return os.path.abspath(url)
+
+
+def _cond(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def _ended(run: Obj, phase: Phase, reason: str, message: str, *, finished_at: float | None = None) -> dict[str, Any]:
+    status = dict(run.get("status") or {})
+    stamp = now()
+    if finished_at is not None:
+        stamp = dt.datetime.fromtimestamp(finished_at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status.update(phase=phase, reason=reason, message=message, finishedAt=stamp)
+    conditions = list(status.get("conditions") or [])
+    if any(c.get("type") == "InProgress" for c in conditions):
+        conditions = set_condition(conditions, _cond("InProgress", "False", reason, message))
+    if any(c.get("type") == "Queued" and c.get("status") == "True" for c in conditions):
+        conditions = set_condition(conditions, _cond("Queued", "False", reason, message))
+    if phase == "Succeeded":
+        conditions = set_condition(conditions, _cond("Succeeded", "True", reason, message))
+    elif phase == "Failed":
+        conditions = set_condition(conditions, _cond("Failed", "True", reason, message))
+    else:
+        conditions = set_condition(conditions, _cond("Failed", "False", reason, message))
+    status["conditions"] = conditions
+    return status
+
+
+def _approval_name(run: Obj) -> str:
+    return f"{run['metadata']['name'][:240]}-dispatch"
+
+
+def _approval(run: Obj, name: str, agent: str) -> Obj:
+    m = run["metadata"]
+    return {
+        "apiVersion": kinds.APPROVAL.api_version, "kind": "Approval",
+        "metadata": {"name": name, "namespace": m.get("namespace"),
+                     "ownerReferences": [{"apiVersion": run["apiVersion"], "kind": "AgentRun", "name": m["name"],
+                                          "uid": m["uid"], "controller": True}]},
+        "spec": {"runRef": {"name": m["name"]}, "action": "dispatch", "requestedBy": COMPONENT,
+                 "reason": f'Agent "{agent}" requires approval before its runs start'},
+    }
+
+
+def _approval_run(approval: Obj) -> Iterable[Key]:
+    ref = (approval.get("spec") or {}).get("runRef") or {}
+    if ref.get("name"):
+        yield Key(approval["metadata"].get("namespace") or "", ref["name"])
+
+
+def _decode(value: str) -> str:
+    return base64.b64decode(value.replace("\n", "")).decode("utf-8", errors="replace")
