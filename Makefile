@@ -7,7 +7,7 @@ DATA_DIR ?= .joch
 PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit postgres-up bench clean
+.PHONY: run test lint typecheck unit postgres-up bench bench-runs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ test: $(STAMP) postgres-up lint typecheck
 
 bench: $(STAMP) postgres-up
 	$(BIN)/python bench/store_bench.py
+
+bench-runs: $(STAMP)
+	$(BIN)/python bench/run_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)
