@@ -1,0 +1,438 @@
+"""The local runtime: each run attempt is a ``joch runner`` process on this machine, in a worktree.
+
+Layout below ``root`` (the server's data directory)::
+
+    runs/<uid>/<attempt>/     the run directory (see ``runner``): spec.json, state.json, log, inputs/,
+                              outputs/, artifacts/, plus ref.json (the reference submit returned) and
+                              runner.log (the runner's own stderr: a traceback is a bug)
+    workspaces/<uid>-<attempt>/   the git worktree (or empty directory) the agent works in
+    mirrors/<key>.git         bare mirrors shared by all runs of a repository (see ``workspace``)
+
+Decisions:
+
+* **Submitting is claiming a directory.** ``os.mkdir`` of the run directory is atomic, so of two
+  submits for the same ``(uid, attempt)`` (two threads, two server instances, a server that crashed
+  after submitting and submits again after restart) exactly one starts a runner; the others read the
+  reference it leaves in ``ref.json``. A claim whose ``ref.json`` never appears (the claimant died
+  between ``mkdir`` and spawning) is reported ``Lost``.
+* **Runners outlive the server.** A runner starts in its own session, so neither Ctrl-C on the
+  server's terminal nor the server's death reaches it; it records its outcome on disk, and a new
+  ``LocalRuntime`` on the same root re-adopts it the first time it is asked for its ``status``.
+* **A dead runner is detected, not guessed.** A run is ``Lost`` only when its record is unfinished
+  and the runner's pid is no longer a process whose command line names this run's spec (pids are
+  reused). Its agent's process group is then killed and ``Lost`` recorded, so the answer is the
+  same the next time and for every instance. Writes to a record from here take a flock on the run
+  directory's ``state.lock``; the runner itself never writes once it is gone.
+* **Cancel is a marker, then a signal.** ``cancel`` leaves ``cancel-requested`` in the run directory
+  and sends SIGTERM to the runner, which stops the agent's group (SIGTERM, SIGKILL after the grace
+  period) and records ``Cancelled``. The marker covers a runner too young to have its signal
+  handler (SIGTERM kills it outright: the run is then recorded ``Cancelled`` here, not ``Lost``).
+  A run whose runner is gone is cancelled here: its agent's group is killed at once.
+* **One monitor thread** reaps this instance's runner children (no zombies) and polls the state
+  files of unfinished runs it tracks (``(inode, mtime, size)``, every ``poll_interval``), calling the
+  ``subscribe`` callbacks when a record changed or a runner vanished; a run stops being tracked once
+  its finished record was reported.
+* **Secrets** reach the runner only through its environment: not spec.json, ref.json or state.json.
+  The runner inherits this process's environment otherwise (the agent does too, minus the
+  runner's own ``JOCH_RUNNER_*`` variables).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from joch.runtime import runner, workspace
+from joch.runtime.base import (
+    ArtifactRecord,
+    GitSource,
+    Ref,
+    RunId,
+    RunnerSpec,
+    RunState,
+    Runtime,
+    Workspace,
+    run_dir_name,
+)
+
+logger = logging.getLogger(__name__)
+
+TYPE = "local"
+_REF_WAIT = 10.0        # how long a second submit waits for the first one's ref.json
+_CLEANUP_WAIT = 5.0     # beyond the grace period, how long cleanup waits for a cancelled run to end
+
+
+@dataclass
+class _Tracked:
+    run: RunId
+    files: runner.RunFiles
+    ref: Ref
+    seen: tuple[int, int, int] | None = None
+    child: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class _Monitor:
+    tracked: dict[str, _Tracked] = field(default_factory=dict)
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    callbacks: list[Callable[[RunId], None]] = field(default_factory=list)
+
+
+class LocalRuntime(Runtime):
+    type = TYPE
+
+    def __init__(self, root: Path, *, poll_interval: float = 0.05) -> None:
+        self.root = Path(root).resolve()
+        self.poll_interval = poll_interval
+        self._lock = threading.Lock()
+        self._monitor = _Monitor()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="joch-local-runtime", daemon=True)
+        self._thread.start()
+
+    # --- paths --------------------------------------------------------------------------------------
+
+    @property
+    def mirrors(self) -> Path:
+        return self.root / "mirrors"
+
+    def files(self, run: RunId) -> runner.RunFiles:
+        _check_run(run)
+        return runner.RunFiles(self.root / "runs" / run_dir_name(run))
+
+    def workspace_root(self, run: RunId) -> Path:
+        _check_run(run)
+        return self.root / "workspaces" / f"{run.uid}-{run.attempt}"
+
+    def workspace(self, run: RunId, git: GitSource | None) -> Workspace:
+        """The run's paths; ``ValueError`` when ``git.path`` leaves the checkout or the uid cannot
+        name a directory."""
+        try:
+            return runner.workspace_of(self.files(run), self.workspace_root(run), git)
+        except workspace.WorkspaceError as exc:
+            raise ValueError(str(exc)) from None
+
+    # --- submit -------------------------------------------------------------------------------------
+
+    def submit(self, spec: RunnerSpec, *, secrets: Mapping[str, str] | None = None) -> Ref:
+        """Start a runner for the attempt, or return the reference of the one started already.
+
+        Only ``secrets`` named in ``spec.secret_env`` are passed on; others are ignored."""
+        files = self.files(spec.run)
+        files.dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(files.dir)
+        except FileExistsError:
+            existing = self._existing_ref(spec.run, files)
+            self._track(spec.run, files, existing)
+            return existing
+        env = {**os.environ, runner.ENV_WORKSPACE: str(self.workspace_root(spec.run)),
+               runner.ENV_CACHE: str(self.mirrors)}
+        env.update({name: value for name, value in (secrets or {}).items() if name in spec.secret_env})
+        try:
+            runner.write_durably(files.spec, spec.to_json().encode())
+            with open(files.dir / "runner.log", "ab") as runner_log:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "joch.runtime.runner", "--spec", str(files.spec)],
+                    cwd=files.dir, env=env, stdin=subprocess.DEVNULL, stdout=runner_log, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True,
+                )
+        except BaseException:
+            shutil.rmtree(files.dir, ignore_errors=True)  # give the claim back: nothing was started
+            raise
+        ref: Ref = {"type": TYPE, "id": _ref_id(spec.run), "runnerPid": child.pid, "dir": str(files.dir)}
+        runner.write_durably(files.dir / "ref.json", json.dumps(ref, sort_keys=True).encode())
+        self._track(spec.run, files, ref, child=child)
+        return ref
+
+    def _existing_ref(self, run: RunId, files: runner.RunFiles) -> Ref:
+        waited_until = time.monotonic() + _REF_WAIT
+        while True:
+            saved = _read_json(files.dir / "ref.json")
+            if saved is not None:
+                return saved
+            if time.monotonic() >= waited_until:
+                # The claimant died before it started a runner: status() will say Lost.
+                return {"type": TYPE, "id": _ref_id(run), "runnerPid": None, "dir": str(files.dir)}
+            time.sleep(0.02)
+
+    # --- status -------------------------------------------------------------------------------------
+
+    def status(self, ref: Ref) -> RunState:
+        files = self._files_of(ref)
+        state = runner.read_state(files.state)
+        if state is not None and state.finished:
+            return state
+        if not files.spec.exists():
+            return RunState(phase="Lost", reason="RunnerLost",
+                            message=f"no record of run {ref.get('id')} under {self.root} (was it removed?)")
+        if self._runner_alive(ref, files):
+            with self._lock:
+                tracked = _ref_id_of(files) in self._monitor.tracked
+            if not tracked:  # a run this instance did not submit: adopt it
+                self._track(_run_of(files), files, ref)
+            return state or RunState(phase="Preparing")
+        return self._runner_gone(files)
+
+    def _runner_alive(self, ref: Ref, files: runner.RunFiles) -> bool:
+        pid = _runner_pid(ref, files)
+        return pid is not None and _is_runner(pid, files.spec)
+
+    def _runner_gone(self, files: runner.RunFiles) -> RunState:
+        """The runner is gone without a finished record: record Lost (or Cancelled, if asked)."""
+        with _record_lock(files):
+            record = runner.read_record(files.state) or {}
+            state = runner.read_state(files.state)
+            if state is not None and state.finished:
+                return state  # it finished after all, just before it exited
+            state = state or RunState(phase="Preparing")
+            if state.pid is not None:
+                runner.signal_group(state.pid, signal.SIGKILL)
+            if files.cancel.exists():
+                said = "cancelled before the agent started" if state.pid is None else "cancelled; the agent was stopped"
+                ended = dataclasses.replace(state, phase="Cancelled", reason="Cancelled", message=said,
+                                            finished_at=time.time())
+            else:
+                where = "before it started the agent" if state.pid is None else "while the agent ran; agent killed"
+                said = f"the runner process vanished {where}{_last_words(files)}"
+                ended = dataclasses.replace(state, phase="Lost", reason="RunnerLost", message=said,
+                                            finished_at=time.time())
+            runner.write_state(files.state, ended, runner_pid=record.get("runner_pid"),
+                               base_commit=record.get("base_commit"))
+            return ended
+
+    # --- cancel -------------------------------------------------------------------------------------
+
+    def cancel(self, ref: Ref) -> None:
+        files = self._files_of(ref)
+        state = runner.read_state(files.state)
+        if (state is not None and state.finished) or not files.dir.is_dir():
+            return
+        files.cancel.touch()
+        pid = _runner_pid(ref, files)
+        if pid is not None and _is_runner(pid, files.spec):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            return
+        self._runner_gone(files)
+
+    # --- logs and artifacts -------------------------------------------------------------------------
+
+    def logs(self, ref: Ref, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
+        files = self._files_of(ref)
+        position = offset
+        while True:
+            finished = not follow or self.status(ref).finished
+            try:
+                with open(files.log, "rb") as log:
+                    log.seek(position)
+                    while chunk := log.read(65536):
+                        position += len(chunk)
+                        yield chunk
+            except FileNotFoundError:
+                pass
+            if finished:
+                return  # everything written before the record ended has been read
+            time.sleep(self.poll_interval)
+
+    def open_artifact(self, ref: Ref, name: str) -> tuple[ArtifactRecord, BinaryIO]:
+        files = self._files_of(ref)
+        state = runner.read_state(files.state)
+        for record in state.artifacts if state is not None else ():
+            if record.name == name:
+                return record, open(files.artifacts / record.path, "rb")  # the caller closes it
+        raise KeyError(f"run {ref.get('id')} has no artifact {name!r}")
+
+    # --- cleanup ------------------------------------------------------------------------------------
+
+    def cleanup(self, ref: Ref, *, keep_records: bool = True) -> None:
+        files = self._files_of(ref)
+        if not files.dir.is_dir():
+            return
+        if not self.status(ref).finished:
+            self.cancel(ref)
+            self._wait_finished(ref, files)
+        run = _run_of(files)
+        spec = _spec_of(files)
+        workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self.workspace_root(run))
+        if not keep_records:
+            with self._lock:
+                self._monitor.tracked.pop(_ref_id(run), None)
+            shutil.rmtree(files.dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                files.dir.parent.rmdir()  # the uid's directory, once its last attempt is gone
+
+    def _wait_finished(self, ref: Ref, files: runner.RunFiles) -> None:
+        spec = _spec_of(files)
+        until = time.monotonic() + (spec.grace_seconds if spec else 10.0) + _CLEANUP_WAIT
+        while time.monotonic() < until and not self.status(ref).finished:
+            time.sleep(self.poll_interval)
+
+    # --- watching -----------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[RunId], None]) -> None:
+        with self._lock:
+            self._monitor.callbacks.append(callback)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _track(self, run: RunId, files: runner.RunFiles, ref: Ref,
+               child: subprocess.Popen[bytes] | None = None) -> None:
+        with self._lock:
+            if child is not None:
+                self._monitor.children.append(child)
+            key = _ref_id(run)
+            if key not in self._monitor.tracked:
+                self._monitor.tracked[key] = _Tracked(run=run, files=files, ref=ref, child=child)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            try:
+                self._poll()
+            except Exception:  # the monitor must outlive any one bad run directory
+                logger.exception("local runtime monitor: polling runs failed")
+
+    def _poll(self) -> None:
+        with self._lock:
+            self._monitor.children = [c for c in self._monitor.children if c.poll() is None]
+            tracked = list(self._monitor.tracked.values())
+            callbacks = list(self._monitor.callbacks)
+        for item in tracked:
+            if not item.files.spec.exists():  # removed (cleanup without records): nothing left to watch
+                with self._lock:
+                    self._monitor.tracked.pop(_ref_id(item.run), None)
+                continue
+            seen = _signature(item.files.state)
+            changed = seen != item.seen
+            state = runner.read_state(item.files.state) if changed else None
+            if state is None or not state.finished:
+                gone = item.child is not None and item.child.returncode is not None
+                if gone or not self._runner_alive(item.ref, item.files):
+                    state = self._runner_gone(item.files)
+                    seen, changed = _signature(item.files.state), True
+            item.seen = seen
+            if state is not None and state.finished:
+                with self._lock:
+                    self._monitor.tracked.pop(_ref_id(item.run), None)
+            if changed:
+                for callback in callbacks:
+                    try:
+                        callback(item.run)
+                    except Exception:  # one subscriber's bug must not stop the others
+                        logger.exception("local runtime: a subscriber failed for run %s", _ref_id(item.run))
+
+    # --- references ---------------------------------------------------------------------------------
+
+    def _files_of(self, ref: Ref) -> runner.RunFiles:
+        if ref.get("type") != TYPE:
+            raise ValueError(f"not a local runtime reference: {ref!r}")
+        uid, _, attempt = str(ref.get("id", "")).rpartition("/")
+        if not uid or not attempt.isdigit():
+            raise ValueError(f"malformed local runtime reference id: {ref.get('id')!r}")
+        return self.files(RunId(namespace="", name="", uid=uid, attempt=int(attempt)))
+
+
+def _check_run(run: RunId) -> None:
+    if not run.uid or run.uid in (".", "..") or "/" in run.uid or os.sep in run.uid or run.attempt < 1:
+        raise ValueError(f"run uid {run.uid!r} and attempt {run.attempt} cannot name a run directory")
+
+
+def _ref_id(run: RunId) -> str:
+    return f"{run.uid}/{run.attempt}"
+
+
+def _runner_pid(ref: Ref, files: runner.RunFiles) -> int | None:
+    """The runner's pid from the reference, else from ``ref.json`` (a reference stored before)."""
+    pid = ref.get("runnerPid")
+    if not isinstance(pid, int):
+        pid = (_read_json(files.dir / "ref.json") or {}).get("runnerPid")
+    return pid if isinstance(pid, int) else None
+
+
+def _ref_id_of(files: runner.RunFiles) -> str:
+    return f"{files.dir.parent.name}/{files.dir.name}"
+
+
+def _last_words(files: runner.RunFiles) -> str:
+    """The last line the runner wrote to its stderr (a traceback's exception), to say why it died."""
+    try:
+        with open(files.dir / "runner.log", "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return f" (runner.log: {lines[-1][:200]})" if lines else ""
+
+
+def _run_of(files: runner.RunFiles) -> RunId:
+    spec = _spec_of(files)
+    if spec is not None:
+        return spec.run
+    return RunId(namespace="", name="", uid=files.dir.parent.name, attempt=int(files.dir.name))
+
+
+def _spec_of(files: runner.RunFiles) -> RunnerSpec | None:
+    try:
+        return RunnerSpec.from_json(files.spec.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        body = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _is_runner(pid: int, spec: Path) -> bool:
+    """Whether ``pid`` is a live runner for ``spec`` (not a zombie, not a process that reused the pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): a live pid is the best we know
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return os.fsencode(str(spec)) in cmdline.split(b"\0")
+
+
+@contextlib.contextmanager
+def _record_lock(files: runner.RunFiles) -> Iterator[None]:
+    fd = os.open(files.dir / "state.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

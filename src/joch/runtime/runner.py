@@ -1,0 +1,638 @@
+"""``joch runner``: the one wrapper every runtime starts around an agent (``python -m joch.runtime.runner
+--spec PATH``).
+
+A run attempt's directory holds what the runner reads and writes::
+
+    <run dir>/spec.json        the RunnerSpec (written by the runtime; no secret values)
+              state.json       the record: RunState plus apiVersion, runner_pid, base_commit
+              log              the agent's stdout and stderr, secrets replaced by ***
+              inputs/          the spec's input files          (Workspace.inputs)
+              outputs/         the agent writes its outputs here (Workspace.outputs)
+              artifacts/       outputs/<path> copies of the declared outputs, and changes.patch
+              cancel-requested a marker the runtime leaves before it signals the runner
+
+The run directory is the spec file's directory. The workspace root (the git worktree) is
+``$JOCH_RUNNER_WORKSPACE`` and the repository mirrors are below ``$JOCH_RUNNER_CACHE`` (by default
+``workspace/`` and ``mirrors/`` in the run directory); ``JOCH_RUNNER_*`` variables are the runner's
+own and never reach the agent.
+
+Steps, each durably recorded (write a temporary file, fsync, rename, fsync the directory) so a
+server that restarts finds the truth on disk: ``Preparing`` (checkout, input files) → ``Running``
+(the agent's pid and start time) → ``Succeeded`` | ``Failed`` | ``Cancelled`` with exit code,
+reason, message and artifacts. A record exists before anything else happens, and a runner refuses
+to start on a directory that has one: a run attempt is executed once.
+
+* **The agent** is ``argv[0]`` looked up on the agent's PATH (with the directory of this Python's
+  executable in front, so console scripts installed alongside joch are found), started in its own
+  session and process group, in ``Workspace.path``, with the runner's environment minus
+  ``JOCH_RUNNER_*`` and git's repository-location variables, plus ``spec.env``, plus the variables
+  named by ``spec.secret_env`` (their values come from the runner's own environment: secrets never
+  pass through a file).
+* **The deadline** (``timeout_seconds``) counts from the agent's start; preparing the workspace
+  is bounded by the same length separately, so a hung clone cannot hold a run forever either.
+  At the deadline, or when the runner gets SIGTERM or SIGINT (cancel), the agent's process group
+  gets SIGTERM, then SIGKILL after ``grace_seconds``. Processes the agent leaves behind in its
+  group when it exits get the same treatment: nothing in the agent's group outlives the record.
+* **Output** goes through a pipe the runner reads; every secret value of four or more characters
+  is replaced by ``***`` before it reaches the log, including one split across reads.
+* **After the agent ends,** each declared output (a regular file below ``outputs/``) is copied into
+  ``artifacts/`` with its sha256 and size, and ``changes.patch`` records everything the agent did
+  to the worktree against the base commit (commits, uncommitted and untracked files). A missing
+  non-optional output fails a run that otherwise succeeded (reason ``MissingOutput``); a failed
+  run keeps its own reason.
+
+Reasons: ``Completed``, ``AgentFailed``, ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError``,
+``StartError``, ``MissingOutput``, and ``RunnerError`` for a bug in the runner itself; the runtime
+adds ``RunnerLost``. An agent killed by signal N has exit code 128 + N, as shells and Kubernetes
+report it (the message names the signal). The runner's own exit status: 0 when the run succeeded,
+1 when it did not, 2 when there was no run to execute (a bad spec, or a directory that already has
+a record).
+
+Start-up time is part of every run's dispatch latency, so this module imports only the standard
+library (and ``runtime.base`` and ``runtime.workspace``, which do the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from joch.runtime import workspace
+from joch.runtime.base import (
+    SPEC_VERSION,
+    ArtifactRecord,
+    GitSource,
+    RunnerPhase,
+    RunnerSpec,
+    RunState,
+    Workspace,
+)
+
+ENV_WORKSPACE = "JOCH_RUNNER_WORKSPACE"
+ENV_CACHE = "JOCH_RUNNER_CACHE"
+INTERNAL_ENV_PREFIX = "JOCH_RUNNER_"
+PATCH = "changes.patch"
+REDACTED = b"***"
+MIN_SECRET_LENGTH = 4
+_POLL = 0.25          # longest sleep of the supervision loop (signals and output wake it earlier)
+_AFTER_KILL = 2.0     # how long to wait for a SIGKILLed group to vanish, or for its output pipe to close
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """A run attempt's directory and the files in it."""
+
+    dir: Path
+
+    @property
+    def spec(self) -> Path:
+        return self.dir / "spec.json"
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "log"
+
+    @property
+    def inputs(self) -> Path:
+        return self.dir / "inputs"
+
+    @property
+    def outputs(self) -> Path:
+        return self.dir / "outputs"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.dir / "artifacts"
+
+    @property
+    def cancel(self) -> Path:
+        return self.dir / "cancel-requested"
+
+
+def workspace_of(files: RunFiles, root: Path, git: GitSource | None) -> Workspace:
+    """The paths the agent is given; the same function serves ``Runtime.workspace`` (before the
+    run) and the runner (during it), so rendered templates and the real run agree."""
+    path = workspace.subpath(root, git.path) if git is not None else root
+    return Workspace(root=str(root), path=str(path), inputs=str(files.inputs), outputs=str(files.outputs))
+
+
+# --- the state record -----------------------------------------------------------------------------
+
+
+def read_state(path: Path) -> RunState | None:
+    record = read_record(path)
+    if record is None:
+        return None
+    return RunState(
+        phase=record["phase"], reason=record.get("reason"), message=record.get("message"),
+        exit_code=record.get("exit_code"), started_at=record.get("started_at"),
+        finished_at=record.get("finished_at"), pid=record.get("pid"),
+        artifacts=tuple(ArtifactRecord(**a) for a in record.get("artifacts") or ()),
+    )
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The raw record (RunState's fields and the runner's extras); None when there is none yet."""
+    try:
+        record = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_state(path: Path, state: RunState, **extra: Any) -> None:
+    body = {**extra, **asdict(state), "apiVersion": SPEC_VERSION}
+    write_durably(path, json.dumps(body, indent=2, sort_keys=True).encode())
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically and durably: a reader sees the old or the new file, never part."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+# --- process groups -------------------------------------------------------------------------------
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group is alive (zombies waiting for their reaper do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return True
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_bytes()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                return True
+    return False
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --- redaction ------------------------------------------------------------------------------------
+
+
+class Redactor:
+    """Replaces secret values in a byte stream, holding back just enough of each chunk's end that
+    a secret split across two chunks is still found."""
+
+    def __init__(self, secrets: Iterable[bytes]) -> None:
+        values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+        # Longest first: where one secret is a prefix of another, the longer one is replaced whole.
+        self._pattern = re.compile(b"|".join(re.escape(v) for v in values)) if values else None
+        self._hold = max((len(v) for v in values), default=1) - 1
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._pattern is None:
+            return chunk
+        data = self._pending + chunk
+        # A match that starts before `safe` is complete: every secret starting there fits in data.
+        safe = len(data) - self._hold
+        out, pos = [], 0
+        for match in self._pattern.finditer(data):
+            if match.start() >= safe:
+                break
+            out += [data[pos:match.start()], REDACTED]
+            pos = match.end()
+        end = max(pos, safe)
+        out.append(data[pos:end])
+        self._pending = data[end:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        if self._pattern is None:
+            return b""
+        data, self._pending = self._pending, b""
+        return self._pattern.sub(REDACTED, data)
+
+
+# --- the runner -----------------------------------------------------------------------------------
+
+
+class _Cancelled(Exception):
+    """Raised by the signal handler while the workspace is being prepared."""
+
+
+class _StartError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Ending:
+    status: int        # as os.waitstatus_to_exitcode says: -N when killed by signal N
+    cause: str | None  # "cancel", "deadline" or None (the agent ended by itself)
+    killed: bool
+
+    @property
+    def exit_code(self) -> int:
+        """The exit code as shells and Kubernetes report it: 128 + N for signal N."""
+        return 128 - self.status if self.status < 0 else self.status
+
+    def describe(self) -> str:
+        if self.status >= 0:
+            return f"agent exited with code {self.status}"
+        try:
+            name = signal.Signals(-self.status).name
+        except ValueError:
+            name = f"signal {-self.status}"
+        return f"agent was killed by {name} (exit code {self.exit_code})"
+
+
+class Runner:
+    def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
+                 environ: Mapping[str, str]) -> None:
+        self.spec = spec
+        self.files = files
+        self.root = root
+        self.cache = cache
+        self.environ = dict(environ)
+        self.cancelled = False
+        self._raise_on_signal = True
+        self._base: str | None = None
+        self._started_at: float | None = None
+        self._pid: int | None = None
+
+    # The record ------------------------------------------------------------------------------------
+
+    def record(self, state: RunState) -> None:
+        write_state(self.files.state, state, runner_pid=os.getpid(), base_commit=self._base)
+
+    def finish(self, phase: RunnerPhase, reason: str, message: str, *, exit_code: int | None = None,
+               artifacts: tuple[ArtifactRecord, ...] = ()) -> int:
+        self.record(RunState(phase=phase, reason=reason, message=message, exit_code=exit_code,
+                             started_at=self._started_at, finished_at=time.time(), pid=self._pid,
+                             artifacts=artifacts))
+        return 0 if phase == "Succeeded" else 1
+
+    # Signals ---------------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.cancelled = True
+        if self._raise_on_signal:
+            self._raise_on_signal = False
+            raise _Cancelled
+
+    # The steps -------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            self.record(RunState(phase="Preparing"))
+            if self.files.cancel.exists():
+                raise _Cancelled
+            checkout = self._prepare()
+            self._raise_on_signal = False
+        except _Cancelled:
+            return self.finish("Cancelled", "Cancelled", "cancelled before the agent started")
+        except workspace.WorkspaceError as exc:
+            self._raise_on_signal = False
+            return self.finish("Failed", "WorkspaceError", str(exc))
+        if self.cancelled or self.files.cancel.exists():
+            return self.finish("Cancelled", "Cancelled", "cancelled before the agent started")
+        log = os.open(self.files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            try:
+                agent = self._start(checkout)
+            except _StartError as exc:
+                return self.finish("Failed", "StartError", str(exc))
+            try:
+                ending = self._supervise(agent, log)
+            except BaseException:
+                signal_group(agent.pid, signal.SIGKILL)
+                raise
+            finally:
+                if agent.stdout is not None:
+                    agent.stdout.close()
+            os.fsync(log)
+        finally:
+            os.close(log)
+        artifacts, missing = self._collect(checkout)
+        return self._conclude(ending, artifacts, missing)
+
+    def _prepare(self) -> workspace.Checkout:
+        deadline = time.monotonic() + self.spec.timeout_seconds
+        for directory in (self.files.inputs, self.files.outputs, self.files.artifacts):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.files.log.touch()
+        for item in self.spec.input_files:
+            try:
+                target = workspace.subpath(self.files.inputs, item.path)
+            except workspace.WorkspaceError as exc:
+                raise workspace.WorkspaceError(f"input file: {exc}") from None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(item.content, encoding="utf-8")
+        checkout = workspace.prepare(cache=self.cache, git=self.spec.git, root=self.root, deadline=deadline)
+        self._base = checkout.base
+        return checkout
+
+    def agent_env(self) -> dict[str, str]:
+        env = {k: v for k, v in self.environ.items()
+               if not k.startswith(INTERNAL_ENV_PREFIX) and k not in workspace.LOCATION_VARS}
+        env.update(self.spec.env)
+        for name in self.spec.secret_env:
+            if name in self.environ:
+                env[name] = self.environ[name]
+            else:
+                print(f"joch runner: secret env {name} is not set; the agent runs without it", file=sys.stderr)
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH") or os.defpath])
+        return env
+
+    def secrets(self) -> list[bytes]:
+        return [os.fsencode(self.environ[n]) for n in self.spec.secret_env if n in self.environ]
+
+    def _start(self, checkout: workspace.Checkout) -> subprocess.Popen[bytes]:
+        if not self.spec.argv:
+            raise _StartError("the run has no command (argv is empty)")
+        env = self.agent_env()
+        name = self.spec.argv[0]
+        executable = _which(name, env["PATH"], checkout.path)
+        if executable is None:
+            where = "on PATH" if os.sep not in name else f"in {checkout.path}"
+            raise _StartError(f'binary "{name}" not found {where}')
+        self._started_at = time.time()
+        try:
+            agent = subprocess.Popen(
+                list(self.spec.argv), executable=executable, cwd=checkout.path, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            raise _StartError(f'could not start "{name}": {exc.strerror or exc}') from None
+        self._pid = agent.pid
+        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid))
+        return agent
+
+    def _supervise(self, agent: subprocess.Popen[bytes], log: int) -> _Ending:
+        """Copy output to the log until the agent and its group are gone; stop them when asked."""
+        if agent.stdout is None:
+            raise RuntimeError("the agent's output pipe is missing")
+        os.set_blocking(agent.stdout.fileno(), False)
+        pipe: int | None = agent.stdout.fileno()
+        redactor = Redactor(self.secrets())
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        previous_chld = signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select on exit
+        deadline = time.monotonic() + self.spec.timeout_seconds
+        grace = max(0.0, self.spec.grace_seconds)
+        cause: str | None = None
+        exit_code: int | None = None
+        kill_at: float | None = None
+        killed_at: float | None = None
+        gone_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if exit_code is None and cause is None and (self.cancelled or now >= deadline):
+                    cause = "cancel" if self.cancelled else "deadline"
+                    signal_group(agent.pid, signal.SIGTERM)
+                    kill_at = now + grace
+                if kill_at is not None and killed_at is None and now >= kill_at:
+                    signal_group(agent.pid, signal.SIGKILL)
+                    killed_at = now
+                for pid, code in _reap():
+                    if pid == agent.pid:
+                        exit_code = code
+                        agent.returncode = code  # so Popen never waits for it again
+                if exit_code is not None:
+                    alive = group_alive(agent.pid)
+                    if alive and kill_at is None:  # the agent ended but left processes behind
+                        signal_group(agent.pid, signal.SIGTERM)
+                        kill_at = now + grace
+                    if not alive:
+                        gone_at = gone_at or now
+                        if pipe is None or now - gone_at >= _AFTER_KILL:
+                            break  # all output read, or the pipe is held by a process outside the group
+                    elif killed_at is not None and now - killed_at >= _AFTER_KILL:
+                        break  # unkillable or unreaped leftovers: give up waiting for them
+                # Leftovers of an ended agent are not our children (no SIGCHLD): poll them closely.
+                timeout = _POLL if exit_code is None else 0.05
+                for point in (deadline if cause is None else None, kill_at if killed_at is None else None):
+                    if point is not None:
+                        timeout = max(0.0, min(timeout, point - now))
+                readable, _, _ = select.select([fd for fd in (pipe, wake_r) if fd is not None], [], [], timeout)
+                if wake_r in readable:
+                    _drain(wake_r)
+                if pipe is not None and pipe in readable and not _copy(pipe, log, redactor):
+                    pipe = None
+            _write_all(log, redactor.flush())
+        finally:
+            signal.signal(signal.SIGCHLD, previous_chld)
+            signal.set_wakeup_fd(previous_wakeup)
+            os.close(wake_r)
+            os.close(wake_w)
+        if exit_code is None:
+            raise RuntimeError("the agent's exit status was not collected")
+        return _Ending(status=exit_code, cause=cause, killed=killed_at is not None)
+
+    def _collect(self, checkout: workspace.Checkout) -> tuple[tuple[ArtifactRecord, ...], list[str]]:
+        records: list[ArtifactRecord] = []
+        missing: list[str] = []
+        outputs = self.files.outputs.resolve()
+        for output in self.spec.outputs:
+            try:
+                source = workspace.subpath(outputs, output.path)
+            except workspace.WorkspaceError:
+                missing.append(f'"{output.name}" ({output.path}: not inside the outputs directory)')
+                continue
+            if not source.resolve().is_relative_to(outputs) or not source.resolve().is_file():
+                if not output.optional:
+                    missing.append(f'"{output.name}" ({output.path})')
+                continue
+            relative = source.relative_to(outputs).as_posix()
+            records.append(_copy_hashed(output.name, source, self.files.artifacts, f"outputs/{relative}"))
+        if checkout.base is not None:
+            patch = self.files.artifacts / PATCH
+            try:
+                workspace.write_changes(checkout.root, checkout.base, patch)
+                records.append(_hashed(PATCH, patch, PATCH))
+            except (workspace.WorkspaceError, OSError) as exc:
+                print(f"joch runner: no {PATCH}: {exc}", file=sys.stderr)
+        return tuple(records), missing
+
+    def _conclude(self, ending: _Ending, artifacts: tuple[ArtifactRecord, ...], missing: list[str]) -> int:
+        code = ending.exit_code
+        forced = " (killed after the grace period)" if ending.killed else ""
+        if ending.cause == "cancel":
+            return self.finish("Cancelled", "Cancelled", f"cancelled; the agent was stopped{forced}",
+                               exit_code=code, artifacts=artifacts)
+        if ending.cause == "deadline":
+            limit = _seconds(self.spec.timeout_seconds)
+            message = f"agent ran longer than its {limit} s deadline and was stopped{forced}"
+            return self.finish("Failed", "DeadlineExceeded", message, exit_code=code, artifacts=artifacts)
+        if code != 0:
+            return self.finish("Failed", "AgentFailed", ending.describe(), exit_code=code, artifacts=artifacts)
+        if missing:
+            message = f"agent exited with code 0 but did not write output {', '.join(missing)}"
+            return self.finish("Failed", "MissingOutput", message, exit_code=code, artifacts=artifacts)
+        return self.finish("Succeeded", "Completed", "agent exited with code 0", exit_code=code, artifacts=artifacts)
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:.3g}"
+
+
+def _which(name: str, path: str, cwd: Path) -> str | None:
+    if os.sep in name:
+        candidate = Path(name) if os.path.isabs(name) else cwd / name
+        return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
+    for directory in path.split(os.pathsep):
+        candidate = Path(directory or ".", name)
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _reap() -> list[tuple[int, int]]:
+    """Reap every exited child (the agent; orphans too when we are PID 1 in a container)."""
+    reaped: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, os.waitstatus_to_exitcode(status)))
+
+
+def _copy(pipe: int, log: int, redactor: Redactor) -> bool:
+    """Move what the pipe has to the log; False at end of file."""
+    while True:
+        try:
+            chunk = os.read(pipe, _CHUNK)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        _write_all(log, redactor.feed(chunk))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _copy_hashed(name: str, source: Path, artifacts: Path, relative: str) -> ArtifactRecord:
+    dest = artifacts / relative
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest, size = hashlib.sha256(), 0
+    with open(source, "rb") as src, open(dest, "wb") as out:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    return ArtifactRecord(name=name, path=relative, sha256=digest.hexdigest(), size=size)
+
+
+def _hashed(name: str, path: Path, relative: str) -> ArtifactRecord:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return ArtifactRecord(name=name, path=relative, sha256=digest.hexdigest(), size=size)
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="joch runner", description="Run one agent run attempt described by a runner spec, and record it.")
+    parser.add_argument("--spec", required=True, metavar="PATH",
+                        help="the run's spec.json; its directory is the run directory")
+    args = parser.parse_args(argv)
+    files = RunFiles(Path(args.spec).absolute().parent)
+    if files.state.exists():
+        print(f"joch runner: {files.state} exists: this run attempt was executed already", file=sys.stderr)
+        return 2
+    try:
+        spec = RunnerSpec.from_json(Path(args.spec).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        message = f"cannot read the runner spec {args.spec}: {exc}"
+        print(f"joch runner: {message}", file=sys.stderr)
+        if files.dir.is_dir():
+            write_state(files.state, RunState(phase="Failed", reason="StartError", message=message,
+                                              finished_at=time.time()), runner_pid=os.getpid())
+        return 2
+    environ = os.environ
+    root = Path(environ.get(ENV_WORKSPACE) or files.dir / "workspace")
+    cache = Path(environ.get(ENV_CACHE) or files.dir / "mirrors")
+    runner = Runner(spec, files, root=root, cache=cache, environ=environ)
+    handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return runner.run()
+    except _Cancelled:  # the signal arrived between two steps of preparing
+        return runner.finish("Cancelled", "Cancelled", "cancelled before the agent started")
+    except Exception as exc:  # noqa: BLE001 - a bug in the runner still ends the record
+        import traceback  # only on this path: start-up time matters
+
+        traceback.print_exc()
+        return runner.finish("Failed", "RunnerError", f"joch runner failed: {exc}")
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
