@@ -155,14 +155,12 @@ def test_agent_with_missing_provider_is_accepted_with_a_warning(store: Store) ->
         'spec.providerRef.name: agentprovider "codex" not found in namespace "default"; Agent is accepted '
         "but cannot be used until the agentprovider exists"]
     assert result.warnings() == [f"agent.joch.dev/coder: {item.warnings[0]}"]
-    (condition,) = store.get(AGENT, "default", "coder")["status"]["conditions"]
-    assert (condition["type"], condition["status"], condition["reason"]) == (
-        "ReferencesResolved", "False", "AgentProviderNotFound")
+    # status (ReferencesResolved included) is the Agent controller's: admission writes none
+    assert not store.get(AGENT, "default", "coder").get("status")
 
     later = apply(store, PROVIDER + "---\n" + AGENT_DOC)
-    assert [i.action for i in later.items] == ["created", "configured"]
-    (condition,) = store.get(AGENT, "default", "coder")["status"]["conditions"]
-    assert (condition["status"], condition["reason"]) == ("True", "Resolved")
+    assert [i.action for i in later.items] == ["created", "unchanged"]
+    assert later.items[1].warnings == []
     assert [i.action for i in apply(store, PROVIDER + "---\n" + AGENT_DOC).items] == ["unchanged"] * 2
 
 
@@ -180,8 +178,6 @@ def test_references_resolve_within_the_batch_in_any_order(store: Store) -> None:
     result = apply(store, "---\n".join([RUN, AGENT_DOC, IMPL, PROVIDER]))
     assert [i.action for i in result.items] == ["created"] * 4
     assert result.items[1].warnings == []
-    (condition,) = store.get(AGENT, "default", "coder")["status"]["conditions"]
-    assert condition["status"] == "True"
 
 
 @pytest.mark.parametrize("word", ["on", "no", "yes"])
@@ -391,7 +387,7 @@ def test_update_object_has_put_semantics(store: Store) -> None:
     updated, _ = update_object(store, AGENT, body, namespace="default", name="coder")
     assert updated["spec"]["systemPrompt"] == "hi"
     assert "labels" not in updated["metadata"]
-    assert updated["status"] == current["status"]
+    assert updated.get("status") == current.get("status")
     with pytest.raises(errors.Conflict):
         update_object(store, AGENT, body, namespace="default", name="coder")
     with pytest.raises(errors.BadRequest, match="does not match"):
@@ -413,7 +409,6 @@ def test_patch_object_merges_and_admits(store: Store) -> None:
 
     _, warnings = patch_object(store, AGENT, "default", "coder", {"spec": {"providerRef": {"name": "gone"}}})
     assert warnings and "gone" in warnings[0]
-    assert store.get(AGENT, "default", "coder")["status"]["conditions"][0]["status"] == "False"
 
     with pytest.raises(errors.Conflict):
         patch_object(store, AGENT, "default", "coder", {"metadata": {"resourceVersion": "1"}, "spec": {}})

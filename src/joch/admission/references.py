@@ -6,10 +6,10 @@ Design decisions:
   have none). ``missing="reject"`` makes a dangling reference an error at the field's path;
   ``missing="warn"`` accepts the object with a warning, because an Agent may well be declared
   before its provider.
-* For kinds with ``warn`` references admission owns one condition, ``ReferencesResolved``: False
-  with reason ``<Kind>NotFound`` while a target is missing, True with reason ``Resolved`` once all
-  resolve. It is the only status admission writes; everything else in status belongs to
-  controllers and the status subresource.
+* Admission writes no status. Whether an Agent's references resolve *now* is the Agent
+  controller's ``ReferencesResolved`` condition, kept current as providers and Secrets come and go;
+  a condition admission wrote at apply time would go stale the moment the provider was created,
+  and two writers of one condition would fight over its message and its transition time.
 * Rejection ratchets: on update, a ``reject`` reference whose value did not change is not checked
   again. Deleting an Agent must not make every unchanged manifest that once named it unappliable.
 * ``pending`` holds the objects being written in the same batch, so a multi-document apply is
@@ -29,14 +29,12 @@ from joch.api.registry import REGISTRY, KindInfo
 from joch.store.base import Writer
 
 Pending = Set[tuple[str, str | None, str]]
-CONDITION = "ReferencesResolved"
 
 
 @dataclass
 class Resolution:
     causes: list[Cause] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    condition: dict[str, Any] | None = None
 
 
 def check_references(
@@ -44,7 +42,6 @@ def check_references(
     old: dict[str, Any] | None, pending: Pending,
 ) -> Resolution:
     result = Resolution()
-    missing: list[tuple[KindInfo, str]] = []
     for ref in kind.references:
         value = dig(obj, ref.path)
         if not isinstance(value, str) or not value:
@@ -62,9 +59,6 @@ def check_references(
         else:
             result.warnings.append(f"{ref.path}: {message}; {kind.kind} is accepted but cannot "
                                    f"be used until the {target.singular} exists")
-            missing.append((target, message))
-    if any(ref.missing == "warn" for ref in kind.references):
-        result.condition = _condition(missing)
     return result
 
 
@@ -82,10 +76,3 @@ def _not_found(kind: KindInfo, namespace: str | None, name: str) -> str:
     where = f' in namespace "{namespace}"' if namespace else ""
     return f'{kind.singular} "{name}" not found{where}'
 
-
-def _condition(missing: list[tuple[KindInfo, str]]) -> dict[str, Any]:
-    if not missing:
-        return {"type": CONDITION, "status": "True", "reason": "Resolved",
-                "message": "all references resolve"}
-    return {"type": CONDITION, "status": "False", "reason": f"{missing[0][0].kind}NotFound",
-            "message": "; ".join(message for _, message in missing)}

@@ -13,9 +13,9 @@ Design decisions:
   the empty list/map defaults the user did not write pruned, so ``get -o yaml`` shows what the user
   wrote plus the scalar defaults that matter (``defaults.timeoutSeconds: 3600``,
   ``runtime.type: local``). The result is a pure function of the input: same input, same dict.
-* ``status`` in the input is ignored (it is written through the status subresource); the old
-  status is kept, and the one condition admission owns (``ReferencesResolved``, see
-  ``references``) is upserted into it.
+* ``status`` in the input is ignored (it is written through the status subresource) and the old
+  status is kept as it is: status belongs to controllers (see ``references`` for why admission
+  does not write ``ReferencesResolved`` either).
 * Size limits are part of validation and reported as causes with the limit and the size:
   implementation text (UTF-8 bytes) and the whole object (compact JSON bytes).
 * A ``metadata.resourceVersion`` or ``metadata.uid`` in the input is passed through on the admitted
@@ -41,12 +41,12 @@ from pydantic import BaseModel, ValidationError
 from joch.admission import diagnostics
 from joch.admission.documents import RawScalars
 from joch.admission.metadata import normalize_metadata
-from joch.admission.references import Pending, Resolution, check_references
+from joch.admission.references import Pending, check_references
 from joch.admission.uniqueness import check_idempotency
 from joch.api import errors
 from joch.api.errors import Cause
 from joch.api.kinds import CheckedSpec
-from joch.api.meta import dig, set_condition
+from joch.api.meta import dig
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store.base import Writer
 
@@ -111,7 +111,7 @@ def admit(
         raise invalid(kind, display_name(obj), causes)
     out: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind,
                            "metadata": _with_server_fields(metadata, obj, old), "spec": spec}
-    status = _status(old, refs)
+    status = _status(old)
     if status:
         out["status"] = status
     return Admitted(kind=kind, obj=out, warnings=refs.warnings)
@@ -260,10 +260,8 @@ def _with_server_fields(
     return out
 
 
-def _status(old: dict[str, Any] | None, refs: Resolution) -> dict[str, Any]:
+def _status(old: dict[str, Any] | None) -> dict[str, Any]:
     status: dict[str, Any] = copy.deepcopy((old or {}).get("status") or {})
-    if refs.condition is not None:
-        status["conditions"] = set_condition(list(status.get("conditions") or []), refs.condition)
     return status
 
 

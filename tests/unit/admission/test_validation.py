@@ -11,7 +11,7 @@ from joch.admission.validation import AdmissionOptions, Admitted, admit, validat
 from joch.api import errors
 from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, AgentProviderSpec, AgentProviderStatus
 from joch.api.registry import KindInfo
-from joch.store.base import Obj, Writer
+from joch.store.base import ListOptions, ListResult, Obj, Writer
 
 
 class MemoryReader(Writer):
@@ -31,6 +31,11 @@ class MemoryReader(Writer):
             return self.objects[(kind.kind, namespace, name)]
         except KeyError:
             raise errors.NotFound(f"{kind.plural} {name!r} not found") from None
+
+    def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
+        namespace = options.namespace if options else None
+        items = [o for (k, ns, _), o in self.objects.items() if k == kind.kind and namespace in (None, ns)]
+        return ListResult(items=items, resource_version="1")
 
     def create(self, kind: KindInfo, obj: Obj) -> Obj:
         raise AssertionError("admission must not write")
@@ -429,30 +434,25 @@ def test_pending_objects_satisfy_references(reader: MemoryReader) -> None:
     assert admitted.obj["spec"]["agentRef"] == {"name": "coder"}
 
 
-def test_missing_warn_reference_is_accepted_with_a_condition(reader: MemoryReader) -> None:
+def test_missing_warn_reference_is_accepted_with_a_warning_and_no_status(reader: MemoryReader) -> None:
     admitted = admit_yaml(reader, AGENT_YAML)
     assert admitted.warnings == [
         'spec.providerRef.name: agentprovider "codex" not found in namespace "default"; Agent is accepted '
         "but cannot be used until the agentprovider exists"]
-    (condition,) = admitted.obj["status"]["conditions"]
-    assert condition["type"] == "ReferencesResolved"
-    assert condition["status"] == "False"
-    assert condition["reason"] == "AgentProviderNotFound"
-    assert condition["message"] == 'agentprovider "codex" not found in namespace "default"'
-    assert condition["lastTransitionTime"]
+    assert "status" not in admitted.obj  # ReferencesResolved is the Agent controller's
 
 
-def test_a_reference_that_resolves_on_update_flips_the_condition(reader: MemoryReader) -> None:
+def test_the_stored_status_is_kept_as_it_is_on_update(reader: MemoryReader) -> None:
     old = {**admit_yaml(reader, AGENT_YAML).obj}
-    old["status"]["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
-    old["status"]["observedGeneration"] = 1
+    written_by_the_controller = {"observedGeneration": 1, "conditions": [
+        {"type": "ReferencesResolved", "status": "False", "reason": "ProviderNotFound", "message": "gone",
+         "lastTransitionTime": "2020-01-01T00:00:00Z"}]}
+    old["status"] = written_by_the_controller
     reader.add(AGENT_PROVIDER, "codex")
     admitted = admit_yaml(reader, AGENT_YAML, old=old)
     assert admitted.warnings == []
-    (condition,) = admitted.obj["status"]["conditions"]
-    assert (condition["status"], condition["reason"]) == ("True", "Resolved")
-    assert condition["lastTransitionTime"] != "2020-01-01T00:00:00Z"
-    assert admitted.obj["status"]["observedGeneration"] == 1
+    assert admitted.obj["status"] == written_by_the_controller
+    assert admitted.obj["status"] is not written_by_the_controller
 
 
 def test_unchanged_reject_references_are_not_rechecked_on_update(reader: MemoryReader) -> None:

@@ -1,0 +1,470 @@
+"""Rendering a compiled provider into the command a run executes: argv, env and input files.
+
+Design decisions:
+
+* **A sandbox, one string at a time.** Every template (the binary, each ``argsTemplate`` element,
+  each ``envTemplate`` value, each input file's content) is rendered on its own by a Jinja2
+  ``ImmutableSandboxedEnvironment`` with autoescape off. An argv element stays one argument
+  whatever it renders to — spaces, quotes, ``;`` — because the command never passes through a shell.
+* **Missing is an error, never an empty string.** ``StrictUndefined`` fails on any use of an
+  undefined value; ``{{ x | default("y") }}`` and ``{% if x is defined %}`` still work. Context
+  values carry their own path, so the message names the whole expression that was missing
+  (``undefined variable "implementation.titel"; implementation has acceptanceCriteria, …``).
+* **Every failure is a ``TemplateError``** whose ``path`` names the template
+  (``AgentProvider/codex spec.argsTemplate[1]``): syntax errors, undefined values, sandbox refusals
+  (``{{ ''.__class__ }}``), runtime errors (``{{ 1 / 0 }}``) and oversized results.
+* **Sizes are capped where they would fail anyway.** Linux refuses a single argument or environment
+  string over 128 KiB (``MAX_ARG_STRLEN``) and a whole command line past a few MiB, with an ``E2BIG``
+  that names nothing; the renderer refuses first, naming the template and pointing to input files,
+  which may be up to 1 MiB each. Output is streamed, so a loop cannot build a gigabyte before the
+  check, and the obvious single expressions that could (``"x" * 10**10``, ``10**10**10``,
+  ``"{:999999999}".format(1)``, ``center(10**9)``) are refused before they run. That is a guard
+  against mistakes, not a bound: memory built inside ``{% set %}`` blocks or macros, and CPU time,
+  are not limited. Templates are written by whoever may edit AgentProviders — who can run any
+  binary on the runtime anyway — not by the agent or the implementation text, which are only data.
+* ``check_templates`` is the compile-time half: it parses every template and resolves what can be
+  known without a run — top-level names, fields of the fixed-shape context values, includes — so
+  the Agent controller reports a broken provider (``Ready=False``, reason ``TemplateError``) before
+  any run fails on it.
+
+The template context (``build_context`` builds it from the objects):
+
+* ``agent``: ``{name, namespace, …}`` plus every field of the compiled Agent spec, defaults filled
+  in (``systemPrompt``, ``modelRoute``, ``env``, ``defaults``, ``security``, …) and ``provider``.
+* ``run``: ``{name, namespace, uid, attempt, parameters, labels}``.
+* ``implementation``: ``{text, summary, description, acceptanceCriteria, labels, source}``; optional
+  fields are ``None`` or ``[]``, never missing (``render_invocation`` fills them in).
+* ``parameters``: the run's ``spec.parameters`` (a map of strings; also ``run.parameters``).
+* ``workspace``: ``{root, path, inputs, outputs}`` — absolute paths (``joch.runtime.base.Workspace``).
+* ``model`` and ``memory``: maps the caller resolved, or ``{}`` when the agent has none (``None``
+  is taken as ``{}``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import difflib
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
+from jinja2.meta import find_undeclared_variables
+from jinja2.runtime import Context, StrictUndefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from joch.api.kinds import AgentSpec
+
+CONTEXT_KEYS = ("agent", "run", "implementation", "parameters", "workspace", "model", "memory")
+SHAPES: Mapping[str, tuple[str, ...]] = {
+    "agent": ("name", "namespace", "provider", *(f for f in AgentSpec.model_fields if f != "providerRef")),
+    "run": ("name", "namespace", "uid", "attempt", "parameters", "labels"),
+    "implementation": ("text", "summary", "description", "acceptanceCriteria", "labels", "source"),
+    "workspace": ("root", "path", "inputs", "outputs"),
+}
+"""The context values whose fields are fixed, so a misspelt field is found before any run."""
+
+MAX_ARGUMENT_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: one argv element, or one NAME=value
+MAX_COMMAND_BYTES = 1024 * 1024  # argv and env together, well below ARG_MAX's usual 2 MiB
+MAX_FILE_BYTES = 1024 * 1024     # one rendered input file
+_MAX_INTERMEDIATE = MAX_FILE_BYTES  # any string, repeat count or width built inside a template
+_MAX_POWER_BITS = 64 * 1024
+_FORMAT_WIDTH = re.compile(r"%[-#0 +]*\d{7,}|%[-#0 +]*\d*\.\d{7,}|\{[^{}]*:[^{}]*\d{7,}[^{}]*\}")
+
+
+class TemplateError(Exception):
+    """A provider template that cannot be rendered: ``path`` names it, ``message`` says why."""
+
+    reason = "TemplateError"
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What a run executes. Secrets are references here (env name, Secret name, key): the runtime
+    resolves their values into the process environment only."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    input_files: tuple[tuple[str, str], ...]       # (path below workspace.inputs, content)
+    outputs: tuple[tuple[str, str, bool], ...]     # (name, path below workspace.outputs, optional)
+    secret_env: tuple[tuple[str, str, str], ...]   # (env name, Secret name, key)
+
+
+# --- the context ---------------------------------------------------------------------------------
+
+def build_context(
+    manifest: Mapping[str, Any], *, run: Mapping[str, Any], attempt: int,
+    implementation: Mapping[str, Any], workspace: Mapping[str, str],
+    model: Mapping[str, Any] | None = None, memory: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The template context of one run attempt: ``run`` is the AgentRun object, ``implementation``
+    the ImplementationSpec's spec (referenced or inline), ``workspace`` the runtime's paths."""
+    run_meta = run.get("metadata") or {}
+    parameters = dict((run.get("spec") or {}).get("parameters") or {})
+    return {
+        "agent": agent_context(manifest),
+        "run": {"name": run_meta.get("name"), "namespace": run_meta.get("namespace"),
+                "uid": run_meta.get("uid"), "attempt": attempt, "parameters": parameters,
+                "labels": dict(run_meta.get("labels") or {})},
+        "implementation": implementation_context(implementation),
+        "parameters": parameters,
+        "workspace": dict(workspace),
+        "model": dict(model or {}),
+        "memory": dict(memory or {}),
+    }
+
+
+def agent_context(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    meta = manifest.get("metadata") or {}
+    return {**(manifest.get("spec") or {}), "name": meta.get("name"), "namespace": meta.get("namespace")}
+
+
+def implementation_context(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "text": spec.get("text", ""),
+        "summary": spec.get("summary"),
+        "description": spec.get("description"),
+        "acceptanceCriteria": list(spec.get("acceptanceCriteria") or []),
+        "labels": list(spec.get("labels") or []),
+        "source": dict(spec["source"]) if spec.get("source") else None,
+    }
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+def render_invocation(manifest: Mapping[str, Any], context: Mapping[str, Any]) -> Invocation:
+    """Render the manifest's provider against ``context``; ``TemplateError`` on the first failure."""
+    spec = manifest["spec"]
+    provider = spec["provider"]
+    where = _where(provider)
+    values = {key: _with_paths(value, key) for key, value in context.items()}
+    if isinstance(context.get("implementation"), Mapping):
+        values["implementation"] = _with_paths(implementation_context(context["implementation"]), "implementation")
+    for key in ("model", "memory"):
+        if values.get(key, None) is None:
+            values[key] = _Map({}, key)
+    token = _KEYS.set(tuple(values))
+    try:
+        binary = _render(f"{where} spec.binary", provider["binary"], values, MAX_ARGUMENT_BYTES)
+        if not binary:
+            raise TemplateError(f"{where} spec.binary", "renders to an empty string: a command needs a program")
+        argv = (binary, *(
+            _render(f"{where} spec.argsTemplate[{i}]", text, values, MAX_ARGUMENT_BYTES)
+            for i, text in enumerate(provider.get("argsTemplate") or [])))
+        env = {name: _render(f"{where} spec.envTemplate.{name}", text, values, MAX_ARGUMENT_BYTES - len(name) - 1)
+               for name, text in (provider.get("envTemplate") or {}).items()}
+        files = tuple((f["path"], _render(f"{where} spec.inputFiles[{i}].content", f["content"], values,
+                                          MAX_FILE_BYTES))
+                      for i, f in enumerate(provider.get("inputFiles") or []))
+    finally:
+        _KEYS.reset(token)
+    # The Agent's env is literal (not templated) and wins over the provider's: it is the more
+    # specific of the two.
+    env.update({e["name"]: e.get("value", "") for e in spec.get("env") or []})
+    _check_command(where, argv, env)
+    return Invocation(
+        argv=argv,
+        env=env,
+        input_files=files,
+        outputs=tuple((o["name"], o["path"], bool(o.get("optional", False)))
+                      for o in provider.get("outputArtifacts") or []),
+        secret_env=tuple((s["name"], s["secretRef"]["name"], s["secretRef"]["key"])
+                         for s in provider.get("secretEnv") or []),
+    )
+
+
+def check_templates(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every problem that can be found without a run: (template path, message)."""
+    problems: list[tuple[str, str]] = []
+    for path, source in templates(manifest):
+        try:
+            ast = _ENV.parse(source)
+        except TemplateSyntaxError as exc:
+            problems.append((path, _syntax(exc)))
+            continue
+        problems += [(path, message) for message in _static_problems(ast)]
+    return problems
+
+
+def templates(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(path, source) of every template of the manifest's provider, in rendering order."""
+    provider = manifest["spec"]["provider"]
+    where = _where(provider)
+    yield f"{where} spec.binary", provider["binary"]
+    for i, text in enumerate(provider.get("argsTemplate") or []):
+        yield f"{where} spec.argsTemplate[{i}]", text
+    for name, text in (provider.get("envTemplate") or {}).items():
+        yield f"{where} spec.envTemplate.{name}", text
+    for i, f in enumerate(provider.get("inputFiles") or []):
+        yield f"{where} spec.inputFiles[{i}].content", f["content"]
+
+
+def _where(provider: Mapping[str, Any]) -> str:
+    return f"AgentProvider/{provider.get('name', '?')}"
+
+
+def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> str:
+    try:
+        template = _compile(source)
+        size = 0
+        parts: list[str] = []
+        for chunk in template.generate(values):
+            size += len(chunk)  # characters: a lower bound of the UTF-8 size
+            if size > limit:
+                raise TemplateError(path, _too_big(path, f"more than {_size(limit)}", limit))
+            parts.append(chunk)
+    except TemplateError:
+        raise
+    except TemplateSyntaxError as exc:
+        raise TemplateError(path, _syntax(exc)) from None
+    except SecurityError as exc:
+        shown = str(exc).replace("'_Map'", "'dict'").replace("'_List'", "'list'")
+        raise TemplateError(path, f"refused by the sandbox: {shown}") from None
+    except UndefinedError as exc:
+        raise TemplateError(path, str(exc)) from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(path, str(exc) or type(exc).__name__) from None
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError,
+            MemoryError) as exc:
+        raise TemplateError(path, f"{type(exc).__name__}: {exc}") from None
+    text = "".join(parts)
+    encoded = len(text.encode("utf-8", "surrogatepass"))
+    if encoded > limit:
+        raise TemplateError(path, _too_big(path, _size(encoded), limit))
+    if "\x00" in text:
+        raise TemplateError(path, "renders to text with a NUL character, which a process argument, "
+                            "environment value or file name cannot hold")
+    return text
+
+
+def _check_command(where: str, argv: tuple[str, ...], env: Mapping[str, str]) -> None:
+    total = sum(len(a.encode()) + 1 for a in argv) + sum(len(k.encode()) + len(v.encode()) + 2
+                                                         for k, v in env.items())
+    if total > MAX_COMMAND_BYTES:
+        raise TemplateError(f"{where} spec.argsTemplate", (
+            f"argv and environment render to {_size(total)} together; the limit is "
+            f"{_size(MAX_COMMAND_BYTES)}: pass long text through spec.inputFiles and a path instead"))
+
+
+def _too_big(path: str, size: str, limit: int) -> str:
+    if ".inputFiles[" in path:
+        return f"renders to {size}; an input file is limited to {_size(limit)}"
+    return (f"renders to {size}; one argument or environment value is limited to {_size(limit)} by the "
+            "operating system: write long text to an input file (spec.inputFiles) and pass its path "
+            "({{ workspace.inputs }}/<file>)")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.0f} KiB"
+
+
+def _syntax(exc: TemplateSyntaxError) -> str:
+    line = f" on line {exc.lineno}" if exc.lineno and exc.source and exc.source.count("\n") else ""
+    return f"syntax error{line}: {exc.message}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile(source: str) -> jinja2.Template:
+    ast = _ENV.parse(source)
+    if _loads_templates(ast):
+        raise jinja2.TemplateError(_NO_LOADER)
+    return _ENV.from_string(ast)
+
+
+_NO_LOADER = "templates cannot extend, include or import other templates: there is no template loader"
+
+
+def _loads_templates(ast: nodes.Template) -> bool:
+    return any(True for _ in ast.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)))
+
+
+# --- values that know where they are, and what is missing ---------------------------------------
+
+_KEYS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("joch_template_keys", default=CONTEXT_KEYS)
+
+
+class _Map(dict[str, Any]):
+    """A context mapping that knows its path (``implementation``, ``agent.spec``) for messages.
+    Templates cannot see ``_path``: the sandbox refuses attributes starting with ``_``."""
+
+    __slots__ = ("_path",)
+
+    def __init__(self, items: Mapping[str, Any], path: str) -> None:
+        super().__init__(items)
+        self._path = path
+
+
+class _List(list[Any]):
+    __slots__ = ("_path",)
+
+    def __init__(self, items: list[Any], path: str) -> None:
+        super().__init__(items)
+        self._path = path
+
+
+def _with_paths(value: Any, path: str) -> Any:
+    if isinstance(value, Mapping):
+        return _Map({str(k): _with_paths(v, _join(path, str(k))) for k, v in value.items()}, path)
+    if isinstance(value, list | tuple):
+        return _List([_with_paths(v, f"{path}[{i}]") for i, v in enumerate(value)], path)
+    return value
+
+
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{key!r}]"
+
+
+def undefined_message(obj: Any, name: Any, keys: tuple[str, ...] = CONTEXT_KEYS) -> str:
+    """The message for reading ``name`` from ``obj`` (``obj`` is None for a top-level name)."""
+    if obj is None:
+        return (f'undefined variable "{name}"; the context has {", ".join(keys)}'
+                f"{_did_you_mean(name, keys)}")
+    path = getattr(obj, "_path", None)
+    if isinstance(obj, dict):
+        full = _join(path, name) if path else str(name)
+        has = ", ".join(sorted(map(str, obj))) if obj else "no fields"
+        return f'undefined variable "{full}"; {path or "the mapping"} has {has}{_did_you_mean(name, obj)}'
+    if isinstance(obj, list):
+        full = f"{path}[{name!r}]" if path else repr(name)
+        items = "1 item" if len(obj) == 1 else f"{len(obj)} items"
+        return f'undefined variable "{full}"; {path or "the list"} has {items}'
+    return f'"{name}" is undefined: it is read from a {type(obj).__name__} value, not from a mapping'
+
+
+def _did_you_mean(name: Any, choices: Any) -> str:
+    match = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return f' (did you mean "{match[0]}"?)' if match else ""
+
+
+class _Undefined(StrictUndefined):
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        if self._undefined_hint:
+            return self._undefined_hint
+        obj = self._undefined_obj
+        if obj is jinja2.utils.missing:
+            return undefined_message(None, self._undefined_name, _KEYS.get())
+        if obj is None:
+            return (f'"{self._undefined_name}" is undefined: it is read from a value that is None '
+                    "(guard it with {% if … %} or use | default(…))")
+        return undefined_message(obj, self._undefined_name)
+
+
+# --- the sandbox ---------------------------------------------------------------------------------
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, plus refusals of single expressions that would build huge values."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        _check_binop(operator, left, right)
+        return super().call_binop(context, operator, left, right)
+
+    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        _check_arguments(getattr(obj, "__name__", "the call"), args, kwargs)
+        return super().call(context, obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_format(value.__self__)
+        return wrapped
+
+
+def _check_binop(operator: str, left: Any, right: Any) -> None:
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, str | list | tuple) and _is_int(n) and len(seq) * n > _MAX_INTERMEDIATE:
+                raise SecurityError(f"repeating a value of length {len(seq)} {n} times is too large")
+    elif operator == "**":
+        if _is_int(left) and _is_int(right) and abs(left) > 1 and right > 0:
+            if abs(left).bit_length() * right > _MAX_POWER_BITS:
+                raise SecurityError(f"{left} ** {right} is too large")
+    elif operator == "%" and isinstance(left, str):
+        _check_format(left)
+
+
+def _check_arguments(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    for value in (*args, *kwargs.values()):
+        if _is_int(value) and abs(value) > _MAX_INTERMEDIATE:
+            raise SecurityError(f"argument {value} of {name} is too large")
+
+
+def _check_format(text: str) -> None:
+    if _FORMAT_WIDTH.search(text):
+        raise SecurityError("a format width or precision of a million or more is too large")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _guarded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    skip = 2 if hasattr(func, "jinja_pass_arg") else 1  # (context,) value, then the arguments
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        _check_arguments(f"the {name} filter", args[skip:], kwargs)
+        if name == "format" and len(args) >= skip and isinstance(args[skip - 1], str):
+            _check_format(args[skip - 1])
+        return func(*args, **kwargs)
+
+    return guarded
+
+
+def _environment() -> _Sandbox:
+    env = _Sandbox(undefined=_Undefined, autoescape=False, keep_trailing_newline=True)
+    env.filters = {name: _guarded_filter(name, f) for name, f in env.filters.items()}
+    del env.globals["lipsum"]  # lipsum(n=…) builds text of any size, and no command needs it
+    return env
+
+
+_ENV = _environment()
+
+
+# --- static checks -------------------------------------------------------------------------------
+
+def _static_problems(ast: nodes.Template) -> Iterator[str]:
+    if _loads_templates(ast):
+        yield _NO_LOADER
+        return
+    assigned = {n.name for n in ast.find_all(nodes.Name) if n.ctx in ("store", "param")}
+    # ``x.y | default(…)`` and ``x.y is defined`` are how a template says "may be missing"
+    guarded = {id(f.node) for f in ast.find_all(nodes.Filter) if f.name in ("default", "d")}
+    guarded |= {id(t.node) for t in ast.find_all(nodes.Test) if t.name in ("defined", "undefined")}
+    for name in sorted(find_undeclared_variables(ast) - set(_ENV.globals) - set(CONTEXT_KEYS)):
+        yield undefined_message(None, name)
+    seen: set[str] = set()
+    for read, target, field in _field_reads(ast):
+        if id(read) in guarded or not isinstance(target, nodes.Name):
+            continue
+        if target.name not in SHAPES or target.name in assigned:
+            continue
+        fields = SHAPES[target.name]
+        if field in fields or f"{target.name}.{field}" in seen or hasattr(dict, field):
+            continue
+        seen.add(f"{target.name}.{field}")
+        yield undefined_message(_Map(dict.fromkeys(fields), target.name), field)
+
+
+def _field_reads(ast: nodes.Template) -> Iterator[tuple[nodes.Node, nodes.Node, str]]:
+    """``x.field`` and ``x["field"]``: (the read, the node read from, the field)."""
+    for attr in ast.find_all(nodes.Getattr):
+        yield attr, attr.node, attr.attr
+    for item in ast.find_all(nodes.Getitem):
+        if isinstance(item.arg, nodes.Const) and isinstance(item.arg.value, str):
+            yield item, item.node, item.arg.value
