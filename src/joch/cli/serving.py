@@ -7,15 +7,26 @@ cannot be created, a port outside 1-65535 (``socket.bind`` would raise ``Overflo
 already taken (checked by binding it once; uvicorn would log and exit with its own code 3, which
 here means "not found"), and a store URL the store layer refuses (``open_store`` raises
 ``ValueError`` for those).
+
+``joch controller`` runs the same controllers as ``joch server`` without the web stack: it opens the
+store, campaigns for the leader lease and runs the controllers until SIGINT or SIGTERM, then stops
+them, releases the lease and exits 0. Both commands build their ``ControllerOptions`` in
+``controller_options``; ``--lease-duration`` sets the renew deadline and retry period in
+client-go's proportions (15 : 10 : 2), so one flag cannot make an inconsistent trio.
 """
 
 from __future__ import annotations
 
 import errno
+import signal
 import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from joch.api import errors
+from joch.controllers.options import ControllerOptions, default_identity
 
 
 def store_url(*, data_dir: Path, store: str | None) -> str:
@@ -45,12 +56,75 @@ def check_port(host: str, port: int) -> None:
             raise errors.BadRequest(f"cannot listen on {host}:{port}: {why or exc}") from None
 
 
-def run(*, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None) -> None:
+def controller_options(
+    *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
+    lease_duration: float, identity: str | None,
+) -> ControllerOptions:
+    for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
+                        ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
+        if value is not None and value < 1:
+            raise errors.BadRequest(f"{flag} must be at least 1 (got {value})")
+    if not lease_duration > 0:
+        raise errors.BadRequest(f"--lease-duration must be a positive number of seconds (got {lease_duration:g})")
+    if identity is not None and not identity.strip():
+        raise errors.BadRequest("--identity must not be empty")
+    return ControllerOptions(
+        data_dir=data_dir, identity=identity or default_identity(), lease_duration=lease_duration,
+        renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
+        max_concurrent_runs=max_concurrent_runs, max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace,
+    )
+
+
+def run(
+    *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
+    controllers: ControllerOptions | None = None,
+) -> None:
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
     from joch import server  # lazy: only this command needs the web stack
 
     try:
-        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None)
+        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
+
+
+def run_controllers(*, data_dir: Path, store: str | None, options: ControllerOptions) -> None:
+    """``joch controller``: run the controllers until SIGINT or SIGTERM."""
+    import logging
+
+    from joch.controllers import manager as managing
+    from joch.runtime.local import LocalRuntime
+    from joch.store import open_store
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    url = store_url(data_dir=data_dir, store=store)
+    try:
+        opened = open_store(url)
+    except ValueError as exc:
+        raise errors.BadRequest(str(exc)) from None
+    try:
+        runtime = LocalRuntime(options.data_dir)
+        try:
+            with managing.running(opened, runtime, options) as manager:
+                with _stopping_on_signals(manager.request_stop):
+                    manager.run()
+        finally:
+            runtime.close()
+    finally:
+        opened.close()
+
+
+@contextmanager
+def _stopping_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call ``stop`` (which must be signal-safe) instead of raising."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

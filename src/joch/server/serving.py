@@ -11,6 +11,12 @@ HTTP method, which h11 accepts and httptools' parser rejects. A short graceful-s
 ends open watch streams on Ctrl-C instead of waiting for them forever. Access logging is off by
 default: at the target request rates it costs more than it tells.
 
+With ``controllers`` (``joch server`` passes them unless ``--no-controllers``), the controller
+manager runs in-process next to uvicorn: a ``LocalRuntime`` in ``controllers.data_dir`` runs the
+agents, and the app serves their logs and artifacts through it. The manager starts after the
+manifests are applied (its first list sees them) and before the port opens, and on shutdown it
+stops (releasing the leader lease) before the runtime and then the store are closed.
+
 SIGINT and SIGTERM stop the server gracefully and ``serve`` then *returns* (so the store is closed
 and ``joch server`` exits 0). uvicorn itself re-raises the signal after its shutdown, which turns
 Ctrl-C into a ``KeyboardInterrupt`` traceback and SIGTERM into a kill that skips closing the
@@ -25,13 +31,16 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
 
 from joch.admission import apply as admission
 from joch.admission import documents
+from joch.controllers import manager as managing
+from joch.controllers.options import ControllerOptions
+from joch.runtime.base import Runtime
 from joch.server.app import create_app
 from joch.server.options import ServerOptions
 from joch.store import open_store
@@ -44,15 +53,21 @@ GRACEFUL_SHUTDOWN_SECONDS = 3
 def serve(
     *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
+    controllers: ControllerOptions | None = None,
 ) -> None:
     options = options or ServerOptions()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = open_store(store_url)
+    runtime: Runtime | None = None
     try:
         if apply_paths:
             apply_manifests(store, apply_paths, options)
-        app = create_app(store, options=options)
+        if controllers is not None:
+            from joch.runtime.local import LocalRuntime
+
+            runtime = LocalRuntime(controllers.data_dir)
+        app = create_app(store, options=options, runtime=runtime)
         # Start-up built tens of thousands of long-lived objects (routes, schemas, validators);
         # moving them out of the collector's reach keeps full collections short while a request
         # builds a 1,000-object list.
@@ -62,9 +77,20 @@ def serve(
             app, host=host, port=port, log_level=log_level,
             access_log=access_log, http="h11", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
-        _Server(config, store).run()
+        with _controllers(store, runtime, controllers):
+            _Server(config, store).run()
     finally:
+        if runtime is not None:
+            runtime.close()
         store.close()
+
+
+def _controllers(
+    store: Store, runtime: Runtime | None, options: ControllerOptions | None,
+) -> AbstractContextManager[object]:
+    if runtime is None or options is None:
+        return nullcontext()
+    return managing.running(store, runtime, options)
 
 
 class _Server(uvicorn.Server):

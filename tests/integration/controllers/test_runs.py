@@ -186,7 +186,7 @@ def test_an_agent_that_exits_3_fails_naming_the_code(make_env: Callable[..., Env
 def test_a_sleeping_agent_past_its_timeout_fails_and_leaves_no_process(make_env: Callable[..., Env]) -> None:
     env = make_env()
     pid_file = env.tmp / "pid"
-    env.apply(provider("p", script(WRITE_PID + "import time; time.sleep(60)") + [str(pid_file)]),
+    env.apply(provider("p", [*script(WRITE_PID + "import time; time.sleep(60)"), str(pid_file)]),
               agent("a", "p"))
     name = env.create_run(timeoutSeconds=1)
     run = env.wait(name, {"Succeeded", "Failed", "Cancelled"}, timeout=30)
@@ -197,7 +197,7 @@ def test_a_sleeping_agent_past_its_timeout_fails_and_leaves_no_process(make_env:
 def test_cancel_stops_the_agent_and_ends_cancelled(make_env: Callable[..., Env]) -> None:
     env = make_env()
     pid_file = env.tmp / "pid"
-    env.apply(provider("p", script(WRITE_PID + "import time; time.sleep(60)") + [str(pid_file)]), agent("a", "p"))
+    env.apply(provider("p", [*script(WRITE_PID + "import time; time.sleep(60)"), str(pid_file)]), agent("a", "p"))
     name = env.create_run()
     env.wait(name, {"Running"})
     deadline = time.monotonic() + 10
@@ -214,7 +214,7 @@ def test_cancel_stops_the_agent_and_ends_cancelled(make_env: Callable[..., Env])
 def test_deleting_a_running_run_stops_it_then_removes_it(make_env: Callable[..., Env]) -> None:
     env = make_env()
     pid_file = env.tmp / "pid"
-    env.apply(provider("p", script(WRITE_PID + "import time; time.sleep(60)") + [str(pid_file)]), agent("a", "p"))
+    env.apply(provider("p", [*script(WRITE_PID + "import time; time.sleep(60)"), str(pid_file)]), agent("a", "p"))
     name = env.create_run()
     env.wait(name, {"Running"})
     deadline = time.monotonic() + 10
@@ -238,7 +238,7 @@ def test_retries_are_new_attempts(make_env: Callable[..., Env]) -> None:
     counter = env.tmp / "count"
     code = ("import pathlib,sys; p=pathlib.Path(sys.argv[1]); n=int(p.read_text()) if p.exists() else 0; "
             "p.write_text(str(n+1)); sys.exit(0 if n >= 2 else 1)")
-    env.apply(provider("p", script(code) + [str(counter)]), agent("a", "p", defaults={"retryLimit": 2}))
+    env.apply(provider("p", [*script(code), str(counter)]), agent("a", "p", defaults={"retryLimit": 2}))
     name = env.create_run()
     run = env.wait(name, {"Succeeded", "Failed"})
     assert (run["status"]["phase"], run["status"]["attempt"]) == ("Succeeded", 3), run["status"]
@@ -252,7 +252,7 @@ def test_no_more_than_the_global_limit_run_at_once(make_env: Callable[..., Env])
     log.mkdir()
     code = ("import pathlib,sys,time,os; d=pathlib.Path(sys.argv[1]); s=time.time(); time.sleep(0.3); "
             "(d/str(os.getpid())).write_text(f'{s} {time.time()}')")
-    env.apply(provider("p", script(code) + [str(log)]), agent("a", "p"))
+    env.apply(provider("p", [*script(code), str(log)]), agent("a", "p"))
     names = [env.create_run() for _ in range(20)]
     held = False
     for name in names:
@@ -325,7 +325,7 @@ def test_secrets_reach_the_agent_environment_only(make_env: Callable[..., Env]) 
     env.apply(
         {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "keys"},
          "spec": {"data": {"api": base64.b64encode(b"sk-very-secret").decode()}}},
-        provider("p", script(code) + [str(out)],
+        provider("p", [*script(code), str(out)],
                  secretEnv=[{"name": "API_KEY", "secretRef": {"name": "keys", "key": "api"}}]),
         agent("a", "p", security={"allowedSecrets": ["keys"]}),
     )
@@ -382,7 +382,7 @@ def test_a_restarted_manager_readopts_a_running_run_and_never_starts_it_twice(
     counter = env.tmp / "count"
     code = ("import pathlib,sys,time; p=pathlib.Path(sys.argv[1]); "
             "p.write_text(p.read_text() + 'x' if p.exists() else 'x'); time.sleep(1.5)")
-    env.apply(provider("p", script(code) + [str(counter)]), agent("a", "p"))
+    env.apply(provider("p", [*script(code), str(counter)]), agent("a", "p"))
     name = env.create_run()
     env.wait(name, {"Running"})
     env.manager.stop()
