@@ -162,6 +162,19 @@ class Client:
         except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
             raise self._failed(exc, "GET", path) from None
 
+    def stream_bytes(self, path: str, params: Params | None = None) -> Iterator[bytes]:
+        """A body streamed as it arrives (a log, an artifact); errors as for ``request``."""
+        httpx = _httpx()
+        try:
+            with self._http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as r:
+                if r.status_code >= 300:
+                    r.read()
+                    self._decode(r)
+                self._warn(r)
+                yield from r.iter_bytes()
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
+            raise self._failed(exc, "GET", path) from None
+
     def not_joch(self, what: str) -> errors.JochError:
         return errors.ServiceUnavailable(f"{self.base_url} is not a Joch API server ({what})")
 

@@ -7,9 +7,11 @@ a user reads is the path they would edit or see in an admission error. Empty lis
 left out: admission defaults many of them and they are noise on a page meant for reading.
 
 Conditions get their own table (Type, Status, Reason, Message, Age since the last transition)
-because they are what a user looks at first when something is not Ready; events are the
-``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object, oldest first. Rendering is
-a pure function of the object, its events and ``now``.
+because they are what a user looks at first when something is not Ready; an AgentRun's
+``status.artifacts`` get one too (Name, Size, SHA256), under ``Artifacts:``, since a digest is
+unreadable as a YAML block. Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject``
+names this object (``reading`` finds them), oldest first. Rendering is a pure function of the
+object, its events and ``now``.
 
 A ``Secret``'s values are never printed: like ``kubectl describe secret``, each key of
 ``spec.data`` (base64) and ``spec.stringData`` shows only its size, ``token:  12 bytes``. A page
@@ -31,6 +33,7 @@ from joch.cli.resolve import ResourceType
 HEADER_WIDTH = len("Annotations:  ")
 INDENT = "  "
 SECRET = ("ops.joch.dev", "Secret")
+AGENT_RUN = ("runtime.joch.dev", "AgentRun")
 
 
 def describe(
@@ -46,7 +49,12 @@ def describe(
     lines += _section("Metadata", _metadata(meta), 0)
     spec = obj.get("spec")
     lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
-    lines += _status(obj.get("status") or {}, now)
+    status = obj.get("status") or {}
+    if (rt.group, rt.kind) == AGENT_RUN:
+        lines += _status({k: v for k, v in status.items() if k != "artifacts"}, now)
+        lines += _artifacts(status.get("artifacts") or [])
+    else:
+        lines += _status(status, now)
     lines += _events(events, now)
     return "\n".join(lines) + "\n"
 
@@ -150,6 +158,15 @@ def _status(status: dict[str, Any], now: dt.datetime) -> list[str]:
     return [*lines, f"{INDENT}Conditions:", *(INDENT * 2 + line for line in table)]
 
 
+def _artifacts(artifacts: Sequence[dict[str, Any]]) -> list[str]:
+    if not artifacts:
+        return [f"{'Artifacts:'.ljust(HEADER_WIDTH)}{columns.NONE}"]
+    headers = ["Name", "Size", "SHA256"]
+    rows = [[_text(a.get("name")), _text(a.get("size")), _text(a.get("sha256"))] for a in artifacts]
+    table = printers.render_table(headers, [["-" * len(h) for h in headers], *rows])
+    return ["Artifacts:", *(INDENT + line for line in table)]
+
+
 def _events(events: Sequence[dict[str, Any]], now: dt.datetime) -> list[str]:
     if not events:
         return [f"{'Events:'.ljust(HEADER_WIDTH)}{columns.NONE}"]
@@ -174,6 +191,12 @@ def event_timestamp(event: dict[str, Any]) -> str:
     spec = event.get("spec") or {}
     meta = event.get("metadata") or {}
     return str(spec.get("lastTimestamp") or spec.get("firstTimestamp") or meta.get("creationTimestamp") or "")
+
+
+def event_order(event: dict[str, Any]) -> tuple[str, int]:
+    """Oldest first: by time, then (timestamps have whole seconds) by the revision that wrote it."""
+    version = str((event.get("metadata") or {}).get("resourceVersion") or "")
+    return event_timestamp(event), int(version) if version.isdigit() else 0
 
 
 def involves(event: dict[str, Any], obj: dict[str, Any]) -> bool:

@@ -42,7 +42,7 @@ from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.cli import applying, manifests, namespaces, reading, serving
+from joch.cli import applying, manifests, namespaces, reading, runs, serving
 from joch.cli.client import Client, server_url
 from joch.cli.namespaces import Namespace
 
@@ -71,6 +71,8 @@ def exit_codes_help() -> str:
     for code in sorted(reasons):
         detail = f" ({', '.join(sorted(set(reasons[code])))})" if reasons[code] else ""
         lines.append(f"- **{code}** {_MEANING.get(code, 'error')}{detail}")
+    lines.append(f"- **{runs.FAILED_EXIT_CODE}** the run ended Failed (`run --follow`)")
+    lines.append(f"- **{runs.CANCELLED_EXIT_CODE}** the run ended Cancelled (`run --follow`)")
     lines.append("- **130** interrupted (Ctrl-C, e.g. to end `get -w`)")
     return "**Exit codes**\n\n" + "\n".join(lines)
 
@@ -269,21 +271,75 @@ def _read(filenames: list[str] | None) -> list[manifests.Source]:
     return manifests.read(filenames, sys.stdin)
 
 
+DataDirOption = Annotated[
+    Path, typer.Option("--data-dir", help="Directory of the embedded SQLite store and of local runs' workspaces."),
+]
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", envvar="JOCH_STORE", show_default=False,
+                 help="Store URL (sqlite:///path or postgresql://...); default sqlite:///DATA_DIR/joch.db."),
+]
+MaxRunsOption = Annotated[
+    int, typer.Option("--max-concurrent-runs", metavar="N", help="Runs executing at once, in all namespaces."),
+]
+MaxRunsPerNamespaceOption = Annotated[
+    int | None, typer.Option("--max-concurrent-runs-per-namespace", metavar="N", show_default=False,
+                             help="Runs executing at once in one namespace (default: no limit of its own)."),
+]
+LeaseDurationOption = Annotated[
+    float, typer.Option("--lease-duration", metavar="SECONDS",
+                        help="Leader lease: how long a replica that stopped renewing keeps it. Renewals happen "
+                             "every 2/15 of it; a leader that cannot renew for 2/3 of it steps down."),
+]
+IdentityOption = Annotated[
+    str | None, typer.Option("--identity", show_default=False,
+                             help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
+]
+
+
 @command("server")
 def server_command(
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="Directory of the embedded SQLite store.")] = Path(
-        ".joch"
-    ),
-    store: Annotated[str | None, typer.Option("--store", envvar="JOCH_STORE", show_default=False,
-                                              help="Store URL (sqlite:///path or postgresql://...); "
-                                                   "default sqlite:///DATA_DIR/joch.db.")] = None,
+    data_dir: DataDirOption = Path(".joch"),
+    store: StoreOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
     apply_paths: Annotated[list[str] | None, typer.Option("--apply", show_default=False,
                                                           help="Manifests to apply at start. Repeatable.")] = None,
+    controllers: Annotated[bool, typer.Option("--controllers/--no-controllers",
+                                              help="Run the controllers in this process (they run agents; "
+                                                   "with several replicas, one leads).")] = True,
+    max_concurrent_runs: MaxRunsOption = 10,
+    max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
+    lease_duration: LeaseDurationOption = 15.0,
+    identity: IdentityOption = None,
 ) -> None:
-    """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given)."""
-    serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths)
+    """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
+    options = serving.controller_options(
+        data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
+        max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
+    )
+    serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
+                controllers=options if controllers else None)
+
+
+@command("controller")
+def controller_command(
+    data_dir: DataDirOption = Path(".joch"),
+    store: StoreOption = None,
+    max_concurrent_runs: MaxRunsOption = 10,
+    max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
+    lease_duration: LeaseDurationOption = 15.0,
+    identity: IdentityOption = None,
+) -> None:
+    """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
+
+    Replicas sharing a store elect one leader through a Lease; the others wait to take over.
+    """
+    options = serving.controller_options(
+        data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
+        max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
+    )
+    serving.run_controllers(data_dir=data_dir, store=store, options=options)
 
 
 @command("apply")
@@ -449,6 +505,172 @@ def version_command(ctx: typer.Context, server: ServerOption = None) -> None:
         info = client.get_object("/version")
     version = info.get("gitVersion") or info.get("version") or info
     typer.echo(f"Server Version: {version}")
+
+
+# --- runs ------------------------------------------------------------------------------------------
+
+ReasonOption = Annotated[str | None, typer.Option("--reason", show_default=False,
+                                                  help="Why; recorded on the Approval.")]
+
+
+@command("run")
+def run_command(
+    ctx: typer.Context,
+    agent: Annotated[str, typer.Option("--agent", show_default=False, help="The Agent to run.")],
+    repo: Annotated[str, typer.Option("--repo", show_default=False,
+                                      help="Git URL, or a local checkout (sent as an absolute path).")],
+    spec: Annotated[str | None, typer.Option("--spec", show_default=False,
+                                             help="An ImplementationSpec to implement.")] = None,
+    text: Annotated[str | None, typer.Option("--text", show_default=False,
+                                             help="What to implement, inline; - reads stdin.")] = None,
+    ref: Annotated[str | None, typer.Option("--ref", show_default=False, help="Git ref (default HEAD).")] = None,
+    path: Annotated[str | None, typer.Option("--path", show_default=False,
+                                             help="Directory in the repository to work in.")] = None,
+    name: Annotated[str | None, typer.Option("--name", show_default=False,
+                                             help="The run's name (default: AGENT- and a random suffix).")] = None,
+    timeout: Annotated[int | None, typer.Option("--timeout", min=1, show_default=False, metavar="SECONDS",
+                                                help="Deadline (default: the agent's).")] = None,
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", show_default=False,
+                                                        help="Runs with the same key start once.")] = None,
+    params: Annotated[list[str] | None, typer.Option("--param", show_default=False, metavar="KEY=VALUE",
+                                                     help="A parameter for the provider's templates. "
+                                                          "Repeatable.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Show phase and log until the run ends; exit 0 "
+                                         "only if it succeeded (8 Failed, 9 Cancelled).")] = False,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Start an AgentRun: an agent on a repository, implementing a spec or an inline text."""
+    new = runs.NewRun(agent=agent, repo=repo, spec=spec, text=text, ref=ref, path=path, name=name,
+                      timeout=timeout, idempotency_key=idempotency_key, params=params or [])
+    obj = runs.run_object(new)
+    chosen = _namespace(ctx, namespace).name
+    with _client(ctx, server) as client:
+        created = runs.create(client, obj, chosen)
+        if not follow:
+            return
+        from joch.cli import follow as following
+
+        ended = following.follow(client, chosen, created["metadata"]["name"])
+    for line in following.outcome(ended):
+        typer.echo(line)
+    code = runs.EXIT_CODES.get(runs.phase_of(ended), 1)
+    if code:
+        raise typer.Exit(code)
+
+
+@command("logs")
+def logs_command(
+    ctx: typer.Context,
+    target: Annotated[list[str], typer.Argument(metavar="[run] NAME", help="A run: NAME, run NAME or run/NAME.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the run ends; wait for it to "
+                                         "start.")] = False,
+    attempt: Annotated[int | None, typer.Option("--attempt", min=1, show_default=False,
+                                                help="An earlier attempt's log (default: the latest).")] = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Print a run's log (the agent's stdout and stderr) as it arrives."""
+    name = runs.log_target(target)
+    with _client(ctx, server) as client:
+        runs.logs(client, _namespace(ctx, namespace).name, name, follow=follow, attempt=attempt)
+
+
+@command("cancel")
+def cancel_command(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(metavar="run", help="run (or run/NAME).")],
+    names: NamesArgument = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Ask runs to stop (sets spec.cancel); a finished run is left as it is."""
+    _, chosen = runs.named([kind, *(names or [])], verb="cancel", kinds=(runs.RUNS,))
+    ns = _namespace(ctx, namespace).name
+    with _client(ctx, server) as client:
+        failure = runs.each(chosen, lambda name: runs.cancel(client, ns, name), report=report)
+    if failure is not None:
+        raise typer.Exit(failure.exit_code)
+
+
+def _decide(ctx: typer.Context, args: list[str], namespace: str | None, server: str | None, reason: str | None,
+            *, approve: bool) -> None:
+    verb = "approve" if approve else "deny"
+    rt, chosen = runs.named(args, verb=verb, kinds=(runs.APPROVALS, runs.RUNS))
+    ns = _namespace(ctx, namespace).name
+    with _client(ctx, server) as client:
+        def decide(name: str) -> None:
+            approval = runs.pending_approval(client, ns, name) if rt == runs.RUNS else name
+            runs.decide(client, ns, approval, approve=approve, reason=reason)
+
+        failure = runs.each(chosen, decide, report=report)
+    if failure is not None:
+        raise typer.Exit(failure.exit_code)
+
+
+@command("approve")
+def approve_command(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(metavar="approval|run", help="approval NAME, or run NAME for the run's "
+                                        "pending approval.")],
+    names: NamesArgument = None,
+    reason: ReasonOption = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Approve a pending Approval, so the run it holds back can start."""
+    _decide(ctx, [kind, *(names or [])], namespace, server, reason, approve=True)
+
+
+@command("deny")
+def deny_command(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(metavar="approval|run", help="approval NAME, or run NAME for the run's "
+                                        "pending approval.")],
+    names: NamesArgument = None,
+    reason: ReasonOption = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Deny a pending Approval; the run it holds back fails (ApprovalDenied)."""
+    _decide(ctx, [kind, *(names or [])], namespace, server, reason, approve=False)
+
+
+@command("artifacts")
+def artifacts_command(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(metavar="run", help="run (or run/NAME).")],
+    names: NamesArgument = None,
+    download: Annotated[Path | None, typer.Option("--download", metavar="DIR", show_default=False,
+                                                  help="Download every artifact into DIR, checking each "
+                                                       "sha256.")] = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """List a run's output artifacts (NAME SIZE SHA256 PATH), or download them."""
+    _, chosen = runs.named([kind, *(names or [])], verb="artifacts", kinds=(runs.RUNS,))
+    if len(chosen) > 1:
+        raise errors.BadRequest(f"joch artifacts reads one run at a time, not {len(chosen)}")
+    ns = _namespace(ctx, namespace).name
+    with _client(ctx, server) as client:
+        if download is None:
+            runs.print_artifacts(client, ns, chosen[0])
+            return
+        failure = runs.download(client, ns, chosen[0], download, report=report)
+    if failure is not None:
+        raise typer.Exit(failure.exit_code)
+
+
+
+@command("runner")
+def runner_command(
+    spec: Annotated[Path, typer.Option("--spec", metavar="PATH",
+                                       help="The run's spec.json; its directory is the run directory.")],
+) -> None:
+    """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
+    from joch.runtime import runner
+
+    raise typer.Exit(runner.main(["--spec", str(spec)]))
 
 
 def main() -> None:

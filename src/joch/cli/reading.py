@@ -36,6 +36,7 @@ from joch.cli.resolve import ResourceType
 
 Obj = dict[str, Any]
 Target = tuple[str, list[str]]
+INVOLVED_UID = "events.joch.dev/involved-uid"  # the label joch.controllers.events writes
 Reporter = Callable[[errors.JochError], None]
 
 
@@ -325,15 +326,24 @@ def describe(client: Client, wanted: list[Target], *, scope: Scope, report: Repo
 
 
 def _events_for(client: Client, obj: Obj, namespace: str | None) -> list[Obj]:
-    """Events about ``obj``; filtered here because servers only field-select on metadata."""
+    """Events about ``obj``. Joch's controllers label each Event with its object's uid
+    (``joch.controllers.events.INVOLVED_UID``), so one label-selected list finds them; an object
+    with none of those falls back to matching every Event's ``spec.involvedObject`` here (Events
+    written by hand or by other tools; servers field-select on metadata only)."""
     try:
         events_rt = client.discovery.resolve("events.ops.joch.dev")
     except errors.NotFound:
         return []
-    ns = (obj.get("metadata") or {}).get("namespace") or namespace
-    listing = client.get_object(events_rt.path(namespace=ns))
-    related = [e for e in listing.get("items") or [] if describing.involves(e, obj)]
-    return sorted(related, key=describing.event_timestamp)
+    meta = obj.get("metadata") or {}
+    path = events_rt.path(namespace=meta.get("namespace") or namespace)
+    related: list[Obj] = []
+    if meta.get("uid"):
+        labelled = client.get_object(path, {"labelSelector": f"{INVOLVED_UID}={meta['uid']}"})
+        related = [e for e in labelled.get("items") or [] if describing.involves(e, obj)]
+    if not related:
+        listing = client.get_object(path)
+        related = [e for e in listing.get("items") or [] if describing.involves(e, obj)]
+    return sorted(related, key=describing.event_order)
 
 
 def api_resources(client: Client) -> None:

@@ -1,8 +1,9 @@
 """The FastAPI application: assembled from one module per concern, every route from the registry.
 
 ``create_app`` is side-effect free apart from building routes: it neither opens nor closes the
-store (``serve`` owns the store's lifetime), so tests and embedders can build several apps over one
-store. Routes use ``errors.StatusRoute`` so nothing but a Kubernetes ``Status`` leaves on failure.
+store (``serve`` owns the store's lifetime) nor the runtime it may be given (which serves run logs
+and artifacts), so tests and embedders can build several apps over one store. Routes use
+``errors.StatusRoute`` so nothing but a Kubernetes ``Status`` leaves on failure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from fastapi import FastAPI
 from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
-from joch.server import discovery, errors, health, resources, schemas, v1
+from joch.runtime.base import Runtime
+from joch.server import discovery, errors, health, resources, runs, schemas, v1
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 
@@ -22,12 +24,16 @@ DESCRIPTION = (
 )
 
 
-def create_app(store: Store, *, options: ServerOptions | None = None, registry: Registry = REGISTRY) -> FastAPI:
+def create_app(
+    store: Store, *, options: ServerOptions | None = None, registry: Registry = REGISTRY,
+    runtime: Runtime | None = None,
+) -> FastAPI:
     options = options or ServerOptions()
     app = FastAPI(title="Joch", version=__version__, description=DESCRIPTION, redoc_url=None)
     app.router.route_class = errors.StatusRoute
     app.state.store = store
     app.state.options = options
+    app.state.runtime = runtime  # where run logs and artifacts are read (``runs``); None: not served
     errors.install(app)
     health.install(app, store)
     discovery.install(app, registry, options)
@@ -35,5 +41,6 @@ def create_app(store: Store, *, options: ServerOptions | None = None, registry: 
     for kind in registry:
         resources.install(app, kind, store, options, kind_schemas)
     v1.install(app, store, options, registry, kind_schemas)
+    runs.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
     return app

@@ -11,8 +11,10 @@
   whose object exists already is a 409 ``AlreadyExists`` naming it, with nothing written.
 * Both take ``application/yaml`` or ``application/json`` (or no ``Content-Type``); other types
   are a 415. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
-* ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions`` (AgentRuns; ``POST`` creates
-  one), ``approvals``: the same list/get answers as the ``/apis`` routes.
+* ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions[/{name}]`` (AgentRuns; ``POST``
+  creates one), ``approvals[/{name}]``: the same list/get answers as the ``/apis`` routes. The run
+  routes beyond the object (``executions/{name}/log``, ``approvals/{name}/decide``,
+  ``agents/{name}/manifest``) are in ``joch.server.runs``.
 * ``GET /v1/resources/watch`` and the seed's literal ``WATCH /v1/resources``: Server-Sent Events
   (see ``joch.server.sse``) across every kind or the one named by ``?kind=``. The ``WATCH`` route
   is left out of OpenAPI, which has no such method; the ``GET`` form is the documented one.
@@ -137,6 +139,19 @@ def install(
     app.add_api_route("/v1/namespaces/{namespace}/approvals", resources.lister(approvals),
                       methods=["GET"], tags=TAGS, summary="List approvals",
                       responses=schemas.responses(200, schemas.list(kinds.APPROVAL), "an ApprovalList"))
+
+    def get_execution(name: str, namespace: str | None = Depends(resources.namespace_scope)) -> Response:
+        return runs.get(namespace, name)
+
+    def get_approval(name: str, namespace: str | None = Depends(resources.namespace_scope)) -> Response:
+        return approvals.get(namespace, name)
+
+    app.add_api_route("/v1/namespaces/{namespace}/executions/{name}", get_execution, methods=["GET"],
+                      tags=TAGS, summary="Read an execution (AgentRun)",
+                      responses=schemas.responses(200, schemas.object(kinds.AGENT_RUN), "the AgentRun"))
+    app.add_api_route("/v1/namespaces/{namespace}/approvals/{name}", get_approval, methods=["GET"],
+                      tags=TAGS, summary="Read an approval",
+                      responses=schemas.responses(200, schemas.object(kinds.APPROVAL), "the Approval"))
 
     def watch_resources(
         last_event_id: LastEventId = None,

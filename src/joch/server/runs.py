@@ -1,0 +1,398 @@
+"""What a run needs over HTTP besides its object: its log, its artifacts, approval decisions, and the
+compiled manifest of an agent.
+
+Routes (``RUN`` is ``/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}``)::
+
+    GET  RUN/log?follow=&attempt=            text/plain, streamed; also /v1/namespaces/{ns}/executions/{name}/log
+    GET  RUN/artifacts                       {"kind": "ArtifactList", "items": status.artifacts}
+    GET  RUN/artifacts/{artifact}            the bytes (attachment; Digest and X-Content-SHA256 headers)
+    POST /v1/namespaces/{ns}/approvals/{name}/decide   {"decision": "approve"|"deny", "reason", "decidedBy"}
+    GET  /v1/namespaces/{ns}/agents/{name}/manifest    the CompiledAgentManifest
+
+Logs and artifacts come from the runtime the app was built with (``create_app(runtime=...)``, kept
+on ``app.state.runtime``), addressed by the run's ``status.runtimeRef``. A server without a runtime
+answers those two with a 503 naming the cause; everything else works without one.
+
+Decisions:
+
+* **Following a run that has not started waits before answering.** ``follow=true`` watches the run
+  (the store's watch, from the revision just read) until it has a ``runtimeRef``, then streams. A
+  run that ends before it ever started (an invalid spec, a denied approval, cancelled while queued)
+  has no log: that is a 400 naming the phase and reason (at once if it had ended when asked), and a
+  run deleted meanwhile is a 404, both as Status bodies, which is why the wait comes before the
+  response starts rather than inside it. While waiting, the handler checks every second whether the
+  client went away. Without ``follow``, a run with no ``runtimeRef`` is a 400 naming its phase.
+* **A log stream reads the runtime in a thread of its own,** not the shared threadpool: a follower
+  of a quiet agent blocks in ``Runtime.logs`` until the next bytes, and forty such followers would
+  otherwise take every thread the synchronous routes run on. When the client goes away, that
+  thread is abandoned; it ends when the runtime's iterator next returns (the next bytes, or the end
+  of the run), and the iterator is then closed by garbage collection.
+* ``attempt=N`` reads an earlier attempt's log. The contract has no call for "the reference of
+  attempt N", so it is derived from the latest one when that says which attempt it is: an
+  ``attempt`` field, or an ``id`` of the form ``<run uid>/<attempt>`` (the local runtime's, whose
+  other fields only describe the live runner). A runtime whose references say neither serves the
+  latest attempt only (400 otherwise).
+* A run whose ``runtimeRef`` names another runtime type than the server's is a 400 saying so.
+* **Artifacts are served from the runtime, listed from the status.** The list is
+  ``status.artifacts`` as the run controller recorded it; a download asks the runtime by name
+  (so ``changes.patch`` is served even if a controller did not list it), and the runtime's own
+  record supplies the digest headers. The file name in ``Content-Disposition`` is the artifact's
+  name, which is unique within a run.
+* **A decision is written once.** ``decide`` writes the Approval's status with the resourceVersion
+  it read as a precondition and retries on a conflict; an approval that is no longer ``Pending``
+  (decided, or expired) is a 409 ``Conflict`` naming who decided it and when. A decision other than
+  ``approve``/``deny``, or a field of the wrong type, is a 422 ``Invalid`` with a cause per field.
+  ``decidedBy`` defaults to ``anonymous`` until the server authenticates callers.
+* **An agent that does not compile is a 422 ``Invalid``** whose causes are the compiler's problems
+  (``reason`` is the compiler's reason, e.g. ``ProviderNotFound``): the agent exists (a missing one
+  is a 404) but its manifest cannot be built from what the store holds now. A compiled manifest is
+  answered with its content hash as the ``ETag``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from enum import Enum
+from typing import Annotated, Any, BinaryIO
+
+import anyio
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Query
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+
+from joch.admission import apply as admission
+from joch.api import errors, kinds
+from joch.api.errors import Cause
+from joch.api.meta import now
+from joch.compiler import manifest as compiler
+from joch.runtime.base import Runtime
+from joch.server import resources, wire
+from joch.server import watch as watching
+from joch.server.options import ServerOptions
+from joch.server.resources import ContentType
+from joch.server.schemas import KindSchemas
+from joch.store.base import Obj, Store, WatchOptions
+
+logger = logging.getLogger("joch.server")
+
+RUNS = f"/apis/{kinds.AGENT_RUN.group}/{kinds.AGENT_RUN.version}/namespaces/{{namespace}}/{kinds.AGENT_RUN.plural}"
+FINISHED = frozenset({"Succeeded", "Failed", "Cancelled"})
+DECISIONS = {"approve": "Approved", "deny": "Denied"}
+DECISION_FIELDS = frozenset({"decision", "reason", "decidedBy", "apiVersion", "kind"})
+ANONYMOUS = "anonymous"
+DECIDE_ATTEMPTS = 5
+DISCONNECT_CHECK_SECONDS = 1.0
+CHUNK_BYTES = 64 * 1024
+TEXT = "text/plain; charset=utf-8"
+OCTETS = "application/octet-stream"
+TAGS: list[str | Enum] = ["runs"]
+
+Follow = Annotated[bool, Query(alias="follow", description="stream until the run ends; wait for it to start")]
+Attempt = Annotated[int | None, Query(alias="attempt", ge=1, description="an earlier attempt (default: the latest)")]
+
+
+def phase_of(run: Obj) -> str:
+    return str((run.get("status") or {}).get("phase") or "Pending")
+
+
+def runtime_ref(run: Obj) -> dict[str, Any] | None:
+    ref = (run.get("status") or {}).get("runtimeRef")
+    return ref if isinstance(ref, dict) and ref else None
+
+
+class RunRoutes:
+    """The handlers; ``state`` is the app's, so the runtime is looked up when a request needs it."""
+
+    def __init__(self, store: Store, state: State) -> None:
+        self.store = store
+        self.state = state
+
+    def runtime(self, run: Obj, ref: dict[str, Any] | None) -> Runtime:
+        """The runtime that holds ``ref`` (any runtime while the run has none yet)."""
+        runtime: Runtime | None = getattr(self.state, "runtime", None)
+        if runtime is None:
+            raise errors.ServiceUnavailable(
+                "this server was started without a runtime, so it cannot read run logs or artifacts; "
+                "ask the server that runs the controllers (`joch server`)"
+            )
+        kind = (ref or {}).get("type")
+        if kind and kind != getattr(runtime, "type", kind):
+            name = run["metadata"]["name"]
+            raise errors.BadRequest(f'run "{name}" ran on the {kind} runtime, and this server reads the '
+                                    f"{runtime.type} runtime", kind=kinds.AGENT_RUN.plural, name=name)
+        return runtime
+
+    # --- logs ---------------------------------------------------------------------------------------
+
+    async def log(self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None) -> Response:
+        run = await run_in_threadpool(self.store.get, kinds.AGENT_RUN, namespace, name)
+        ref = runtime_ref(run)
+        if ref is None and phase_of(run) in FINISHED:
+            raise errors.BadRequest(_never_started(run), kind=kinds.AGENT_RUN.plural, name=name)
+        if ref is None and not follow:
+            raise errors.BadRequest(
+                f'run "{name}" has not started (phase {phase_of(run)}); use --follow to wait',
+                kind=kinds.AGENT_RUN.plural, name=name,
+            )
+        runtime = self.runtime(run, ref)  # before any waiting: a server without one says so at once
+        if ref is None:
+            run = await self._started(request, run)
+            ref = runtime_ref(run) or {}
+            runtime = self.runtime(run, ref)
+        chunks = await run_in_threadpool(runtime.logs, _attempt_ref(run, ref, attempt), follow=follow)
+        return StreamingResponse(_in_own_thread(chunks), media_type=TEXT)
+
+    async def _started(self, request: Request, run: Obj) -> Obj:
+        """The run once it has a ``runtimeRef``; a Status error if it ends or vanishes first."""
+        m = run["metadata"]
+        options = WatchOptions(namespace=m["namespace"], field_selector=f"metadata.name={m['name']}",
+                               resource_version=m["resourceVersion"])
+        watch = await run_in_threadpool(self.store.watch, kinds.AGENT_RUN, options)
+        async with aclosing(watching.follow(watch, timeout=None, idle=DISCONNECT_CHECK_SECONDS)) as events:
+            async for event in events:
+                if event is None:
+                    if await request.is_disconnected():
+                        raise ClientDisconnect()
+                    continue
+                if event.type == "ERROR":
+                    raise errors.from_status(event.object)
+                if event.type == "DELETED":
+                    raise errors.NotFound(f'run "{m["name"]}" was deleted before it started',
+                                          kind=kinds.AGENT_RUN.plural, name=m["name"])
+                if event.type == "BOOKMARK":
+                    continue
+                run = event.object
+                if runtime_ref(run) is not None:
+                    return run
+                if phase_of(run) in FINISHED:
+                    raise errors.BadRequest(_never_started(run), kind=kinds.AGENT_RUN.plural, name=m["name"])
+        raise errors.ServiceUnavailable("the server is shutting down; follow the log again once it is back")
+
+    # --- artifacts ----------------------------------------------------------------------------------
+
+    def artifacts(self, namespace: str, name: str) -> Response:
+        run = self.store.get(kinds.AGENT_RUN, namespace, name)
+        items = (run.get("status") or {}).get("artifacts") or []
+        return wire.json_response({"kind": "ArtifactList", "apiVersion": kinds.AGENT_RUN.api_version,
+                                   "metadata": {}, "items": items})
+
+    def artifact(self, namespace: str, name: str, artifact: str) -> Response:
+        run = self.store.get(kinds.AGENT_RUN, namespace, name)
+        ref = runtime_ref(run)
+        if ref is None:
+            raise errors.NotFound(f'run "{name}" has no artifact "{artifact}": it has not started '
+                                  f"(phase {phase_of(run)})", kind="artifacts", name=artifact)
+        try:
+            record, stream = self.runtime(run, ref).open_artifact(ref, artifact)
+        except KeyError:
+            listed = [str(a.get("name")) for a in (run.get("status") or {}).get("artifacts") or []]
+            has = f"its artifacts are {', '.join(listed)}" if listed else "it has none"
+            raise errors.NotFound(f'run "{name}" has no artifact "{artifact}"; {has}',
+                                  kind="artifacts", name=artifact) from None
+        headers = {"Content-Disposition": content_disposition(artifact),
+                   "X-Content-SHA256": record.sha256, "Digest": f"sha-256={_b64_digest(record.sha256)}"}
+        return StreamingResponse(_read_chunks(stream), media_type=OCTETS, headers=headers,
+                                 background=BackgroundTask(stream.close))
+
+    # --- approvals ----------------------------------------------------------------------------------
+
+    def decide(self, namespace: str, name: str, body: bytes, content_type: str | None) -> Response:
+        decision, reason, decided_by = _decision(name, wire.decode_object(body, content_type, allow_yaml=False))
+        attempt = 0
+        while True:
+            attempt += 1
+            current = self.store.get(kinds.APPROVAL, namespace, name)
+            status = dict(current.get("status") or {})
+            if status.get("phase") not in (None, "Pending"):
+                raise errors.Conflict(_already_decided(name, status), kind=kinds.APPROVAL.plural, name=name)
+            status.update(phase=DECISIONS[decision], decidedBy=decided_by, decidedAt=now())
+            if reason:
+                status["reason"] = reason
+            else:
+                status.pop("reason", None)
+            try:
+                return wire.json_response(admission.update_status(
+                    self.store, kinds.APPROVAL, {**current, "status": status}, namespace=namespace, name=name))
+            except errors.Conflict:  # written in between (a controller, or another decision): read it again
+                if attempt >= DECIDE_ATTEMPTS:
+                    raise
+
+    # --- compiled manifests -------------------------------------------------------------------------
+
+    def manifest(self, namespace: str, name: str) -> Response:
+        agent = self.store.get(kinds.AGENT, namespace, name)
+        compiled = compiler.compile_agent(compiler.store_reader(self.store), agent)
+        if compiled.problems or compiled.manifest is None:
+            causes = [Cause("", message, reason) for reason, message in compiled.problems]
+            listing = "[" + ", ".join(c.message for c in causes) + "]" if causes else "the compiler produced nothing"
+            raise errors.Invalid(f'agent "{name}" cannot be compiled: {listing}', kind=kinds.AGENT.plural,
+                                 name=name, causes=causes)
+        response = wire.json_response(compiled.manifest)
+        response.headers["ETag"] = f'"{compiled.hash}"'
+        return response
+
+
+def _attempt_ref(run: Obj, ref: dict[str, Any], attempt: int | None) -> dict[str, Any]:
+    """The reference of ``attempt`` of the run, given the reference of its latest one."""
+    current = ref_attempt(run, ref)
+    if attempt is None or attempt == current:
+        return ref
+    name = run["metadata"]["name"]
+    latest = max(int((run.get("status") or {}).get("attempt") or 1), current or 1)
+    if attempt > latest:
+        raise errors.BadRequest(f'run "{name}" has no attempt {attempt}: its latest is attempt {latest}',
+                                kind=kinds.AGENT_RUN.plural, name=name)
+    if isinstance(ref.get("attempt"), int):
+        return {**ref, "attempt": attempt}
+    if current is not None:  # an id "<uid>/<attempt>": per-attempt fields (a pid, a directory) do not carry over
+        return {"type": ref.get("type"), "id": f"{run['metadata']['uid']}/{attempt}"}
+    raise errors.BadRequest(f'run "{name}": its runtime reference does not say which attempt it is, so only the '
+                            "latest attempt's log can be read (leave out attempt)",
+                            kind=kinds.AGENT_RUN.plural, name=name)
+
+
+def ref_attempt(run: Obj, ref: dict[str, Any]) -> int | None:
+    """The attempt a runtime reference addresses: its ``attempt``, or N in an ``id`` of the form
+    ``<run uid>/N`` (the local runtime's); None when it does not say."""
+    if isinstance(ref.get("attempt"), int):
+        return int(ref["attempt"])
+    prefix = f"{run['metadata'].get('uid')}/"
+    ident = str(ref.get("id") or "")
+    suffix = ident[len(prefix):]
+    return int(suffix) if ident.startswith(prefix) and suffix.isdigit() else None
+
+
+def _never_started(run: Obj) -> str:
+    status = run.get("status") or {}
+    why = ": ".join(str(v) for v in (status.get("reason"), status.get("message")) if v)
+    return (f'run "{run["metadata"]["name"]}" ended {phase_of(run)} before it started'
+            + (f" ({why})" if why else "") + "; it has no log")
+
+
+def _already_decided(name: str, status: dict[str, Any]) -> str:
+    phase = str(status.get("phase"))
+    at = f" at {status['decidedAt']}" if status.get("decidedAt") else ""
+    if phase == "Expired":
+        return f'approval "{name}" expired{at}; it can no longer be decided'
+    by = status.get("decidedBy") or ANONYMOUS
+    return f'approval "{name}" was already {phase.lower()} by {by}{at}; a decision cannot be changed'
+
+
+def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
+    causes: list[Cause] = []
+    decision = body.get("decision")
+    if decision is None:
+        causes.append(Cause("decision", 'Required value: "approve" or "deny"', "FieldValueRequired"))
+    elif decision not in DECISIONS:
+        causes.append(Cause("decision", f'Unsupported value: {_json(decision)}: supported values: "approve", "deny"',
+                            "FieldValueNotSupported"))
+    for field in ("reason", "decidedBy"):
+        if body.get(field) is not None and not isinstance(body[field], str):
+            causes.append(Cause(field, f"expected a string, got {_json(body[field])}", "FieldValueInvalid"))
+    for field in sorted(set(body) - DECISION_FIELDS):
+        causes.append(Cause(field, f'unknown field "{field}"', "FieldValueNotSupported"))
+    if causes:
+        listing = ", ".join(f"{c.field}: {c.message}" for c in causes)
+        raise errors.Invalid(f'invalid decision for approval "{name}": [{listing}]', kind=kinds.APPROVAL.plural,
+                             name=name, causes=causes)
+    reason = body.get("reason") or None
+    return str(decision), reason, (body.get("decidedBy") or "").strip() or ANONYMOUS
+
+
+def _json(value: Any) -> str:
+    return wire.dumps(value).decode()
+
+
+def content_disposition(filename: str) -> str:
+    """``attachment; filename="x"``, or RFC 6266's ``filename*`` for a name that needs escaping."""
+    quoted = urllib.parse.quote(filename)
+    if quoted == filename:
+        return f'attachment; filename="{filename}"'
+    return f"attachment; filename*=utf-8''{quoted}"
+
+
+def _b64_digest(sha256_hex: str) -> str:
+    try:
+        return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
+    except ValueError:
+        return sha256_hex
+
+
+def _read_chunks(stream: BinaryIO) -> Iterator[bytes]:
+    while chunk := stream.read(CHUNK_BYTES):
+        yield chunk
+
+
+def _next(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
+
+
+async def _in_own_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` read in a thread outside the shared pool (see the module docstring)."""
+    limiter = anyio.CapacityLimiter(1)
+    while True:
+        try:
+            chunk = await anyio.to_thread.run_sync(_next, chunks, abandon_on_cancel=True, limiter=limiter)
+        except Exception:
+            logger.exception("reading a run log failed")
+            return  # the status line is sent already: end the body; the cause is in the server log
+        if chunk is None:
+            return
+        if chunk:
+            yield chunk
+
+
+def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSchemas) -> None:
+    h = RunRoutes(store, app.state)
+    read_body = wire.body_reader(options.max_body_bytes)
+    scope = resources.namespace_scope
+
+    async def log(request: Request, name: str, follow: Follow = False, attempt: Attempt = None,
+                  namespace: str | None = Depends(scope)) -> Response:
+        return await h.log(request, namespace or "", name, follow, attempt)
+
+    def artifacts(name: str, namespace: str | None = Depends(scope)) -> Response:
+        return h.artifacts(namespace or "", name)
+
+    def artifact(name: str, artifact: str, namespace: str | None = Depends(scope)) -> Response:
+        return h.artifact(namespace or "", name, artifact)
+
+    def decide(name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+               content_type: ContentType = None) -> Response:
+        return h.decide(namespace or "", name, body, content_type)
+
+    def manifest(name: str, namespace: str | None = Depends(scope)) -> Response:
+        return h.manifest(namespace or "", name)
+
+    log_doc = _media(schemas.responses(200, None, "the run's log (streamed with follow=true)"), TEXT)
+    for path in (f"{RUNS}/{{name}}/log", "/v1/namespaces/{namespace}/executions/{name}/log"):
+        app.add_api_route(path, log, methods=["GET"], tags=TAGS, summary="Read or follow a run's log",
+                          responses=log_doc, name=f"log:{path}")
+    app.add_api_route(f"{RUNS}/{{name}}/artifacts", artifacts, methods=["GET"], tags=TAGS,
+                      summary="List a run's artifacts", responses=schemas.responses(200, None, "an ArtifactList"))
+    app.add_api_route(f"{RUNS}/{{name}}/artifacts/{{artifact}}", artifact, methods=["GET"], tags=TAGS,
+                      summary="Download a run's artifact",
+                      responses=_media(schemas.responses(200, None, "the artifact's bytes"), OCTETS))
+    decision_body = {"requestBody": {"required": True, "content": {wire.JSON: {"schema": {
+        "type": "object", "required": ["decision"],
+        "properties": {"decision": {"type": "string", "enum": sorted(DECISIONS)}, "reason": {"type": "string"},
+                       "decidedBy": {"type": "string", "default": ANONYMOUS}}}}}}}
+    app.add_api_route("/v1/namespaces/{namespace}/approvals/{name}/decide", decide, methods=["POST"], tags=TAGS,
+                      summary="Approve or deny an approval (once)", openapi_extra=decision_body,
+                      responses=schemas.responses(200, schemas.object(kinds.APPROVAL), "the decided Approval"))
+    app.add_api_route("/v1/namespaces/{namespace}/agents/{name}/manifest", manifest, methods=["GET"], tags=TAGS,
+                      summary="The agent's compiled manifest (422 listing the problems if it does not compile)",
+                      responses=schemas.responses(200, None, "a CompiledAgentManifest"))
+
+
+def _media(doc: dict[int | str, Any], media_type: str) -> dict[int | str, Any]:
+    doc[200]["content"] = {media_type: {"schema": {"type": "string", "format": "binary"}}}
+    return doc

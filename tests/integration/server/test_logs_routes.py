@@ -1,0 +1,284 @@
+"""``GET .../agentruns/{name}/log`` (and the ``/v1 .../executions/{name}/log`` alias) over a real
+server, a real store (SQLite and Postgres) and real ``joch runner`` processes (``LocalRuntime``).
+
+No run controller runs here: a test submits the agent to the runtime itself and writes the run's
+``status.runtimeRef`` through the store, as the controller would."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from joch.api import kinds
+from joch.runtime.base import Output, RunId, RunnerSpec, RunState
+from joch.runtime.local import LocalRuntime
+from joch.server import ServerOptions
+from joch.server.app import create_app
+from joch.server.testing import LiveServer, ServerThread, is_status
+from joch.store import Store
+from support import provider
+
+PY = sys.executable
+FAST = ServerOptions(bookmark_interval=0.3, sse_heartbeat_interval=0.3)
+
+
+@dataclass
+class RunServer(LiveServer):
+    runtime: LocalRuntime
+
+    def run(self, name: str, **status: Any) -> dict[str, Any]:
+        """A new AgentRun (its agent created on first use), with ``status`` written if given."""
+        if not self.http.get(self.path("agents", "a")).is_success:
+            self.create(provider("p"))
+            self.create({"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a"},
+                         "spec": {"providerRef": {"name": "p"}}})
+        run = self.create({"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
+                           "spec": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "x"}}}})
+        return self.set_status(run, **status) if status else run
+
+    def set_status(self, run: dict[str, Any], **status: Any) -> dict[str, Any]:
+        current = self.store.get(kinds.AGENT_RUN, "default", run["metadata"]["name"])
+        return self.store.update_status(kinds.AGENT_RUN, {**current, "status": {**(current.get("status") or {}),
+                                                                                  **status}})
+
+    def submit(self, run: dict[str, Any], code: str, *, attempt: int = 1,
+               outputs: tuple[Output, ...] = ()) -> dict[str, Any]:
+        """Start ``python -c code`` as the run's agent; its outputs directory is ``$OUT``."""
+        rid = RunId(namespace="default", name=run["metadata"]["name"], uid=run["metadata"]["uid"], attempt=attempt)
+        outdir = self.runtime.workspace(rid, None).outputs
+        spec = RunnerSpec(run=rid, argv=(PY, "-c", code), env={"OUT": outdir}, outputs=outputs,
+                          timeout_seconds=60, grace_seconds=1)
+        return self.runtime.submit(spec)
+
+    def finish(self, ref: dict[str, Any], timeout: float = 30) -> RunState:
+        deadline = time.monotonic() + timeout
+        while not (state := self.runtime.status(ref)).finished:
+            assert time.monotonic() < deadline, f"the agent did not finish: {state}"
+            time.sleep(0.05)
+        return state
+
+    def executed(self, name: str, code: str, **kwargs: Any) -> dict[str, Any]:
+        """A run whose agent ran ``code`` to its end, with status as the run controller writes it."""
+        run = self.run(name)
+        ref = self.submit(run, code, **kwargs)
+        state = self.finish(ref)
+        artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
+        return self.set_status(run, phase="Succeeded" if state.phase == "Succeeded" else "Failed", runtimeRef=ref,
+                               attempt=kwargs.get("attempt", 1), artifacts=artifacts, reason=state.reason)
+
+    def log(self, name: str, **params: str) -> httpx.Response:
+        return self.http.get(self.path("agentruns", name, sub="log"), params=params)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[LocalRuntime]:
+    rt = LocalRuntime(tmp_path / "runtime")
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def server(store: Store, runtime: LocalRuntime) -> Iterator[RunServer]:
+    with ServerThread(create_app(store, options=FAST, runtime=runtime)) as thread, httpx.Client(
+        base_url=thread.url, timeout=httpx.Timeout(10.0)
+    ) as http:
+        yield RunServer(thread.url, http, store, runtime)
+
+
+def in_background(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_the_log_of_a_finished_run_and_its_v1_alias(server: RunServer) -> None:
+    server.executed("done", "print('hi'); import sys; print('oops', file=sys.stderr)")
+    r = server.log("done")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    assert sorted(r.text.splitlines()) == ["hi", "oops"]
+    alias = server.http.get("/v1/namespaces/default/executions/done/log")
+    assert alias.status_code == 200 and alias.text == r.text
+    followed = server.log("done", follow="true")
+    assert followed.status_code == 200 and followed.text == r.text
+
+
+def test_a_run_that_has_not_started_is_a_400_naming_its_phase(server: RunServer) -> None:
+    server.run("waiting", phase="Queued")
+    r = server.log("waiting")
+    assert is_status(r.json(), 400, "BadRequest")
+    assert r.json()["message"] == 'run "waiting" has not started (phase Queued); use --follow to wait'
+    server.run("fresh")
+    assert 'run "fresh" has not started (phase Pending)' in server.log("fresh").json()["message"]
+
+
+def test_an_unknown_run_is_a_404(server: RunServer) -> None:
+    r = server.log("ghost")
+    assert is_status(r.json(), 404, "NotFound") and "ghost" in r.json()["message"]
+    v1 = server.http.get("/v1/namespaces/default/executions/ghost/log", params={"follow": "true"})
+    assert is_status(v1.json(), 404, "NotFound")
+
+
+def test_follow_streams_bytes_as_the_agent_writes_them(server: RunServer, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    code = ("import os, sys, time\nprint('first', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\nprint('second', flush=True)\n")
+    run = server.run("live")
+    ref = server.submit(run, code)
+    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    with server.http.stream("GET", server.path("agentruns", "live", sub="log"), params={"follow": "true"},
+                            timeout=httpx.Timeout(10.0, read=20.0)) as r:
+        assert r.status_code == 200
+        chunks = r.iter_bytes()
+        assert next(chunks) == b"first\n"  # arrives while the agent is still running
+        assert server.runtime.status(ref).phase == "Running"
+        gate.touch()
+        rest = b"".join(chunks)  # ends when the run has ended and everything was read
+    assert rest == b"second\n"
+    assert server.runtime.status(ref).finished
+
+
+def test_follow_waits_for_the_run_to_start(server: RunServer) -> None:
+    run = server.run("later", phase="Queued")
+    thread, out = in_background(lambda: server.http.get(server.path("agentruns", "later", sub="log"),
+                                                        params={"follow": "true"}, timeout=30))
+    time.sleep(0.5)
+    assert "value" not in out, "the request must wait for the run to start"
+    ref = server.submit(run, "print('started late')")
+    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    thread.join(30)
+    r = out["value"]
+    assert r.status_code == 200 and r.text == "started late\n"
+
+
+@pytest.mark.parametrize(("ending", "code", "reason"), [
+    ("ended", 400, "BadRequest"),
+    ("deleted", 404, "NotFound"),
+])
+def test_follow_of_a_run_that_never_starts(server: RunServer, ending: str, code: int, reason: str) -> None:
+    run = server.run("never", phase="Queued")
+    thread, out = in_background(lambda: server.log("never", follow="true"))
+    time.sleep(0.3)
+    if ending == "ended":
+        server.set_status(run, phase="Failed", reason="InvalidSpec", message="no such provider")
+    else:
+        server.http.delete(server.path("agentruns", "never")).raise_for_status()
+    thread.join(30)
+    body = out["value"].json()
+    assert is_status(body, code, reason)
+    if ending == "ended":
+        message = 'run "never" ended Failed before it started (InvalidSpec: no such provider); it has no log'
+        assert body["message"] == message
+        again = server.log("never", follow="true")  # ended already when asked: no waiting
+        assert is_status(again.json(), 400, "BadRequest") and again.json()["message"] == message
+        assert server.log("never").json()["message"] == message
+
+
+def test_attempts(server: RunServer) -> None:
+    run = server.run("retried")
+    first = server.submit(run, "print('attempt one')")
+    server.finish(first)
+    second = server.submit(run, "print('attempt two')", attempt=2)
+    server.finish(second)
+    server.set_status(run, phase="Failed", runtimeRef=second, attempt=2)
+    assert server.log("retried").text == "attempt two\n"
+    assert server.log("retried", attempt="2").text == "attempt two\n"
+    assert server.log("retried", attempt="1").text == "attempt one\n"
+    assert server.log("retried", attempt="1", follow="true").text == "attempt one\n"
+    too_far = server.log("retried", attempt="3")
+    assert is_status(too_far.json(), 400, "BadRequest")
+    assert too_far.json()["message"] == 'run "retried" has no attempt 3: its latest is attempt 2'
+    assert is_status(server.log("retried", attempt="0").json(), 400, "BadRequest")
+
+
+def test_a_reference_of_another_runtime_is_a_400(server: RunServer) -> None:
+    server.run("elsewhere", phase="Running", runtimeRef={"type": "kubernetes", "job": "x"})
+    r = server.log("elsewhere")
+    assert is_status(r.json(), 400, "BadRequest")
+    assert r.json()["message"] == ('run "elsewhere" ran on the kubernetes runtime, and this server reads the '
+                                   "local runtime")
+
+
+def test_a_server_without_a_runtime_says_so(store: Store, server: RunServer) -> None:
+    server.executed("done", "print('hi')")
+    with ServerThread(create_app(store, options=FAST)) as bare:
+        r = httpx.get(f"{bare.url}{server.path('agentruns', 'done', sub='log')}")
+        assert is_status(r.json(), 503, "ServiceUnavailable")
+        assert "started without a runtime" in r.json()["message"]
+        # the run's phase still says more than the missing runtime
+        server.run("queued", phase="Queued")
+        r = httpx.get(f"{bare.url}{server.path('agentruns', 'queued', sub='log')}")
+        assert is_status(r.json(), 400, "BadRequest")
+
+
+def test_quiet_followers_do_not_take_the_threads_other_requests_need(server: RunServer, tmp_path: Path) -> None:
+    """Each follower blocks in the runtime until the next bytes; more of them than the shared
+    threadpool has threads (40) must leave ordinary (synchronous) routes answering."""
+    gate = tmp_path / "gate"
+    code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)\nprint('bye')\n"
+    run = server.run("quiet")
+    ref = server.submit(run, code)
+    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    url = f"{server.url}{server.path('agentruns', 'quiet', sub='log')}?follow=true"
+    limits = httpx.Limits(max_connections=60)
+    with httpx.Client(timeout=httpx.Timeout(10.0, read=30.0), limits=limits) as many:
+        streams = [many.stream("GET", url) for _ in range(45)]
+        responses = [s.__enter__() for s in streams]
+        try:
+            assert all(r.status_code == 200 for r in responses)
+            started = time.monotonic()
+            got = server.http.get(server.path("agentruns", "quiet"), timeout=5)
+            assert got.status_code == 200 and time.monotonic() - started < 5
+        finally:
+            gate.touch()
+            bodies = [r.read() for r in responses]
+            for s in streams:
+                s.__exit__(None, None, None)
+    assert set(bodies) == {b"bye\n"}
+
+
+def test_a_follower_that_goes_away_does_not_hold_the_server(server: RunServer, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    code = ("import os, time\nprint('one', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n")
+    run = server.run("left")
+    ref = server.submit(run, code)
+    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    for _ in range(3):
+        with server.http.stream("GET", server.path("agentruns", "left", sub="log"), params={"follow": "true"}) as r:
+            assert next(r.iter_bytes()) == b"one\n"
+    assert server.http.get("/healthz").status_code == 200
+    gate.touch()
+    server.finish(ref)
+    assert server.log("left").text == "one\n"
+
+
+def test_openapi_documents_the_run_routes(server: RunServer) -> None:
+    paths = server.http.get("/openapi.json").json()["paths"]
+    log = "/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/log"
+    assert "text/plain; charset=utf-8" in paths[log]["get"]["responses"]["200"]["content"]
+    assert {p["name"] for p in paths[log]["get"]["parameters"]} >= {"follow", "attempt", "name", "namespace"}
+    for path in ("/v1/namespaces/{namespace}/executions/{name}/log",
+                 "/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/artifacts",
+                 "/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/artifacts/{artifact}",
+                 "/v1/namespaces/{namespace}/agents/{name}/manifest"):
+        assert "get" in paths[path], path
+    decide = paths["/v1/namespaces/{namespace}/approvals/{name}/decide"]["post"]
+    schema = decide["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["decision"]["enum"] == ["approve", "deny"]
