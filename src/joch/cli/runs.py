@@ -31,7 +31,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import typer
@@ -280,8 +280,12 @@ def _download_one(client: Client, base: str, directory: Path, artifact: Obj) -> 
     name = str(artifact.get("name"))
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
         raise errors.BadRequest(f'artifact "{name}": the name is not a plain file name, so it is not written')
-    target = directory / name
-    partial = directory / f".{name}.part"
+    # An artifact named "summary" at outputs/summary.md is saved as summary.md: the name says what
+    # it is, the path's suffix what opens it.
+    suffix = PurePosixPath(str(artifact.get("path") or "")).suffix
+    file_name = name if PurePosixPath(name).suffix or not suffix.replace(".", "").isalnum() else name + suffix
+    target = directory / file_name
+    partial = directory / f".{file_name}.part"
     digest = hashlib.sha256()
     size = 0
     try:

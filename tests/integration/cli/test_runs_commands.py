@@ -404,9 +404,10 @@ def test_artifacts_table_and_download(cluster: Cluster, tmp_path: Path) -> None:
     assert table[1].split()[:3] == ["summary", "11", digest]
     target = tmp_path / "out" / "nested"
     result = cluster.ok("artifacts", "run/r", "--download", str(target))
-    assert result.out == f"{target / 'summary'} (11 bytes, sha256 verified)\n"
-    assert (target / "summary").read_bytes() == b"the summary"
-    assert sorted(p.name for p in target.iterdir()) == ["summary"]
+    # saved under the artifact's name with its path's suffix: summary (outputs/summary.md) → summary.md
+    assert result.out == f"{target / 'summary.md'} (11 bytes, sha256 verified)\n"
+    assert (target / "summary.md").read_bytes() == b"the summary"
+    assert sorted(p.name for p in target.iterdir()) == ["summary.md"]
 
 
 def test_a_download_that_does_not_match_its_digest_is_removed(cluster: Cluster, tmp_path: Path) -> None:
