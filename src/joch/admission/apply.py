@@ -185,10 +185,12 @@ def _batch(
     counts = Counter(i for i in identities if i is not None)
     plans: list[_Plan] = []
     failures: list[tuple[Document, errors.Invalid]] = []
+    twins = _idempotency_twins(docs, namespace)
     for doc, identity in zip(docs, identities, strict=True):
         duplicate = _first_with(docs, identities, identity) if identity and counts[identity] > 1 else None
         try:
-            plans.append(_admit_document(writer, doc, options, mode, pending, identity, duplicate, namespace))
+            plans.append(_admit_document(writer, doc, options, mode, pending, identity, duplicate, namespace,
+                                         twins.get(id(doc))))
         except errors.Invalid as exc:
             failures.append((doc, exc))
     if failures:
@@ -219,15 +221,38 @@ def _first_with(docs: list[Document], identities: list[Identity | None], identit
     return docs[identities.index(identity)]
 
 
+def _idempotency_twins(docs: list[Document], namespace: str | None) -> dict[int, Document]:
+    """For each AgentRun document reusing an earlier document's ``spec.idempotencyKey`` in the same
+    namespace, that earlier document (the store-side check cannot see the batch's own runs)."""
+    first: dict[tuple[str, str], Document] = {}
+    twins: dict[int, Document] = {}
+    for doc in docs:
+        obj = doc.obj
+        if obj.get("kind") != "AgentRun" or not isinstance(obj.get("spec"), dict):
+            continue
+        key = obj["spec"].get("idempotencyKey")
+        if not isinstance(key, str) or not key:
+            continue
+        metadata = obj.get("metadata")
+        ns = metadata.get("namespace") if isinstance(metadata, dict) else None
+        ns = ns if isinstance(ns, str) else None
+        where = (ns or namespace or DEFAULT_NAMESPACE, key)
+        if where in first:
+            twins[id(doc)] = first[where]
+        else:
+            first[where] = doc
+    return twins
+
+
 def _admit_document(
     writer: Writer, doc: Document, options: AdmissionOptions, mode: Mode, pending: Pending,
-    identity: Identity | None, duplicate: Document | None, namespace: str | None,
+    identity: Identity | None, duplicate: Document | None, namespace: str | None, twin: Document | None = None,
 ) -> _Plan:
     old = _existing(writer, doc, identity) if mode == "apply" else None
     admitted = _admit_with(
         writer, _desired(doc.obj, old, mode), old=old, options=options, doc=doc,
         pending=pending - {identity} if identity else pending,
-        extra=list(_batch_rules(doc, mode, duplicate, namespace)),
+        extra=list(_batch_rules(doc, mode, duplicate, namespace, twin)),
     )
     return _Plan(doc=doc, admitted=admitted, old=old)
 
@@ -255,7 +280,7 @@ def _single(obj: Obj) -> Document:
 
 
 def _batch_rules(
-    doc: Document, mode: Mode, duplicate: Document | None, namespace: str | None
+    doc: Document, mode: Mode, duplicate: Document | None, namespace: str | None, twin: Document | None = None,
 ) -> Iterator[Cause]:
     metadata = doc.obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
@@ -267,6 +292,9 @@ def _batch_rules(
     if duplicate is not None and duplicate is not doc:
         yield Cause("metadata.name", f"{duplicate.label()} defines the same object; each object may "
                     "appear once in a batch", "FieldValueDuplicate")
+    if twin is not None:
+        yield Cause("spec.idempotencyKey", f"{twin.label()} has the same idempotency key; one run per key in a "
+                    "namespace", "FieldValueDuplicate")
     if mode == "apply" and not metadata.get("name") and metadata.get("generateName"):
         yield Cause("metadata.name", "required by apply: metadata.generateName is honoured only by "
                     "create (joch create -f)", "FieldValueRequired")

@@ -70,6 +70,11 @@ class Context(Protocol):
 
     def enqueue(self, controller: str, key: Key, *, after: float = 0.0) -> None: ...
 
+    def leading(self) -> bool:
+        """This replica holds the leader lease right now (always true without leader election).
+        Ask right before a side effect that must happen once, such as starting a process."""
+        ...
+
 
 class Controller(abc.ABC):
     name: str

@@ -98,12 +98,23 @@ class LeaderElector:
         self._changed_hands = False  # the last successful attempt took the lease from someone else
         self._observed: tuple[str | None, float] = (None, 0.0)  # (resourceVersion, when we saw it change)
         self._stop = threading.Event()
+        self._renewed_at: float | None = None
         self._thread: threading.Thread | None = None
         self._rng = random.Random()  # noqa: S311 - spreading retries, not cryptography
 
     @property
     def is_leader(self) -> bool:
         return self._leader
+
+    def holds_lease(self) -> bool:
+        """Leader, and the lease was renewed less than ``renew_deadline`` ago by the monotonic clock.
+
+        Controllers ask this right before a side effect that must not happen twice (starting an
+        agent). ``is_leader`` alone is not enough: a process that was paused (SIGSTOP, a VM freeze)
+        resumes believing it leads until its elector's next renewal fails, while another replica
+        has taken over meanwhile; the monotonic clock kept counting while it was paused."""
+        renewed = self._renewed_at
+        return self._leader and renewed is not None and self.clock.monotonic() - renewed < self.renew_deadline
 
     @property
     def holder(self) -> str | None:
@@ -169,8 +180,12 @@ class LeaderElector:
         return None
 
     def _attempt(self) -> bool:
+        before = self.clock.monotonic()
         try:
-            return self.try_acquire_or_renew()
+            held = self.try_acquire_or_renew()
+            if held:
+                self._renewed_at = before  # the renewal counts from when it was asked for
+            return held
         except Exception as exc:  # the store is unreachable: count it as a failed attempt
             log.warning("leader election: cannot read or write the lease %s/%s: %s", self.namespace, self.name,
                         exc, exc_info=log.isEnabledFor(logging.DEBUG))

@@ -186,7 +186,9 @@ class Manager:
                 self._begin_term(wanted)
 
     def _begin_term(self, epoch: int) -> None:
-        term = _Term(self.store, self.controllers, self.options, self.clock, epoch)
+        elector = self._elector
+        term = _Term(self.store, self.controllers, self.options, self.clock, epoch,
+                     holds_lease=(lambda: True) if elector is None else elector.holds_lease)
         self._term = term
         try:
             started = term.start(lambda: self._wanted_term() == epoch)
@@ -213,11 +215,13 @@ class _Term:
 
     def __init__(
         self, store: Store, controllers: Sequence[Controller], options: ControllerOptions, clock: Clock, epoch: int,
+        holds_lease: _Predicate = lambda: True,
     ) -> None:
         self.store = store
         self.clock = clock
         self.options = options
         self.epoch = epoch
+        self._holds_lease = holds_lease
         self.controllers: list[Controller] = []  # those whose setup succeeded
         self._candidates = list(controllers)
         self.informers: dict[str, Informer] = {}
@@ -232,6 +236,9 @@ class _Term:
 
     def cache(self, kind: KindInfo) -> Cache:
         return self._informer(kind)
+
+    def leading(self) -> bool:
+        return not self._stop.is_set() and self._holds_lease()
 
     def enqueue(self, controller: str, key: Key, *, after: float = 0.0) -> None:
         queue = self.queues.get(controller)

@@ -276,7 +276,7 @@ class RunController(Controller):
 
     def _trial_render(self, run: Obj, plan: Plan) -> None:
         run_id = _run_id(run, 1)
-        self._invocation(run, plan, self.runtime.workspace(run_id, _git(run)), run_id)
+        self._invocation(run, plan, self._workspace(run_id, _git(run)), run_id)
 
     def _invocation(self, run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunId) -> render.Invocation:
         manifest = plan.compiled.manifest or {}
@@ -298,8 +298,14 @@ class RunController(Controller):
             "AwaitingApproval", "True", "ApprovalRequested", f"waiting for Approval {name}"))
         with self.ctx.store.transaction() as w:
             try:
-                w.get(kinds.APPROVAL, key.namespace, name)
+                existing: Obj | None = w.get(kinds.APPROVAL, key.namespace, name)
             except errors.NotFound:
+                existing = None
+            if existing is not None and not _owned_by(existing, run):
+                # Left over from an earlier run of the same name: its decision is not this run's.
+                w.delete(kinds.APPROVAL, key.namespace, name, uid=existing["metadata"]["uid"])
+                existing = None
+            if existing is None:
                 approval = w.create(kinds.APPROVAL, _approval(run, name, agent))
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
@@ -309,6 +315,10 @@ class RunController(Controller):
     def _awaiting_approval(self, key: Key, run: Obj) -> Result | None:
         name = _approval_name(run)
         approval = self.ctx.cache(kinds.APPROVAL).get(key.namespace, name)
+        if approval is not None and not _owned_by(approval, run):
+            # Left over from an earlier run of the same name: its decision is not this run's.
+            self.ctx.store.delete(kinds.APPROVAL, key.namespace, name, uid=approval["metadata"]["uid"])
+            return Result(requeue_after=0.2)
         if approval is None:
             try:
                 self.ctx.store.get(kinds.APPROVAL, key.namespace, name)
@@ -415,16 +425,26 @@ class RunController(Controller):
         for other in waiting:
             self.ctx.enqueue(self.name, other)
 
-    def _dispatch(self, key: Key, run: Obj) -> Result | None:
-        """Start the run in the slot ``_claim`` took. Until ``submit`` succeeds any failure gives the
-        slot back; after it, the process exists and keeps its slot even if recording it fails (the
-        retry finds the slot taken by this run, submits again and gets the same process back)."""
+    def _dispatch(self, key: Key, run: Obj, *, resume: bool = False) -> Result | None:
+        """Start the run in the slot ``_claim`` took, in three steps:
+
+        1. record the intent — phase Running, reason Starting, a reference that names the attempt —
+           with the resourceVersion precondition. A cancel, a delete or another replica's write since
+           the cache saw the run makes it a Conflict, and nothing starts;
+        2. check that this replica still holds the leader lease (a paused leader resuming after
+           another took over must not start anything), then ``submit`` (idempotent per attempt);
+        3. record the runtime's reference.
+
+        A crash or a lost leadership between 1 and 3 leaves a Running run whose reference is
+        ``pending``: whoever reconciles it next resumes here (``resume``), and ``submit`` returns the
+        process that was started, or starts it. Until ``submit`` succeeds any failure gives the slot
+        back; after it, the process keeps its slot even if recording it fails."""
         try:
             plan = self._plan(run)
             attempt = int((run.get("status") or {}).get("attempt") or 1)
             run_id = _run_id(run, attempt)
             git = _git(run)
-            invocation = self._invocation(run, plan, self.runtime.workspace(run_id, git), run_id)
+            invocation = self._invocation(run, plan, self._workspace(run_id, git), run_id)
             secrets = self._secret_values(run, invocation)
         except InvalidSpec as exc:
             self._release(key)
@@ -442,6 +462,21 @@ class RunController(Controller):
             outputs=tuple(rt.Output(name, path, optional) for name, path, optional in invocation.outputs),
             git=git, timeout_seconds=float(plan.timeout_seconds), grace_seconds=self.options.grace_seconds,
         )
+        spec_hash = "sha256:" + hashlib.sha256(spec.to_json().encode()).hexdigest()
+        if not resume:
+            status = dict(run.get("status") or {})
+            status.update(phase="Running", reason="Starting", message=f"starting attempt {attempt}",
+                          runtimeRef={"type": self.runtime.type, "id": f"{run_id.uid}/{attempt}", "pending": True},
+                          startedAt=now(), specHash=spec_hash, compiledManifestHash=plan.compiled.hash)
+            status.pop("finishedAt", None)
+            try:
+                run = self._write(run, status)
+            except BaseException:
+                self._release(key)
+                raise
+        if not self.ctx.leading():
+            logger.info("run %s: not starting attempt %d, this replica no longer leads", key, attempt)
+            return None
         try:
             ref = self.runtime.submit(spec, secrets=secrets)
         except (OSError, ValueError, RuntimeError) as exc:
@@ -451,14 +486,17 @@ class RunController(Controller):
             return None
         status = dict(run.get("status") or {})
         message = f"attempt {attempt} started on the {self.runtime.type} runtime"
-        status.update(phase="Running", reason="Started", message=message, runtimeRef=ref, startedAt=now(),
-                      specHash="sha256:" + hashlib.sha256(spec.to_json().encode()).hexdigest(),
-                      compiledManifestHash=plan.compiled.hash)
-        status.pop("finishedAt", None)
+        status.update(phase="Running", reason="Started", message=message, runtimeRef=ref, specHash=spec_hash)
         conditions = set_condition(list(status.get("conditions") or []), _cond("Queued", "False", "Started", message))
         status["conditions"] = set_condition(conditions, _cond("InProgress", "True", "Started", message))
         self._write(run, status, ("Started", message, "Normal"))
         return Result(requeue_after=min(float(plan.timeout_seconds), self.options.resync_period))
+
+    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None) -> rt.Workspace:
+        try:
+            return self.runtime.workspace(run_id, git)
+        except ValueError as exc:
+            raise InvalidSpec("InvalidPath", f"spec.execution.coordinates.git: {exc}") from None
 
     def _secret_values(self, run: Obj, invocation: render.Invocation) -> dict[str, str]:
         namespace = run["metadata"].get("namespace") or ""
@@ -492,6 +530,8 @@ class RunController(Controller):
             return None
         with self._lock:
             self._active.setdefault(key, _slot(run))
+        if ref.get("pending"):
+            return self._dispatch(key, run, resume=True)
         state = self.runtime.status(ref)
         if not state.finished:
             return self._still_running(key, run, ref, state)
@@ -523,7 +563,8 @@ class RunController(Controller):
         self.runtime.cancel(ref)
 
     def _ended_run(self, key: Key, run: Obj, ref: rt.Ref, state: rt.RunState) -> Result | None:
-        self._release(key)
+        """Record the attempt's end, then free its slot (not before: a stale cache read of an
+        earlier attempt fails its write with a Conflict and must not free the current one's slot)."""
         status = dict(run.get("status") or {})
         attempt = int(status.get("attempt") or 1)
         retry_limit = self._retry_limit(run)
@@ -538,6 +579,7 @@ class RunController(Controller):
             status["conditions"] = set_condition(list(status.get("conditions") or []),
                                                  _cond("InProgress", "False", reason, message))
             run = self._write(run, self._to_queued(status, "Retrying", note), ("Retrying", note, "Warning"))
+            self._release(key)
             return self._queued(key, run)
         phase: Phase = "Succeeded" if state.phase == "Succeeded" else (
             "Cancelled" if state.phase == "Cancelled" else "Failed")
@@ -547,6 +589,7 @@ class RunController(Controller):
         summary = message if phase != "Succeeded" else (
             f"{message}; {len(artifacts)} artifact{'s' if len(artifacts) != 1 else ''}")
         self._write(run, ended, (phase if phase != "Failed" else reason, summary, kind))
+        self._release(key)
         return None
 
     def _retry_limit(self, run: Obj) -> int:
@@ -574,29 +617,52 @@ class RunController(Controller):
         return None
 
     def _finalize(self, key: Key, run: Obj) -> Result | None:
+        """A deleted run: stop its process, record how it ended, remove its files and its Approval,
+        then let it go (drop the finalizer)."""
         finalizers = run["metadata"].get("finalizers") or []
         if FINALIZER not in finalizers:
             return None
         status = run.get("status") or {}
         ref = status.get("runtimeRef")
         if _phase(run) not in TERMINAL:
+            state: rt.RunState | None = None
             if isinstance(ref, dict) and _phase(run) == "Running":
                 state = self.runtime.status(ref)
                 if not state.finished:
                     self._cancel_once(key, ref)
                     return Result(requeue_after=0.2)
-            message = "the run was deleted"
-            self._release(key)
-            run = self._write(run, _ended(run, "Cancelled", "Deleted", message), ("Cancelled", message, "Normal"))
+            if state is not None and state.phase in ("Succeeded", "Failed"):
+                # It ended on its own before the cancel reached it: record what really happened.
+                phase: Phase = "Succeeded" if state.phase == "Succeeded" else "Failed"
+                reason = state.reason or state.phase
+                ended = _ended(run, phase, reason, state.message or reason, finished_at=state.finished_at)
+                ended.update(exitCode=state.exit_code)
+                run = self._write(run, ended, (phase if phase == "Succeeded" else reason, ended["message"],
+                                               "Normal" if phase == "Succeeded" else "Warning"))
+            else:
+                message = "the run was deleted"
+                run = self._write(run, _ended(run, "Cancelled", "Deleted", message), ("Cancelled", message, "Normal"))
+        self._release(key)
         if isinstance(ref, dict):
             self.runtime.cleanup(ref, keep_records=False)
+        self._delete_approval(run)
         m = {**run["metadata"], "finalizers": [f for f in finalizers if f != FINALIZER]}
         try:
             self.ctx.store.update(kinds.AGENT_RUN, {**run, "metadata": m})
         except errors.NotFound:
             pass
-        self._release(key)
         return None
+
+    def _delete_approval(self, run: Obj) -> None:
+        m = run["metadata"]
+        approval = self._read(kinds.APPROVAL, m.get("namespace"), _approval_name(run))
+        if approval is None or not _owned_by(approval, run):
+            return
+        try:
+            self.ctx.store.delete(kinds.APPROVAL, m.get("namespace"), approval["metadata"]["name"],
+                                  uid=approval["metadata"]["uid"])
+        except (errors.NotFound, errors.Conflict):
+            pass
 
     def _cleanup(self, key: Key, ref: rt.Ref, *, keep_records: bool) -> None:
         token = (key, str(ref.get("id")))
@@ -693,7 +759,16 @@ def _ended(run: Obj, phase: Phase, reason: str, message: str, *, finished_at: fl
 
 
 def _approval_name(run: Obj) -> str:
-    return f"{run['metadata']['name'][:240]}-dispatch"
+    name: str = run["metadata"]["name"]
+    if len(name) <= 240:
+        return f"{name}-dispatch"
+    # Cutting a long name could give two runs one Approval; a digest of the whole name cannot.
+    return f"{name[:220]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}-dispatch"
+
+
+def _owned_by(approval: Obj, run: Obj) -> bool:
+    uid = run["metadata"]["uid"]
+    return any(ref.get("uid") == uid for ref in approval["metadata"].get("ownerReferences") or [])
 
 
 def _approval(run: Obj, name: str, agent: str) -> Obj:

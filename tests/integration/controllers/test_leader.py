@@ -180,3 +180,21 @@ def test_timings_that_allow_two_leaders_are_refused(sqlite_url: str) -> None:
             elector(store, "x/1/x", FakeClock(), lease_duration=5.0, renew_deadline=10.0)
     finally:
         store.close()
+
+
+def test_a_leader_that_was_paused_past_its_renew_deadline_does_not_hold_the_lease(store: Store) -> None:
+    """``holds_lease`` counts from the last renewal by the monotonic clock, which keeps counting while
+    a process is stopped: a leader resuming from SIGSTOP must not start anything before it renews."""
+    clock = FakeClock()
+    elector = LeaderElector(store, identity="host/1/a", namespace="joch-system", name="l", lease_duration=15,
+                            renew_deadline=10, retry_period=2, clock=clock,
+                            on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+    assert elector.try_acquire_or_renew() and not elector.holds_lease()  # is_leader is set by the loop
+    elector._leader = True
+    assert elector._attempt()
+    assert elector.holds_lease()
+    clock.advance(9.9)
+    assert elector.holds_lease()
+    clock.advance(0.2)
+    assert not elector.holds_lease()
+    assert elector._attempt() and elector.holds_lease()

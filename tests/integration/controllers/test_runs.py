@@ -401,7 +401,10 @@ def test_a_killed_runner_is_reported_lost(make_env: Callable[..., Env]) -> None:
     env = make_env()
     env.apply(provider("p", script("import time; time.sleep(60)")), agent("a", "p"))
     name = env.create_run()
-    run = env.wait(name, {"Running"})
+    deadline = time.monotonic() + 10
+    while "runnerPid" not in ((run := env.wait(name, {"Running"})).get("status") or {}).get("runtimeRef", {}):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
     run = env.wait(name, {"Failed", "Succeeded"}, timeout=30)
     assert run["status"]["reason"] == "RunnerLost", run["status"]
@@ -426,3 +429,82 @@ def test_an_idempotency_key_admits_one_run_per_namespace(store: Store) -> None:
     with pytest.raises(errors.Invalid) as caught:
         apply_documents(store, load_documents(json.dumps(changed)), dry_run=False)
     assert "immutable" in caught.value.causes[0].message
+
+
+def test_two_runs_with_one_idempotency_key_in_one_batch_are_rejected(store: Store) -> None:
+    apply_documents(store, load_documents(json.dumps(provider("p", []))) + load_documents(
+        json.dumps(agent("a", "p"))), dry_run=False)
+    runs = [{"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
+             "spec": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "x"}},
+                      "idempotencyKey": "K"}} for name in ("r1", "r2")]
+    with pytest.raises(errors.Invalid) as caught:
+        apply_documents(store, load_documents("\n---\n".join(json.dumps(r) for r in runs)), dry_run=False)
+    assert [c.field.rsplit(".", 1)[-1] for c in caught.value.causes] == ["idempotencyKey"]
+    assert "same idempotency key" in caught.value.causes[0].message
+    assert store.list(kinds.AGENT_RUN).items == []
+
+
+def test_a_new_run_never_inherits_the_approval_of_an_old_run_with_its_name(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", script("pass")), agent("a", "p", requiresApproval=True))
+    env.create_run("same")
+    env.wait("same", {"AwaitingApproval"})
+    approval = env.store.get(kinds.APPROVAL, "default", "same-dispatch")
+    env.store.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Approved", "decidedBy": "ana"}})
+    env.wait("same", {"Succeeded"})
+    env.store.delete(kinds.AGENT_RUN, "default", "same")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            env.run("same")
+        except errors.NotFound:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(errors.NotFound):  # the finalizer removed the run's Approval with it
+        env.store.get(kinds.APPROVAL, "default", "same-dispatch")
+    # An Approval left behind (say, restored from a backup) is not the new run's either.
+    env.store.create(kinds.APPROVAL, {"metadata": {"name": "same-dispatch", "namespace": "default",
+                                                   "ownerReferences": [{"apiVersion": "runtime.joch.dev/v1alpha1",
+                                                                        "kind": "AgentRun", "name": "same",
+                                                                        "uid": "old-uid", "controller": True}]},
+                                      "spec": {"runRef": {"name": "same"}},
+                                      "status": {"phase": "Approved"}})
+    env.create_run("same")
+    run = env.wait("same", {"AwaitingApproval", "Succeeded", "Failed"})
+    assert run["status"]["phase"] == "AwaitingApproval"
+    time.sleep(0.5)
+    assert env.run("same")["status"]["phase"] == "AwaitingApproval"
+    fresh = env.store.get(kinds.APPROVAL, "default", "same-dispatch")
+    assert fresh["metadata"]["ownerReferences"][0]["uid"] == env.run("same")["metadata"]["uid"]
+    assert fresh["status"]["phase"] == "Pending"
+
+
+def test_a_path_outside_the_checkout_fails_the_run(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", script("pass")), agent("a", "p"))
+    name = env.create_run(execution={"coordinates": {"git": {"url": str(env.repo), "path": "../.."}}})
+    run = env.wait(name, {"Failed", "Succeeded"})
+    assert run["status"]["reason"] == "InvalidPath" and "../.." in run["status"]["message"]
+
+
+def test_runs_cancelled_as_they_start_leave_no_agent_running(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    marks = env.tmp / "marks"
+    marks.mkdir()
+    code = ("import pathlib,sys,time,os; d=pathlib.Path(sys.argv[1]); (d/(sys.argv[2]+'.start')).touch(); "
+            "time.sleep(1); (d/(sys.argv[2]+'.done')).touch()")
+    env.apply(provider("p", [*script(code), str(marks), "{{ run.name }}"]), agent("a", "p"))
+    names = []
+    for i in range(12):
+        name = env.create_run(f"c{i}")
+        time.sleep(0.01 * (i % 6))
+        run = env.run(name)
+        env.store.update(kinds.AGENT_RUN, {**run, "metadata": {k: v for k, v in run["metadata"].items()
+                                                               if k != "resourceVersion"},
+                                           "spec": {**run["spec"], "cancel": True}})
+        names.append(name)
+    for name in names:
+        assert env.wait(name, {"Cancelled", "Succeeded", "Failed"})["status"]["phase"] == "Cancelled"
+    time.sleep(1.3)
+    assert sorted(p.name for p in marks.iterdir() if p.name.endswith(".done")) == []
