@@ -26,6 +26,9 @@ Design decisions:
   known without a run — top-level names, fields of the fixed-shape context values, includes — so
   the Agent controller reports a broken provider (``Ready=False``, reason ``TemplateError``) before
   any run fails on it.
+* **Parsed once.** Every run checks its provider's templates (compiling its agent) and renders
+  them, the same few sources again and again: compiled templates and each source's problems are
+  kept in bounded LRU caches keyed by the source text, so a template is parsed once, not per run.
 
 The template context (``build_context`` builds it from the objects):
 
@@ -184,15 +187,16 @@ def render_invocation(manifest: Mapping[str, Any], context: Mapping[str, Any]) -
 
 def check_templates(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every problem that can be found without a run: (template path, message)."""
-    problems: list[tuple[str, str]] = []
-    for path, source in templates(manifest):
-        try:
-            ast = _ENV.parse(source)
-        except TemplateSyntaxError as exc:
-            problems.append((path, _syntax(exc)))
-            continue
-        problems += [(path, message) for message in _static_problems(ast)]
-    return problems
+    return [(path, message) for path, source in templates(manifest) for message in _template_problems(source)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_problems(source: str) -> tuple[str, ...]:
+    try:
+        ast = _ENV.parse(source)
+    except TemplateSyntaxError as exc:
+        return (_syntax(exc),)
+    return tuple(_static_problems(ast))
 
 
 def templates(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

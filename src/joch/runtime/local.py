@@ -15,26 +15,37 @@ Decisions:
   after submitting and submits again after restart) exactly one starts a runner; the others read the
   reference it leaves in ``ref.json``. A claim whose ``ref.json`` never appears (the claimant died
   between ``mkdir`` and spawning) is reported ``Lost``.
+* **Runners are forked, not executed.** Starting Python and importing the runner costs more than
+  a run of a quick agent does, so runners come from a fork server (``runner.serve_forks``) that this
+  instance starts on first use and talks to through a pipe: a runner costs a ``fork``. Where that
+  cannot work (no /proc, no fork, the fork server will not start) runners are executed directly,
+  ``python -m joch.runtime.runner --spec ...``. A fork server that took a request and died without
+  answering may have started the runner: rather than risk a second one, submit waits for the record
+  a runner writes first and takes its pid from there (no record: the run is ``Lost``).
 * **Runners outlive the server.** A runner starts in its own session, so neither Ctrl-C on the
-  server's terminal nor the server's death reaches it; it records its outcome on disk, and a new
-  ``LocalRuntime`` on the same root re-adopts it the first time it is asked for its ``status``.
+  server's terminal nor the server's death reaches it (nor the fork server's end); it records its
+  outcome on disk, and a new ``LocalRuntime`` on the same root re-adopts it the first time it is
+  asked for its ``status``.
 * **A dead runner is detected, not guessed.** A run is ``Lost`` only when its record is unfinished
-  and the runner's pid is no longer a process whose command line names this run's spec (pids are
-  reused). Its agent's process group is then killed and ``Lost`` recorded, so the answer is the
-  same the next time and for every instance. Writes to a record from here take a flock on the run
-  directory's ``state.lock``; the runner itself never writes once it is gone.
+  and the runner is no longer running: its pid is gone, a zombie, or a process other than the one
+  the reference names (pids are reused): one with another start time (``runnerStart``, from /proc),
+  or for a reference without one, a process whose command line does not name this run's spec. Its
+  agent's process group is then killed and ``Lost`` recorded, so the answer is the same the next
+  time and for every instance. Writes to a record from here take a flock on the run directory's
+  ``state.lock``; the runner itself never writes once it is gone.
 * **Cancel is a marker, then a signal.** ``cancel`` leaves ``cancel-requested`` in the run directory
   and sends SIGTERM to the runner, which stops the agent's group (SIGTERM, SIGKILL after the grace
   period) and records ``Cancelled``. The marker covers a runner too young to have its signal
   handler (SIGTERM kills it outright: the run is then recorded ``Cancelled`` here, not ``Lost``).
   A run whose runner is gone is cancelled here: its agent's group is killed at once.
-* **One monitor thread** reaps this instance's runner children (no zombies) and polls the state
-  files of unfinished runs it tracks (``(inode, mtime, size)``, every ``poll_interval``), calling the
+* **One monitor thread** reaps this instance's runner children (no zombies; the fork server reaps
+  its own) and polls the state files of unfinished runs it tracks (``(inode, mtime, size)``, every
+  ``poll_interval``, and at once when the fork server reports a runner ended), calling the
   ``subscribe`` callbacks when a record changed or a runner vanished; a run stops being tracked once
   its finished record was reported.
-* **Secrets** reach the runner only through its environment: not spec.json, ref.json or state.json.
-  The runner inherits this process's environment otherwise (the agent does too, minus the
-  runner's own ``JOCH_RUNNER_*`` variables).
+* **Secrets** reach the runner only through its environment (handed to the fork server through its
+  pipe): not spec.json, ref.json or state.json. The runner inherits this process's environment
+  otherwise (the agent does too, minus the runner's own ``JOCH_RUNNER_*`` variables).
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import fcntl
 import json
 import logging
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -99,8 +111,11 @@ class LocalRuntime(Runtime):
         self.root = Path(root).resolve()
         self.poll_interval = poll_interval
         self._lock = threading.Lock()
+        self._submitting: set[Path] = set()
         self._monitor = _Monitor()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a runner ended: look now rather than at the next poll
+        self._forks = _ForkServer(on_exit=self._wake.set)
         self._thread = threading.Thread(target=self._watch, name="joch-local-runtime", daemon=True)
         self._thread.start()
 
@@ -140,24 +155,51 @@ class LocalRuntime(Runtime):
             existing = self._existing_ref(spec.run, files)
             self._track(spec.run, files, existing)
             return existing
+        with self._lock:
+            self._submitting.add(files.dir)
+        try:
+            return self._start(spec, files, secrets)
+        finally:
+            with self._lock:
+                self._submitting.discard(files.dir)
+
+    def _start(self, spec: RunnerSpec, files: runner.RunFiles, secrets: Mapping[str, str] | None) -> Ref:
         env = {**os.environ, runner.ENV_WORKSPACE: str(self.workspace_root(spec.run)),
                runner.ENV_CACHE: str(self.mirrors)}
         env.update({name: value for name, value in (secrets or {}).items() if name in spec.secret_env})
+        child: subprocess.Popen[bytes] | None = None
+        pid: int | None
         try:
             runner.write_durably(files.spec, spec.to_json().encode())
-            with open(files.dir / "runner.log", "ab") as runner_log:
-                child = subprocess.Popen(
-                    [sys.executable, "-m", "joch.runtime.runner", "--spec", str(files.spec)],
-                    cwd=files.dir, env=env, stdin=subprocess.DEVNULL, stdout=runner_log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True,
-                )
+            try:
+                pid, start = self._forks.spawn(spec=files.spec, log=files.dir / "runner.log", env=env)
+            except _NotStarted as exc:
+                if exc.reason:
+                    logger.warning("local runtime: the runner fork server failed (%s); starting runners directly",
+                                   exc.reason)
+                child = self._start_runner(files, env)
+                pid, start = child.pid, runner.process_start(child.pid)
+        except _Unanswered:
+            # The fork server took the request and died: a runner may exist. Starting another could run
+            # the attempt twice, so look for the record a runner writes first; without one, it is Lost.
+            pid, start = _recorded_runner(files)
         except BaseException:
             shutil.rmtree(files.dir, ignore_errors=True)  # give the claim back: nothing was started
             raise
-        ref: Ref = {"type": TYPE, "id": _ref_id(spec.run), "runnerPid": child.pid, "dir": str(files.dir)}
+        ref: Ref = {"type": TYPE, "id": _ref_id(spec.run), "runnerPid": pid, "runnerStart": start,
+                    "dir": str(files.dir)}
         runner.write_durably(files.dir / "ref.json", json.dumps(ref, sort_keys=True).encode())
         self._track(spec.run, files, ref, child=child)
         return ref
+
+    @staticmethod
+    def _start_runner(files: runner.RunFiles, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        with open(files.dir / "runner.log", "ab") as runner_log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "joch.runtime.runner", "--spec", str(files.spec)],
+                cwd=files.dir, env=env, stdin=subprocess.DEVNULL, stdout=runner_log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )
 
     def _existing_ref(self, run: RunId, files: runner.RunFiles) -> Ref:
         waited_until = time.monotonic() + _REF_WAIT
@@ -177,6 +219,10 @@ class LocalRuntime(Runtime):
         state = runner.read_state(files.state)
         if state is not None and state.finished:
             return state
+        if ref.get("runnerPid") is None and self._starting(files):
+            # Claimed, runner not recorded yet: a submit is under way (here, or in a process that
+            # started it moments ago). Judging it Lost now would record an end the runner then obeys.
+            return state or RunState(phase="Preparing")
         if not files.spec.exists():
             return RunState(phase="Lost", reason="RunnerLost",
                             message=f"no record of run {ref.get('id')} under {self.root} (was it removed?)")
@@ -188,9 +234,21 @@ class LocalRuntime(Runtime):
             return state or RunState(phase="Preparing")
         return self._runner_gone(files)
 
+    def _starting(self, files: runner.RunFiles) -> bool:
+        if (files.dir / "ref.json").exists():
+            return False
+        with self._lock:
+            if files.dir in self._submitting:
+                return True
+        try:
+            age = time.time() - files.dir.stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return age < _REF_WAIT
+
     def _runner_alive(self, ref: Ref, files: runner.RunFiles) -> bool:
-        pid = _runner_pid(ref, files)
-        return pid is not None and _is_runner(pid, files.spec)
+        pid, start = _runner_identity(ref, files)
+        return pid is not None and _is_runner(pid, files.spec, start)
 
     def _runner_gone(self, files: runner.RunFiles) -> RunState:
         """The runner is gone without a finished record: record Lost (or Cancelled, if asked)."""
@@ -223,8 +281,8 @@ class LocalRuntime(Runtime):
         if (state is not None and state.finished) or not files.dir.is_dir():
             return
         files.cancel.touch()
-        pid = _runner_pid(ref, files)
-        if pid is not None and _is_runner(pid, files.spec):
+        pid, start = _runner_identity(ref, files)
+        if pid is not None and _is_runner(pid, files.spec, start):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
             return
@@ -290,8 +348,10 @@ class LocalRuntime(Runtime):
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        self._forks.close()
 
     def _track(self, run: RunId, files: runner.RunFiles, ref: Ref,
                child: subprocess.Popen[bytes] | None = None) -> None:
@@ -303,7 +363,11 @@ class LocalRuntime(Runtime):
                 self._monitor.tracked[key] = _Tracked(run=run, files=files, ref=ref, child=child)
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.poll_interval):
+        while True:
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._poll()
             except Exception:  # the monitor must outlive any one bad run directory
@@ -358,12 +422,24 @@ def _ref_id(run: RunId) -> str:
     return f"{run.uid}/{run.attempt}"
 
 
-def _runner_pid(ref: Ref, files: runner.RunFiles) -> int | None:
-    """The runner's pid from the reference, else from ``ref.json`` (a reference stored before)."""
-    pid = ref.get("runnerPid")
-    if not isinstance(pid, int):
-        pid = (_read_json(files.dir / "ref.json") or {}).get("runnerPid")
-    return pid if isinstance(pid, int) else None
+def _runner_identity(ref: Ref, files: runner.RunFiles) -> tuple[int | None, int | None]:
+    """The runner's pid and start time from the reference, else from ``ref.json`` (a reference
+    stored before)."""
+    source = ref if isinstance(ref.get("runnerPid"), int) else (_read_json(files.dir / "ref.json") or {})
+    pid, start = source.get("runnerPid"), source.get("runnerStart")
+    return (pid if isinstance(pid, int) else None), (start if isinstance(start, int) else None)
+
+
+def _recorded_runner(files: runner.RunFiles) -> tuple[int | None, int | None]:
+    """The pid and start time of the runner that wrote the run's first record, waiting for it a while."""
+    until = time.monotonic() + _REF_WAIT
+    while True:
+        pid = (runner.read_record(files.state) or {}).get("runner_pid")
+        if isinstance(pid, int):
+            return pid, runner.process_start(pid)
+        if time.monotonic() >= until:
+            return None, None
+        time.sleep(0.02)
 
 
 def _ref_id_of(files: runner.RunFiles) -> str:
@@ -411,10 +487,11 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _is_runner(pid: int, spec: Path) -> bool:
-    """Whether ``pid`` is a live runner for ``spec`` (not a zombie, not a process that reused the pid)."""
+def _is_runner(pid: int, spec: Path, start: int | None) -> bool:
+    """Whether ``pid`` is a live runner for ``spec`` (not a zombie, not a process that reused the pid):
+    the process that started at ``start``, or without one, a process whose command line names ``spec``."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except FileNotFoundError:
         return False
     except OSError:  # no /proc (not Linux): a live pid is the best we know
@@ -425,7 +502,138 @@ def _is_runner(pid: int, spec: Path) -> bool:
         except PermissionError:
             return True
         return True
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid ... starttime is the 20th
+    if not fields or fields[0] in (b"Z", b"X"):
+        return False
+    if start is not None:
+        return len(fields) > 19 and int(fields[19]) == start
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
     return os.fsencode(str(spec)) in cmdline.split(b"\0")
+
+
+class _NotStarted(Exception):
+    """The fork server did not start the runner (and will not): start it another way."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Unanswered(Exception):
+    """The fork server took the request but gave no answer: whether a runner started is unknown."""
+
+
+@dataclass
+class _Forker:
+    proc: subprocess.Popen[bytes]
+    replies: queue.SimpleQueue[dict[str, Any] | None] = field(default_factory=queue.SimpleQueue)
+    ready: bool = False
+
+
+class _ForkServer:
+    """The ``joch runner --fork-server`` process this runtime starts runners through (started on first
+    use, again if it dies; ``runner.serve_forks`` says why and how). Where it cannot be used (no /proc
+    to tell a forked runner by its start time, or it fails to start), runners are executed directly."""
+
+    def __init__(self, *, on_exit: Callable[[], None]) -> None:
+        self._on_exit = on_exit
+        self._lock = threading.Lock()
+        self._current: _Forker | None = None
+        self._usable = hasattr(os, "fork") and runner.process_start(os.getpid()) is not None
+        self._closed = False
+
+    def spawn(self, *, spec: Path, log: Path, env: Mapping[str, str]) -> tuple[int, int | None]:
+        """The new runner's pid and start time; ``_NotStarted`` when no runner was started,
+        ``_Unanswered`` when it is unknown whether one was."""
+        with self._lock:
+            if not self._usable or self._closed:
+                raise _NotStarted
+            forker = self._forker()
+            request = json.dumps({"spec": str(spec), "log": str(log), "env": dict(env)}).encode() + b"\n"
+            try:
+                if forker.proc.stdin is None:
+                    raise BrokenPipeError
+                forker.proc.stdin.write(request)  # a request it did not read whole was never acted on
+                forker.proc.stdin.flush()
+            except OSError as exc:
+                self._discard(forker)
+                raise _NotStarted(f"could not send it a request: {exc}") from None
+            try:
+                reply = forker.replies.get(timeout=_REF_WAIT)
+            except queue.Empty:
+                reply = None
+            if reply is None:
+                self._discard(forker)
+                if not forker.ready:  # it died before it served anything: it never forked
+                    self._usable = False
+                    raise _NotStarted("it exited before it was ready; see the server's log")
+                raise _Unanswered
+            if not isinstance(reply.get("pid"), int):
+                raise _NotStarted(str(reply.get("error") or reply))
+            start = reply.get("start")
+            return reply["pid"], start if isinstance(start, int) else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._current is not None:
+                self._discard(self._current)
+
+    def _forker(self) -> _Forker:
+        current = self._current
+        if current is not None and current.proc.poll() is None:
+            return current
+        if current is not None:
+            self._discard(current)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "joch.runtime.runner", runner.FORK_SERVER], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, cwd="/", start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            self._usable = False
+            raise _NotStarted(f"could not start it: {exc}") from None
+        forker = self._current = _Forker(proc)
+        threading.Thread(target=self._read, args=(forker,), name="joch-runner-forks", daemon=True).start()
+        return forker
+
+    def _read(self, forker: _Forker) -> None:
+        stdout = forker.proc.stdout
+        try:
+            for line in stdout or ():
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    logger.warning("runner fork server: unexpected output %r", line[:200])
+                    continue
+                if "exited" in message:
+                    self._on_exit()
+                elif "ready" in message:
+                    forker.ready = True
+                else:
+                    forker.replies.put(message)
+        except (OSError, ValueError):
+            pass
+        finally:
+            forker.replies.put(None)
+            if stdout is not None:
+                stdout.close()
+
+    def _discard(self, forker: _Forker) -> None:
+        """Let the fork server go (the end of its stdin ends it; its runners go on)."""
+        if self._current is forker:
+            self._current = None
+        with contextlib.suppress(OSError):
+            if forker.proc.stdin is not None:
+                forker.proc.stdin.close()
+        try:
+            forker.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            forker.proc.kill()
+            forker.proc.wait()
 
 
 @contextlib.contextmanager

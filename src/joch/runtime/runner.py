@@ -49,7 +49,10 @@ report it (the message names the signal). The runner's own exit status: 0 when t
 a record).
 
 Start-up time is part of every run's dispatch latency, so this module imports only the standard
-library (and ``runtime.base`` and ``runtime.workspace``, which do the same).
+library (and ``runtime.base`` and ``runtime.workspace``, which do the same). Even so, starting an
+interpreter and importing costs more than the runner's own work; the local runtime therefore starts
+its runners through a fork server (``serve_forks``: ``python -m joch.runtime.runner --fork-server``)
+that has done both once, and each forked runner is what ``--spec PATH`` in a new interpreter is.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from joch.runtime import workspace
 from joch.runtime.base import (
@@ -86,6 +89,12 @@ ENV_WORKSPACE = "JOCH_RUNNER_WORKSPACE"
 ENV_CACHE = "JOCH_RUNNER_CACHE"
 INTERNAL_ENV_PREFIX = "JOCH_RUNNER_"
 PATCH = "changes.patch"
+PASSED_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+})
+"""What the agent inherits from the runner's environment (besides ``LC_*``)."""
 REDACTED = b"***"
 MIN_SECRET_LENGTH = 4
 _POLL = 0.25          # longest sleep of the supervision loop (signals and output wake it earlier)
@@ -376,8 +385,10 @@ class Runner:
         return checkout
 
     def agent_env(self) -> dict[str, str]:
-        env = {k: v for k, v in self.environ.items()
-               if not k.startswith(INTERNAL_ENV_PREFIX) and k not in workspace.LOCATION_VARS}
+        # An allowlist, not the server's whole environment: that holds the store URL (with its
+        # password on Postgres) and whatever credentials the server was started with. The agent gets
+        # what a login shell needs, plus what its provider and Agent declare and its allowed secrets.
+        env = {k: v for k, v in self.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
         env.update(self.spec.env)
         for name in self.spec.secret_env:
             if name in self.environ:
@@ -388,7 +399,19 @@ class Runner:
         return env
 
     def secrets(self) -> list[bytes]:
-        return [os.fsencode(self.environ[n]) for n in self.spec.secret_env if n in self.environ]
+        """The byte strings to redact: each secret value, and the forms tools print it in — without
+        surrounding whitespace (a value ending in a newline printed stripped) and line by line (a
+        PEM key printed in pieces)."""
+        found: set[bytes] = set()
+        for name in self.spec.secret_env:
+            value = self.environ.get(name)
+            if value is None:
+                continue
+            for form in (value, value.strip(), *value.splitlines()):
+                form = form.strip() if form is not value else form
+                if form:
+                    found.add(os.fsencode(form))
+        return sorted(found, key=len, reverse=True)
 
     def _start(self, checkout: workspace.Checkout) -> subprocess.Popen[bytes]:
         if not self.spec.argv:
@@ -634,5 +657,114 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signum, handler)
 
 
+# --- the fork server ------------------------------------------------------------------------------
+
+FORK_SERVER = "--fork-server"
+
+
+def serve_forks() -> int:
+    """``python -m joch.runtime.runner --fork-server``: start runners by forking this interpreter.
+
+    A runner's own work is small next to starting Python and importing what it needs, so the local
+    runtime keeps one of these per server and asks it for runners instead of executing a new
+    interpreter each time. Requests arrive on stdin, one JSON object per line: ``{"spec": PATH,
+    "log": PATH, "env": {...}}``. Each is answered on stdout with ``{"pid": N, "start": T}`` (``T``
+    is the process's start time, its identity should the pid be reused) or ``{"error": "..."}`` when
+    nothing was started; ``{"exited": N}`` reports a runner reaped. The first line is ``{"ready":
+    N}``. The end of stdin ends the fork server, never the runners: each is in its own session.
+
+    A forked runner is what ``main(["--spec", PATH])`` in a new interpreter would be: cwd the run
+    directory, stdin ``/dev/null``, stdout and stderr appended to ``log``, ``env`` its whole
+    environment (secrets arrive in it through the pipe, never a file), default signal handling. This
+    process stays single-threaded, which is what makes forking it safe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's terminal is not ours to obey
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes select when a runner ends
+    pending = b""
+    try:
+        _write_all(1, json.dumps({"ready": os.getpid()}).encode() + b"\n")
+        while True:
+            for pid, _ in _reap():
+                _write_all(1, json.dumps({"exited": pid}).encode() + b"\n")
+            readable, _, _ = select.select([0, wake_r], [], [])
+            if wake_r in readable:
+                _drain(wake_r)
+            if 0 not in readable:
+                continue
+            chunk = os.read(0, _CHUNK)
+            if not chunk:
+                return 0
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                if line.strip():
+                    _write_all(1, _fork_runner(line, (wake_r, wake_w)).encode() + b"\n")
+    except BrokenPipeError:  # the server is gone
+        return 0
+
+
+def process_start(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, from /proc): with the pid, a process's identity."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid ... starttime is the 20th
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _fork_runner(line: bytes, inherited: tuple[int, ...]) -> str:
+    try:
+        request = json.loads(line)
+        spec, log, env = str(request["spec"]), str(request["log"]), {str(k): str(v) for k, v in request["env"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return json.dumps({"error": f"not a runner request: {exc}"})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return json.dumps({"error": f"could not fork a runner: {exc}"})
+    if pid == 0:
+        _become_runner(spec, log, env, inherited)
+    return json.dumps({"pid": pid, "start": process_start(pid)})
+
+
+def _become_runner(spec: str, log: str, env: dict[str, str], inherited: tuple[int, ...]) -> NoReturn:
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in inherited:
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        for fd, target in ((null, 0), (out, 1), (out, 2)):  # also closes the pipes to the server
+            os.dup2(fd, target)
+        os.close(null)
+        os.close(out)
+        os.chdir(os.path.dirname(spec))
+        os.environ.clear()
+        os.environ.update(env)
+        code = main(["--spec", spec])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - whatever happens, this process must not return to the loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve_forks() if sys.argv[1:] == [FORK_SERVER] else main())

@@ -6,8 +6,24 @@ clones it (``git clone --mirror``, into a temporary name renamed into place, so 
 halfway never leaves a mirror that looks complete); later runs ``git fetch --prune`` it, and a
 failed fetch falls back to what the mirror already has. Each run attempt then gets its own
 ``git worktree add --detach`` at the requested ref: the worktrees share the mirror's objects, so a
-checkout costs the files written, not another clone. A flock on ``<cache>/<key>.lock`` serializes
-everything that changes a mirror (clone, fetch, worktree add and remove) across runner processes.
+checkout costs the files written, not another clone.
+
+A flock on ``<cache>/<key>.lock`` serializes what changes a mirror across runner processes: clone,
+fetch (and the garbage collection git may start after one), resolving the ref together with
+registering the run's worktree (``git worktree add --no-checkout``: git's list of worktrees is not
+safe to change concurrently), pruning that list, and config writes. Writing the worktree's files
+(the ``git reset --hard`` that ``worktree add`` would run) happens after the lock is released: the
+files are the run's own, and the worktree's HEAD already keeps its commit from being collected.
+Removing a workspace deletes its files first, unlocked, then prunes git's record of it. flock
+cannot wait with a timeout, so waiters poll, from 1 ms apart up to 10 ms: often enough that the
+longest waiter is not the one left behind. Two shortcuts skip the fetch:
+
+* A run whose ref is a full commit sha the mirror has already does not fetch: nothing a fetch
+  brings can change what that sha names.
+* Fetches are counted in ``<cache>/<key>.fetches`` (begun, last completed). A run notes the count
+  begun before it waits for the lock; once a fetch that began after that has completed (while it
+  waits, or by the time it holds the lock), that fetch is as fresh as its own would have been, and
+  it does not fetch again.
 
 The requested ref is resolved in the mirror (``refs/heads``, ``refs/tags``, any fetched ref, or a
 commit sha) to the run's base commit; ``changes.patch`` is later taken against it. The agent works
@@ -29,12 +45,14 @@ import fcntl
 import hashlib
 import os
 import posixpath
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +71,9 @@ LOCATION_VARS = (
     "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
     "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_QUARANTINE_PATH", "GIT_CEILING_DIRECTORIES",
 )
-_LOCK_POLL = 0.05
+_LOCK_POLL = 0.01
+_LOCK_POLL_FIRST = 0.001
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class WorkspaceError(Exception):
@@ -100,14 +120,25 @@ def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float |
         raise WorkspaceError(f'invalid ref "{git.ref}" for {git.url}')
     path = subpath(root, git.path)  # rejected before any network traffic
     mirror = mirror_path(cache, git.url)
-    with _locked(mirror, deadline):
-        _sync(git.url, mirror, deadline)
-        base = _resolve(mirror, git, deadline)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        _git("worktree", "add", "--detach", "--", str(root), base, cwd=mirror, deadline=deadline,
-             what=f"could not check out {git.url} at {git.ref}")
+    base = None
+    if _FULL_SHA.fullmatch(git.ref) and (mirror / "HEAD").is_file():  # a commit fetched before: no fetch
+        with _locked(mirror, deadline):
+            base = _add_worktree(mirror, git, root, deadline, missing_ok=True)
+    if base is None:
+        asked = _fetches(mirror)[0]
+        with _locked(mirror, deadline, unless=lambda: _fetched_since(mirror, asked)) as held:
+            if held:
+                _sync(git.url, mirror, deadline, asked)
+                base = _add_worktree(mirror, git, root, deadline)
+        if base is None:  # a fetch that began after this run asked served it
+            with _locked(mirror, deadline):
+                base = _add_worktree(mirror, git, root, deadline)
     checkout = Checkout(root=root, path=path, base=base, mirror=mirror)
     try:
+        # What ``git worktree add`` would run itself, outside the lock: the files are this worktree's
+        # own, and its HEAD keeps the commit from being collected meanwhile.
+        _git("reset", "--hard", "--no-recurse-submodules", "--quiet", cwd=root, deadline=deadline,
+             what=f"could not check out {git.url} at {git.ref}")
         _check_path(checkout, git)
         _ensure_identity(checkout, deadline)
     except WorkspaceError:
@@ -117,16 +148,14 @@ def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float |
 
 
 def remove(*, cache: Path, git: GitSource | None, root: Path) -> None:
-    """Remove a workspace made by ``prepare`` (a missing one is fine)."""
-    if git is not None:
-        mirror = mirror_path(cache, git.url)
-        if mirror.is_dir():
-            with _locked(mirror, None):
-                if root.exists():
-                    _run(["worktree", "remove", "--force", "--", str(root)], cwd=mirror, timeout=None)
-                _run(["worktree", "prune"], cwd=mirror, timeout=None)
+    """Remove a workspace made by ``prepare`` (a missing one is fine): its files, then git's record
+    of the worktree (``prune`` drops the records of worktrees whose directory is gone)."""
     if root.exists():
         shutil.rmtree(root, ignore_errors=True)
+    mirror = mirror_path(cache, git.url) if git is not None else None
+    if mirror is not None and mirror.is_dir():
+        with _locked(mirror, None):
+            _run(["worktree", "prune"], cwd=mirror, timeout=None)
 
 
 def write_changes(root: Path, base: str, dest: Path) -> None:
@@ -134,23 +163,39 @@ def write_changes(root: Path, base: str, dest: Path) -> None:
     uncommitted and untracked files; ignored files excluded) to ``dest``.
 
     The snapshot is staged in a temporary index, a copy of the agent's own, so neither the agent's
-    index nor its refs change; copying it lets git skip rehashing files that did not change."""
-    found = _git("rev-parse", "--git-path", "index", cwd=root, what="could not find the worktree's index")
-    index = root / found.strip()
+    index nor its refs change; copying it lets git skip rehashing files that did not change. The
+    diff is of that index against ``base`` (``diff --cached``): the same as of a tree written from
+    it, without writing the tree."""
+    index = _index_file(root)
     with tempfile.TemporaryDirectory(prefix="joch-patch-") as tmp:
         scratch = Path(tmp) / "index"
         if index.exists():
             shutil.copyfile(index, scratch)
         env = {"GIT_INDEX_FILE": str(scratch)}
         _git("add", "--all", "--", ".", cwd=root, env=env, what="could not stage the workspace's changes")
-        tree = _git("write-tree", cwd=root, env=env, what="could not snapshot the workspace").strip()
         with open(dest, "wb") as out:
-            args = ["diff", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
-                    "--dst-prefix=b/", base, tree, "--"]
-            done = subprocess.run(_command(args), cwd=root, env=clean_env(os.environ), stdin=subprocess.DEVNULL,
-                                  stdout=out, stderr=subprocess.PIPE, text=False, check=False)
+            args = ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+                    "--dst-prefix=b/", base, "--"]
+            done = subprocess.run(_command(args), cwd=root, env={**clean_env(os.environ), **env},
+                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, text=False, check=False)
         if done.returncode != 0:
             raise WorkspaceError(f"could not diff the workspace against {base}: {_last_line(done.stderr.decode())}")
+
+
+def _index_file(root: Path) -> Path:
+    """The worktree's index, found the way git finds it: ``root/.git`` is the repository, or a file
+    naming it (``gitdir: <path>``, which is what a worktree has); else git is asked."""
+    dot_git = root / ".git"
+    try:
+        if dot_git.is_dir():
+            return dot_git / "index"
+        text = dot_git.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    if text.startswith("gitdir: ") and text.count("\n") <= 1:
+        return root / text.removeprefix("gitdir: ").strip() / "index"  # root / an absolute path is that path
+    found = _git("rev-parse", "--git-path", "index", cwd=root, what="could not find the worktree's index")
+    return root / found.strip()
 
 
 # --- mirrors --------------------------------------------------------------------------------------
@@ -161,29 +206,54 @@ def _key(url: str) -> str:
 
 
 @contextlib.contextmanager
-def _locked(mirror: Path, deadline: float | None) -> Iterator[None]:
+def _locked(mirror: Path, deadline: float | None, *, unless: Callable[[], bool] | None = None) -> Iterator[bool]:
+    """Hold the mirror's lock (True); or, once ``unless()`` is true while waiting for it, do not (False)."""
     mirror.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(mirror.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        pause = _LOCK_POLL_FIRST
+        while not _try_lock(fd):
+            if unless is not None and unless():
                 break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise WorkspaceError(f"timed out waiting for the repository cache lock {mirror}") from None
-                time.sleep(_LOCK_POLL)
-        yield
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WorkspaceError(f"timed out waiting for the repository cache lock {mirror}")
+            time.sleep(pause)
+            pause = min(pause * 2, _LOCK_POLL)
+        else:
+            yield True
+            return
+        yield False
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _sync(url: str, mirror: Path, deadline: float | None) -> None:
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _fetched_since(mirror: Path, asked: int) -> bool:
+    """Whether a fetch that began after ``asked`` (the fetches begun when a run asked) has completed."""
+    return _fetches(mirror)[1] > asked and (mirror / "HEAD").exists()
+
+
+def _sync(url: str, mirror: Path, deadline: float | None, asked: int) -> None:
+    """Clone or fetch the mirror (holding the exclusive lock), unless a fetch that began after
+    ``asked`` (the fetches begun when this run asked, ``_fetches``) has completed meanwhile."""
+    if _fetched_since(mirror, asked):
+        return
+    begun, done = _fetches(mirror)
+    _record_fetches(mirror, begun + 1, done)
     if (mirror / "HEAD").exists():
         fetched = _run(["fetch", "--prune", "--quiet", "origin"], cwd=mirror, timeout=_left(deadline))
         if fetched.returncode != 0:
             # Offline or the remote is down: the cached commits may still have the ref.
             _note(f"joch runner: fetching {url} failed, using the cached mirror: {_last_line(fetched.stderr)}")
+            return
+        _record_fetches(mirror, begun + 1, begun + 1)
         return
     tmp = mirror.with_name(f"{mirror.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -193,12 +263,44 @@ def _sync(url: str, mirror: Path, deadline: float | None) -> None:
         os.rename(tmp, mirror)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _record_fetches(mirror, begun + 1, begun + 1)
 
 
-def _resolve(mirror: Path, git: GitSource, deadline: float | None) -> str:
+def _fetches(mirror: Path) -> tuple[int, int]:
+    """(fetches begun, the last one completed) in the mirror's counter file; (0, 0) without one."""
+    try:
+        begun, done = (int(n) for n in mirror.with_suffix(".fetches").read_text().split())
+    except (OSError, ValueError):
+        return 0, 0
+    return begun, done
+
+
+def _record_fetches(mirror: Path, begun: int, done: int) -> None:
+    path = mirror.with_suffix(".fetches")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{begun} {done}\n")
+    os.replace(tmp, path)  # read without the lock: whole or not at all
+
+
+def _add_worktree(mirror: Path, git: GitSource, root: Path, deadline: float | None, *,
+                  missing_ok: bool = False) -> str | None:
+    """Resolve the ref and register a worktree at it, files not checked out yet (holding the lock).
+    The resolved commit, or None when ``missing_ok`` and the mirror does not have the ref."""
+    base = _resolve(mirror, git, deadline, missing_ok=missing_ok)
+    if base is None:
+        return None
+    root.parent.mkdir(parents=True, exist_ok=True)
+    _git("worktree", "add", "--no-checkout", "--detach", "--", str(root), base, cwd=mirror, deadline=deadline,
+         what=f"could not check out {git.url} at {git.ref}")
+    return base
+
+
+def _resolve(mirror: Path, git: GitSource, deadline: float | None, *, missing_ok: bool = False) -> str | None:
     found = _run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{git.ref}^{{commit}}"], cwd=mirror,
                  timeout=_left(deadline))
     if found.returncode != 0 or not found.stdout.strip():
+        if missing_ok:
+            return None
         raise WorkspaceError(f'ref "{git.ref}" not found in {git.url} (not a branch, tag or commit there)')
     return found.stdout.strip()
 
@@ -212,8 +314,9 @@ def _check_path(checkout: Checkout, git: GitSource) -> None:
 
 
 def _ensure_identity(checkout: Checkout, deadline: float | None) -> None:
-    missing = [key for key in ("user.name", "user.email")
-               if not _run(["config", "--get", key], cwd=checkout.root, timeout=_left(deadline)).stdout.strip()]
+    found = _run(["config", "--get-regexp", r"^user\.(name|email)$"], cwd=checkout.root, timeout=_left(deadline))
+    present = {key for key, _, value in (line.partition(" ") for line in found.stdout.splitlines()) if value.strip()}
+    missing = [key for key in ("user.name", "user.email") if key not in present]
     if not missing or checkout.mirror is None:
         return
     with _locked(checkout.mirror, deadline):
@@ -234,13 +337,24 @@ def _command(args: list[str]) -> list[str]:
 
 def _run(args: list[str], *, cwd: Path, timeout: float | None,
          env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # git in its own process group: at the deadline the whole group goes, including the ssh or
+    # https helper a clone or fetch started (killing git alone would orphan it).
+    if not cwd.is_dir():
+        raise WorkspaceError(f"cannot run git {args[0]}: the directory {cwd} does not exist")
     try:
-        return subprocess.run(_command(args), cwd=cwd, env={**clean_env(os.environ), **(env or {})},
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise WorkspaceError(f"git {args[0]} did not finish before the run's deadline") from None
+        proc = subprocess.Popen(_command(args), cwd=cwd, env={**clean_env(os.environ), **(env or {})},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     except FileNotFoundError:
         raise WorkspaceError("git is not installed (not found on PATH)") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise WorkspaceError(f"git {args[0]} did not finish before the run's deadline") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def _git(*args: str, cwd: Path, what: str, deadline: float | None = None, env: Mapping[str, str] | None = None) -> str:

@@ -181,6 +181,32 @@ def test_secrets_reach_only_the_agent(local: LocalRuntime, tmp_path: Path) -> No
             assert secret.encode() not in path.read_bytes(), path
 
 
+def test_the_agent_does_not_inherit_the_servers_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOCH_STORE", "postgresql://joch:store-password@db/joch")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "server-side-key")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    rt = LocalRuntime(tmp_path / "data")  # started after the variables are set, as a server would be
+    try:
+        code = "import os,json; print(json.dumps(sorted(os.environ)))"
+        ref = rt.submit(spec(python_agent(code), uid="u-env", env={"FROM_PROVIDER": "yes"}))
+        assert finished(rt, ref).phase == "Succeeded"
+        names = json.loads(b"".join(rt.logs(ref)))
+    finally:
+        rt.close()
+    assert "JOCH_STORE" not in names and "AWS_SECRET_ACCESS_KEY" not in names
+    assert {"PATH", "HOME", "LC_ALL", "FROM_PROVIDER"} <= set(names)
+
+
+def test_variants_of_a_secret_are_redacted(local: LocalRuntime) -> None:
+    secret = "line-one-secret\nline-two-secret\n"
+    code = "import os; v=os.environ['KEY']; print(v.strip()); print(v.splitlines()[1]); print(v.upper())"
+    ref = local.submit(spec(python_agent(code), uid="u-variants", secret_env=("KEY",)), secrets={"KEY": secret})
+    assert finished(local, ref).phase == "Succeeded"
+    log = b"".join(local.logs(ref)).decode()
+    assert "line-one-secret" not in log and "line-two-secret" not in log
+    assert "***" in log and "LINE-ONE-SECRET" in log  # a transformed value is not recognised
+
+
 def test_submit_to_agent_start_latency(local: LocalRuntime, repo: Repo) -> None:
     started = time.time()
     ref = local.submit(spec(["true"], uid="u-9", git=git_source(repo)))

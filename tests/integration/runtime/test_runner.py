@@ -140,7 +140,8 @@ def test_the_agents_environment(make_run: Callable[..., RunnerRun], tmp_path: Pa
     _, state = r.run()
     assert state.phase == "Succeeded"
     env = json.loads((tmp_path / "env.json").read_text())
-    assert env["FROM_SPEC"] == "1" and env["SHARED"] == "spec" and env["INHERITED"] == "yes"
+    assert env["FROM_SPEC"] == "1" and env["SHARED"] == "spec"
+    assert "INHERITED" not in env  # only an allowlist (PATH, HOME, LANG, LC_*, proxies…) is inherited
     assert not [k for k in env if k.startswith("JOCH_RUNNER_")] and "GIT_DIR" not in env
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
 
