@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -120,6 +121,10 @@ class AgentStatus(ConditionedStatus):
 
 # --- joch.dev/AgentProvider ----------------------------------------------------------------------
 
+ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+CHANGES_PATCH = "changes.patch"
+
+
 class InputFile(Model):
     path: Str = Field(min_length=1)
     content: Str
@@ -141,7 +146,7 @@ class SecretEnv(Model):
     secretRef: SecretKeyRef
 
 
-class AgentProviderSpec(Model):
+class AgentProviderSpec(CheckedSpec):
     binary: Str = Field(min_length=1)
     argsTemplate: list[Str] = Field(default_factory=list)
     envTemplate: dict[Str, Str] = Field(default_factory=dict)
@@ -149,6 +154,22 @@ class AgentProviderSpec(Model):
     outputArtifacts: list[OutputArtifact] = Field(default_factory=list)
     secretEnv: list[SecretEnv] = Field(default_factory=list)
     workload: Workload | None = None
+
+    def problems(self) -> Iterator[Problem]:
+        # Artifact names become download file names and URL segments, and the runtime adds its own
+        # "changes.patch": a name must be a plain, unique file name that is not that one.
+        first: dict[str, int] = {}
+        for i, output in enumerate(self.outputArtifacts):
+            if not ARTIFACT_NAME.match(output.name) or output.name in (".", ".."):
+                yield (("outputArtifacts", i, "name"), f'invalid artifact name "{output.name}": use letters, '
+                       "digits, '.', '-' and '_' (it names the downloaded file)", "FieldValueInvalid")
+            elif output.name == CHANGES_PATCH:
+                yield (("outputArtifacts", i, "name"), f'"{CHANGES_PATCH}" is the name of the workspace diff every '
+                       "run collects; give this output another name", "FieldValueInvalid")
+            elif output.name in first:
+                yield (("outputArtifacts", i, "name"), f'duplicate artifact name "{output.name}" (spec.'
+                       f"outputArtifacts[{first[output.name]}] has it already)", "FieldValueDuplicate")
+            first.setdefault(output.name, i)
 
 
 class AgentProviderStatus(ConditionedStatus):

@@ -236,7 +236,7 @@ class Follower:
         reference, so that reference is read as "the latest"."""
         status = run.get("status") or {}
         ref = status.get("runtimeRef")
-        if isinstance(ref, dict) and ref and ref not in self._followed:
+        if isinstance(ref, dict) and ref and not ref.get("pending") and ref not in self._followed:
             self._followed.append(ref)
             pinned = runs.phase_of(run) in ("Running", *runs.FINISHED) and isinstance(status.get("attempt"), int)
             self._pending.append(status["attempt"] if pinned else None)

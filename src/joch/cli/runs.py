@@ -97,7 +97,31 @@ def run_object(new: NewRun) -> Obj:
     if new.params:
         spec["parameters"] = parameters(new.params)
     metadata = {"name": new.name} if new.name else {"generateName": f"{new.agent}-"}
-    return {"apiVersion": RUNS.api_version, "kind": RUNS.kind, "metadata": metadata, "spec": spec}
+    obj = {"apiVersion": RUNS.api_version, "kind": RUNS.kind, "metadata": metadata, "spec": spec}
+    _check_utf8(obj, "")
+    return obj
+
+
+def _check_utf8(value: object, path: str) -> None:
+    """Text that is not UTF-8 (a Latin-1 file on stdin, bytes in an argument) arrives as lone
+    surrogates; it cannot be sent as JSON, so say which input it was instead of failing later."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_utf8(k, path)
+            _check_utf8(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "backslashreplace").decode()[:60]
+            flag = f"--param {path.split('.', 2)[2]}" if path.startswith("spec.parameters.") else _FLAG.get(path, path)
+            raise errors.BadRequest(f'{flag} is not valid UTF-8 text ("{shown}"): convert it '
+                                    "first, e.g. iconv -f latin1 -t utf-8") from None
+
+
+_FLAG = {"spec.implementation.inline.text": "--text", "spec.execution.coordinates.git.url": "--repo",
+         "spec.execution.coordinates.git.ref": "--ref", "spec.execution.coordinates.git.path": "--path",
+         "metadata.name": "--name", "spec.idempotencyKey": "--idempotency-key"}
 
 
 def repo_url(repo: str) -> str:
@@ -105,7 +129,11 @@ def repo_url(repo: str) -> str:
     if _URL.match(repo) or _SCP.match(repo):
         return repo
     path = Path(repo).expanduser()
-    if not path.is_dir():
+    try:
+        found = path.is_dir()
+    except (OSError, ValueError):
+        found = False
+    if not found:
         raise errors.BadRequest(f'--repo "{repo}" is neither a URL nor a directory: give a git URL '
                                 "(https://host/org/repo.git, git@host:org/repo.git) or a local checkout")
     return str(path.resolve())

@@ -104,8 +104,10 @@ def phase_of(run: Obj) -> str:
 
 
 def runtime_ref(run: Obj) -> dict[str, Any] | None:
+    """The run's runtime reference once its process was started; a ``pending`` reference (the
+    controller recorded the intent to start and has not heard back from the runtime) is not one yet."""
     ref = (run.get("status") or {}).get("runtimeRef")
-    return ref if isinstance(ref, dict) and ref else None
+    return ref if isinstance(ref, dict) and ref and not ref.get("pending") else None
 
 
 class RunRoutes:
@@ -294,9 +296,15 @@ def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
     elif decision not in DECISIONS:
         causes.append(Cause("decision", f'Unsupported value: {_json(decision)}: supported values: "approve", "deny"',
                             "FieldValueNotSupported"))
-    for field in ("reason", "decidedBy"):
-        if body.get(field) is not None and not isinstance(body[field], str):
-            causes.append(Cause(field, f"expected a string, got {_json(body[field])}", "FieldValueInvalid"))
+    for field, limit in (("reason", 1024), ("decidedBy", 253)):
+        value = body.get(field)
+        if value is not None and not isinstance(value, str):
+            causes.append(Cause(field, f"expected a string, got {_json(value)}", "FieldValueInvalid"))
+        elif isinstance(value, str) and len(value) > limit:
+            causes.append(Cause(field, f"must be at most {limit} characters, got {len(value)}", "FieldValueTooLong"))
+        elif isinstance(value, str) and any(ch in value for ch in "\r\n\t\x00"):
+            # it is shown in tables and event messages: a line break would forge a row
+            causes.append(Cause(field, "must be a single line of text", "FieldValueInvalid"))
     for field in sorted(set(body) - DECISION_FIELDS):
         causes.append(Cause(field, f'unknown field "{field}"', "FieldValueNotSupported"))
     if causes:

@@ -126,3 +126,14 @@ def test_v1_reads_one_approval_and_one_execution(server: LiveServer) -> None:
     assert server.http.get("/v1/namespaces/default/approvals/gate").json()["spec"]["runRef"] == {"name": "r"}
     assert server.http.get("/v1/namespaces/default/executions/r").json()["kind"] == "AgentRun"
     assert is_status(server.http.get("/v1/namespaces/default/executions/ghost").json(), 404, "NotFound")
+
+
+
+def test_decided_by_and_reason_are_single_bounded_lines(server: LiveServer) -> None:
+    approval(server, phase="Pending")
+    for body, field in (({"decision": "approve", "decidedBy": "ana\nNormal Succeeded forged"}, "decidedBy"),
+                        ({"decision": "deny", "reason": "x" * 2000}, "reason")):
+        response = decide(server, "gate", body)
+        assert response.status_code == 422, response.text
+        assert [c["field"] for c in response.json()["details"]["causes"]] == [field]
+    assert (server.store.get(kinds.APPROVAL, "default", "gate")["status"] or {}).get("phase") == "Pending"

@@ -575,3 +575,24 @@ def test_policy_rule_names_are_unique_and_selector_kinds_known(reader: MemoryRea
     fixed = POLICY_YAML.replace(", Agnet, Gizmo", "").replace("name: budget, expression: \"false\"",
                                                               "name: other, expression: \"false\"")
     assert admit_yaml(reader, fixed).obj["spec"]["selector"]["kinds"] == ["Agent", "agentruns", "ar"]
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("../../tmp/escaped", "invalid artifact name"),
+    ("changes.patch", "workspace diff"),
+])
+def test_provider_output_names_are_plain_and_not_the_patch(name: str, message: str) -> None:
+    doc = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+           "spec": {"binary": "x", "outputArtifacts": [{"name": name, "path": "a.md"}]}}
+    with pytest.raises(errors.Invalid) as caught:
+        admit(MemoryReader(), doc, old=None)
+    assert caught.value.causes[0].field == "spec.outputArtifacts[0].name"
+    assert message in caught.value.causes[0].message
+
+
+def test_provider_output_names_are_unique() -> None:
+    doc = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+           "spec": {"binary": "x", "outputArtifacts": [{"name": "s", "path": "a.md"}, {"name": "s", "path": "b"}]}}
+    with pytest.raises(errors.Invalid) as caught:
+        admit(MemoryReader(), doc, old=None)
+    assert caught.value.causes[0].field == "spec.outputArtifacts[1].name"
