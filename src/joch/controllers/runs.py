@@ -538,6 +538,11 @@ class RunController(Controller):
         return self._ended_run(key, run, ref, state)
 
     def _still_running(self, key: Key, run: Obj, ref: rt.Ref, state: rt.RunState) -> Result:
+        if run["spec"].get("cancel") and state.reason == "Unreachable":
+            message = f"cancelled; {state.message}, so its process could not be stopped from here"
+            self._write(run, _ended(run, "Cancelled", "Cancelled", message), ("Cancelled", message, "Warning"))
+            self._release(key)
+            return Result()
         if run["spec"].get("cancel"):
             self._cancel_once(key, ref)
             return Result(requeue_after=1.0)
@@ -545,6 +550,15 @@ class RunController(Controller):
         timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
         started = parse_time(status["startedAt"]).timestamp() if status.get("startedAt") else self.ctx.clock.time()
         overdue = self.ctx.clock.time() - (started + timeout + self.options.grace_seconds + BACKSTOP_SLACK)
+        if overdue > 0 and state.reason == "Unreachable":
+            # Started by a replica on another host (or data dir) that is gone: its runner may have
+            # finished or may still run, but nobody here can see it. Never start it again; once its
+            # deadline has certainly passed, say what is known and end it.
+            message = f"{state.message}; its deadline has passed, so it is reported lost"
+            self._write(run, _ended(run, "Failed", "RunnerUnreachable", message),
+                        ("RunnerUnreachable", message, "Warning"))
+            self._release(key)
+            return Result()
         if overdue > 0:
             logger.warning("run %s is %.0f s past its deadline and still running: cancelling it", key, overdue)
             self._cancel_once(key, ref)
@@ -628,7 +642,7 @@ class RunController(Controller):
             state: rt.RunState | None = None
             if isinstance(ref, dict) and _phase(run) == "Running":
                 state = self.runtime.status(ref)
-                if not state.finished:
+                if not state.finished and state.reason != "Unreachable":
                     self._cancel_once(key, ref)
                     return Result(requeue_after=0.2)
             if state is not None and state.phase in ("Succeeded", "Failed"):

@@ -173,7 +173,8 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     def cleanup(self, ref: Ref, *, keep_records: bool = True) -> None:
-        """Remove the workspace; with ``keep_records=False`` also the log, record and artifacts."""
+        """Remove the attempt's workspace; with ``keep_records=False`` (the run is being deleted)
+        also the logs, records and artifacts of every attempt of the run."""
 
     @abc.abstractmethod
     def subscribe(self, callback: Callable[[RunId], None]) -> None: ...

@@ -59,6 +59,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -187,7 +188,7 @@ class LocalRuntime(Runtime):
             shutil.rmtree(files.dir, ignore_errors=True)  # give the claim back: nothing was started
             raise
         ref: Ref = {"type": TYPE, "id": _ref_id(spec.run), "runnerPid": pid, "runnerStart": start,
-                    "dir": str(files.dir)}
+                    "dir": str(files.dir), "host": socket.gethostname()}
         runner.write_durably(files.dir / "ref.json", json.dumps(ref, sort_keys=True).encode())
         self._track(spec.run, files, ref, child=child)
         return ref
@@ -214,7 +215,22 @@ class LocalRuntime(Runtime):
 
     # --- status -------------------------------------------------------------------------------------
 
+    def elsewhere(self, ref: Ref) -> str | None:
+        """Why ``ref`` is not this runtime's to see (another host, or another data dir on this one),
+        or None. Such a run's runner may well be alive: it is not Lost, only out of reach."""
+        host = ref.get("host")
+        if isinstance(host, str) and host != socket.gethostname():
+            return f"it runs on host {host}, and this server runs on {socket.gethostname()}"
+        where = ref.get("dir")
+        if isinstance(where, str) and not Path(where).is_relative_to(self.root):
+            return f"its files are under {where}, outside this server's data dir {self.root}"
+        return None
+
     def status(self, ref: Ref) -> RunState:
+        away = self.elsewhere(ref)
+        if away is not None:
+            return RunState(phase="Running", reason="Unreachable",
+                            message=f"the local runtime cannot see this run: {away}")
         files = self._files_of(ref)
         state = runner.read_state(files.state)
         if state is not None and state.finished:
@@ -276,6 +292,8 @@ class LocalRuntime(Runtime):
     # --- cancel -------------------------------------------------------------------------------------
 
     def cancel(self, ref: Ref) -> None:
+        if self.elsewhere(ref) is not None:
+            return
         files = self._files_of(ref)
         state = runner.read_state(files.state)
         if (state is not None and state.finished) or not files.dir.is_dir():
@@ -318,6 +336,8 @@ class LocalRuntime(Runtime):
     # --- cleanup ------------------------------------------------------------------------------------
 
     def cleanup(self, ref: Ref, *, keep_records: bool = True) -> None:
+        if self.elsewhere(ref) is not None:
+            return
         files = self._files_of(ref)
         if not files.dir.is_dir():
             return
@@ -328,11 +348,21 @@ class LocalRuntime(Runtime):
         spec = _spec_of(files)
         workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self.workspace_root(run))
         if not keep_records:
-            with self._lock:
-                self._monitor.tracked.pop(_ref_id(run), None)
-            shutil.rmtree(files.dir, ignore_errors=True)
+            # The run is going away: every attempt's records go with it (earlier attempts of a
+            # retried run are not named by the latest reference).
+            for attempt_dir in sorted(files.dir.parent.iterdir()):
+                if not attempt_dir.name.isdigit():
+                    continue
+                earlier = RunId(namespace="", name="", uid=run.uid, attempt=int(attempt_dir.name))
+                if earlier.attempt != run.attempt:
+                    earlier_spec = _spec_of(self.files(earlier))
+                    workspace.remove(cache=self.mirrors, git=earlier_spec.git if earlier_spec else None,
+                                     root=self.workspace_root(earlier))
+                with self._lock:
+                    self._monitor.tracked.pop(_ref_id(earlier), None)
+                shutil.rmtree(attempt_dir, ignore_errors=True)
             with contextlib.suppress(OSError):
-                files.dir.parent.rmdir()  # the uid's directory, once its last attempt is gone
+                files.dir.parent.rmdir()
 
     def _wait_finished(self, ref: Ref, files: runner.RunFiles) -> None:
         spec = _spec_of(files)

@@ -58,6 +58,7 @@ that has done both once, and each forked runner is what ``--spec PATH`` in a new
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -97,6 +98,7 @@ PASSED_ENV = frozenset({
 """What the agent inherits from the runner's environment (besides ``LC_*``)."""
 REDACTED = b"***"
 MIN_SECRET_LENGTH = 4
+_PR_SET_CHILD_SUBREAPER = 36
 _POLL = 0.25          # longest sleep of the supervision loop (signals and output wake it earlier)
 _AFTER_KILL = 2.0     # how long to wait for a SIGKILLed group to vanish, or for its output pipe to close
 _CHUNK = 65536
@@ -335,6 +337,7 @@ class Runner:
     # The steps -------------------------------------------------------------------------------------
 
     def run(self) -> int:
+        _become_subreaper()
         try:
             self.record(RunState(phase="Preparing"))
             if self.files.cancel.exists():
@@ -360,6 +363,7 @@ class Runner:
                 signal_group(agent.pid, signal.SIGKILL)
                 raise
             finally:
+                _kill_descendants()  # what left the agent's process group (setsid daemons) goes too
                 if agent.stdout is not None:
                     agent.stdout.close()
             os.fsync(log)
@@ -554,6 +558,58 @@ def _which(name: str, path: str, cwd: Path) -> str | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def _become_subreaper() -> None:
+    """Orphans of the agent's processes (a daemon that called ``setsid`` and whose parent exited)
+    are re-parented to the runner instead of init, so ``_kill_descendants`` can find them."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: only the agent's process group is stopped
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process below the runner that is still there once the agent's group is gone,
+    and reap them: the run is over, and nothing it started may outlive it."""
+    deadline = time.monotonic() + _AFTER_KILL
+    while True:
+        left = _descendants(os.getpid())
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        _reap()
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
 
 
 def _reap() -> list[tuple[int, int]]:

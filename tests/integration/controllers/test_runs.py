@@ -508,3 +508,19 @@ def test_runs_cancelled_as_they_start_leave_no_agent_running(make_env: Callable[
         assert env.wait(name, {"Cancelled", "Succeeded", "Failed"})["status"]["phase"] == "Cancelled"
     time.sleep(1.3)
     assert sorted(p.name for p in marks.iterdir() if p.name.endswith(".done")) == []
+
+
+def test_deleting_a_retried_run_removes_every_attempts_files(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", script("import sys; sys.exit(1)")), agent("a", "p", defaults={"retryLimit": 2}))
+    name = env.create_run()
+    run = env.wait(name, {"Failed"})
+    assert run["status"]["attempt"] == 3
+    uid_dir = env.data_dir / "runs" / run["metadata"]["uid"]
+    assert sorted(p.name for p in uid_dir.iterdir()) == ["1", "2", "3"]
+    env.store.delete(kinds.AGENT_RUN, "default", name)
+    deadline = time.monotonic() + 10
+    while uid_dir.exists():
+        assert time.monotonic() < deadline, sorted(p.name for p in uid_dir.iterdir())
+        time.sleep(0.05)
+    assert not [p for p in (env.data_dir / "workspaces").iterdir() if p.name.startswith(run["metadata"]["uid"])]

@@ -242,3 +242,53 @@ def test_a_runner_that_died_at_start_is_lost_with_its_last_words(local: LocalRun
     assert (state.phase, state.reason) == ("Lost", "RunnerLost")
     assert state.message == "the runner process vanished before it started the agent (runner.log: ImportError: boom)"
     assert local.status(ref) == state and local.submit(s) == ref  # recorded, and never started again
+
+
+@pytest.mark.parametrize("timeout", [1.0, 30.0])
+def test_processes_that_leave_the_agents_group_do_not_outlive_the_run(
+    local: LocalRuntime, tmp_path: Path, timeout: float,
+) -> None:
+    """A daemon the agent starts in a session of its own (``setsid``), ignoring SIGTERM, is stopped
+    too: when the deadline stops the agent, and when the agent exits on its own."""
+    pid_file = tmp_path / f"daemon-{int(timeout)}"
+    daemon_code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    code = ("import subprocess,sys,time,signal; "
+            f"p=subprocess.Popen([sys.executable,'-c',{daemon_code!r}], start_new_session=True); "
+            f"open({str(pid_file)!r},'w').write(str(p.pid)); "
+            "time.sleep(60 if len(sys.argv) < 2 else 0)")
+    argv = python_agent(code) + ([] if timeout < 5 else ["exit-now"])
+    ref = local.submit(spec(argv, uid=f"u-setsid-{int(timeout)}", timeout_seconds=timeout, grace_seconds=0.5))
+    state = finished(local, ref)
+    assert state.phase == ("Failed" if timeout < 5 else "Succeeded"), state
+    daemon = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            os.kill(daemon, 0)
+            stat = Path(f"/proc/{daemon}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        assert time.monotonic() < deadline, f"daemon {daemon} outlived the run"
+        time.sleep(0.05)
+
+
+def test_a_run_of_another_data_dir_is_unreachable_not_lost(tmp_path: Path) -> None:
+    """A replica with another data dir (another host, in practice) cannot see the run's runner: it
+    must not call it Lost (the run would be retried and run twice), nor touch its files."""
+    first = LocalRuntime(tmp_path / "a")
+    other = LocalRuntime(tmp_path / "b")
+    try:
+        ref = first.submit(spec(python_agent("import time; time.sleep(0.3)"), uid="u-away"))
+        state = other.status(ref)
+        assert (state.phase, state.reason) == ("Running", "Unreachable")
+        assert str(tmp_path / "a") in (state.message or "")
+        other.cancel(ref)
+        other.cleanup(ref, keep_records=False)
+        assert finished(first, ref).phase == "Succeeded"  # neither stopped nor removed it
+        moved = {**ref, "host": "elsewhere.example"}
+        assert "host elsewhere.example" in (first.status(moved).message or "")
+    finally:
+        first.close()
+        other.close()
