@@ -424,8 +424,7 @@ class Runner:
         name = self.spec.argv[0]
         executable = _which(name, env["PATH"], checkout.path)
         if executable is None:
-            where = "on PATH" if os.sep not in name else f"in {checkout.path}"
-            raise _StartError(f'binary "{name}" not found {where}')
+            raise _StartError(_not_runnable(name, checkout.path))
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
@@ -547,6 +546,17 @@ class Runner:
 
 def _seconds(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:.3g}"
+
+
+def _not_runnable(name: str, cwd: Path) -> str:
+    if os.sep not in name:
+        return f'binary "{name}" not found on PATH'
+    candidate = Path(name) if os.path.isabs(name) else cwd / name
+    if candidate.is_dir():
+        return f'binary "{name}" is a directory'
+    if candidate.exists():
+        return f'binary "{name}" is not executable (chmod +x it)'
+    return f'binary "{name}" not found' + ("" if os.path.isabs(name) else f" (relative to the workspace {cwd})")
 
 
 def _which(name: str, path: str, cwd: Path) -> str | None:

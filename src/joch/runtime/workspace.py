@@ -374,8 +374,13 @@ def _left(deadline: float | None) -> float | None:
 
 
 def _last_line(text: str) -> str:
+    """git's reason: its first ``fatal:``/``error:`` line (later lines often only add advice such as
+    "Please make sure you have the correct access rights and the repository exists."), else its last."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].removeprefix("fatal: ").removeprefix("error: ") if lines else ""
+    for line in lines:
+        if line.startswith(("fatal: ", "error: ")):
+            return line.removeprefix("fatal: ").removeprefix("error: ")
+    return lines[-1] if lines else ""
 
 
 def _note(text: str) -> None:

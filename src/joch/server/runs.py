@@ -149,7 +149,12 @@ class RunRoutes:
             run = await self._started(request, run)
             ref = runtime_ref(run) or {}
             runtime = self.runtime(run, ref)
-        chunks = await run_in_threadpool(runtime.logs, _attempt_ref(run, ref, attempt), follow=follow)
+        try:
+            target = _attempt_ref(run, ref, attempt)
+            await run_in_threadpool(runtime.status, target)  # a reference it cannot read fails here, as a 400
+            chunks = await run_in_threadpool(runtime.logs, target, follow=follow)
+        except ValueError as exc:  # a status.runtimeRef this runtime cannot read (written by hand?)
+            raise errors.BadRequest(f'run "{name}": {exc}', kind=kinds.AGENT_RUN.plural, name=name) from None
         return StreamingResponse(_in_own_thread(chunks), media_type=TEXT)
 
     async def _started(self, request: Request, run: Obj) -> Obj:
@@ -196,9 +201,14 @@ class RunRoutes:
             record, stream = self.runtime(run, ref).open_artifact(ref, artifact)
         except KeyError:
             listed = [str(a.get("name")) for a in (run.get("status") or {}).get("artifacts") or []]
-            has = f"its artifacts are {', '.join(listed)}" if listed else "it has none"
+            if artifact in listed:  # the status names it, the runtime has no file: say that, not "it has it"
+                has = "the runtime holds no file for it (its files were removed?)"
+            else:
+                has = f"its artifacts are {', '.join(listed)}" if listed else "it has none"
             raise errors.NotFound(f'run "{name}" has no artifact "{artifact}"; {has}',
                                   kind="artifacts", name=artifact) from None
+        except ValueError as exc:  # a status.runtimeRef this runtime cannot read (written by hand?)
+            raise errors.BadRequest(f'run "{name}": {exc}', kind=kinds.AGENT_RUN.plural, name=name) from None
         headers = {"Content-Disposition": content_disposition(artifact),
                    "X-Content-SHA256": record.sha256, "Digest": f"sha-256={_b64_digest(record.sha256)}"}
         return StreamingResponse(_read_chunks(stream), media_type=OCTETS, headers=headers,

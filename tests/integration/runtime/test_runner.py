@@ -173,6 +173,10 @@ def test_start_and_workspace_errors(make_run: Callable[..., RunnerRun], repo: Re
     code, state = r.run()
     assert (code, state.phase, state.reason) == (1, "Failed", "StartError")
     assert state.message == 'binary "no-such-agent-binary" not found on PATH' and state.pid is None
+    for target, why in ((repo.path, "is a directory"), (repo.path / "README.md", "is not executable")):
+        _, state = make_run(spec([str(target)])).run()
+        assert (state.reason, state.message) == ("StartError", f'binary "{target}" {why}' + (
+            " (chmod +x it)" if why == "is not executable" else ""))
 
     r = make_run(spec(["true"], git=git_source(repo, "nope")))
     _, state = r.run()

@@ -215,6 +215,12 @@ def test_a_reference_of_another_runtime_is_a_400(server: RunServer) -> None:
                                    "local runtime")
 
 
+def test_a_malformed_reference_is_a_400_not_a_500(server: RunServer) -> None:
+    server.run("mangled", phase="Running", runtimeRef={"type": "local", "id": "no-attempt-here"})
+    r = server.log("mangled")
+    assert is_status(r.json(), 400, "BadRequest") and "malformed" in r.json()["message"]
+
+
 def test_a_server_without_a_runtime_says_so(store: Store, server: RunServer) -> None:
     server.executed("done", "print('hi')")
     with ServerThread(create_app(store, options=FAST)) as bare:
