@@ -434,6 +434,17 @@ def test_kill_9_of_the_leader_process_hands_the_lease_to_the_other_process(
         # Within the lease and a retry (2 s and 2/15 of it), with a second of slack for a busy machine;
         # on one host it is about one retry: the killed holder's pid is dead, so nobody waits it out.
         assert took < 2.0 + 0.27 + 1.0, took
+        # ... and it reconciles: an Agent applied now is compiled by the new leader's controller.
+        store.create(kinds.AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"},
+                                            "spec": {"binary": "true"}})
+        store.create(kinds.AGENT, {"metadata": {"name": "after-failover", "namespace": "default"},
+                                   "spec": {"providerRef": {"name": "p"}}})
+
+        def ready() -> bool:
+            status = store.get(kinds.AGENT, "default", "after-failover").get("status") or {}
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+
+        wait_until(ready, timeout=10, what="the new leader to compile the Agent")
         other.send_signal(signal.SIGTERM)
         _, stderr = other.communicate(timeout=15)
         assert other.returncode == 0, stderr
