@@ -45,12 +45,16 @@ The template context (``build_context`` builds it from the objects):
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import difflib
 import functools
 import re
+import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import jinja2
@@ -74,6 +78,7 @@ SHAPES: Mapping[str, tuple[str, ...]] = {
 MAX_ARGUMENT_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: one argv element, or one NAME=value
 MAX_COMMAND_BYTES = 1024 * 1024  # argv and env together, well below ARG_MAX's usual 2 MiB
 MAX_FILE_BYTES = 1024 * 1024     # one rendered input file
+MAX_RENDER_SECONDS = 2.0         # one template's rendering
 _MAX_INTERMEDIATE = MAX_FILE_BYTES  # any string, repeat count or width built inside a template
 _MAX_POWER_BITS = 64 * 1024
 _FORMAT_WIDTH = re.compile(r"%[-#0 +]*\d{7,}|%[-#0 +]*\d*\.\d{7,}|\{[^{}]*:[^{}]*\d{7,}[^{}]*\}")
@@ -216,18 +221,55 @@ def _where(provider: Mapping[str, Any]) -> str:
     return f"AgentProvider/{provider.get('name', '?')}"
 
 
+class _TooSlow(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_budget(seconds: float) -> Iterator[None]:
+    """Abort the rendering (``_TooSlow`` from inside it) once it has run ``seconds``.
+
+    Jinja compiles a template to Python functions, so a trace function sees every line they run:
+    two nested ``range(50000)`` loops are stopped after ``seconds`` instead of pinning a controller
+    worker — and with it the run's cancel and delete — for hours. Tracing costs a few times the
+    (sub-millisecond) rendering of a normal template; the clock is read every 256 lines."""
+    deadline = time.monotonic() + seconds
+    lines = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal lines
+        lines += 1
+        if not lines & 0xFF and time.monotonic() > deadline:
+            raise _TooSlow
+        return local
+
+    def calls(frame: FrameType, event: str, arg: object) -> Any:
+        return local if event == "call" else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
 def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> str:
     try:
         template = _compile(source)
         size = 0
         parts: list[str] = []
-        for chunk in template.generate(values):
-            size += len(chunk)  # characters: a lower bound of the UTF-8 size
-            if size > limit:
-                raise TemplateError(path, _too_big(path, f"more than {_size(limit)}", limit))
-            parts.append(chunk)
+        with _time_budget(MAX_RENDER_SECONDS):
+            for chunk in template.generate(values):
+                size += len(chunk)  # characters: a lower bound of the UTF-8 size
+                if size > limit:
+                    raise TemplateError(path, _too_big(path, f"more than {_size(limit)}", limit))
+                parts.append(chunk)
     except TemplateError:
         raise
+    except _TooSlow:
+        raise TemplateError(path, f"took longer than {MAX_RENDER_SECONDS:g} s to render (a loop too many?); "
+                            "a provider template should only assemble text") from None
     except TemplateSyntaxError as exc:
         raise TemplateError(path, _syntax(exc)) from None
     except SecurityError as exc:

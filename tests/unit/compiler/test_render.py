@@ -320,3 +320,19 @@ def test_what_check_templates_passes_renders() -> None:
     m = manifest(argsTemplate=["{{ implementation.summary }}", "{{ run.attempt }}", "{{ agent.modelRoute }}"])
     assert check_templates(m) == []
     assert render_invocation(m, context(m)).argv[1:] == ("Greet", "2", "None")
+
+
+def test_a_template_that_loops_for_ever_is_stopped_with_a_template_error() -> None:
+    import time as _time
+
+    from joch.compiler import render as rendering
+
+    started = _time.monotonic()
+    with pytest.raises(rendering.TemplateError) as caught:
+        rendering._render("AgentProvider/p spec.argsTemplate[0]",
+                          "{% for i in range(50000) %}{% for j in range(50000) %}{% endfor %}{% endfor %}done",
+                          {}, rendering.MAX_ARGUMENT_BYTES)
+    assert _time.monotonic() - started < rendering.MAX_RENDER_SECONDS + 2
+    assert caught.value.path == "AgentProvider/p spec.argsTemplate[0]"
+    assert "longer than 2 s to render" in caught.value.message
+    assert rendering._render("x", "{% for i in range(100) %}{{ i }}{% endfor %}", {}, 1000).startswith("0123")
