@@ -66,6 +66,7 @@ TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 RETRYABLE = frozenset({"AgentFailed", "RunnerLost"})
 BACKSTOP_SLACK = 30.0  # seconds past deadline + grace before the controller cancels on its own
 COMPONENT = "joch-run-controller"
+_GLOBAL_WAIT = "waiting for a run slot: "
 
 Phase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
 
@@ -392,7 +393,7 @@ class RunController(Controller):
     def _blocked(self, slot: Slot, taken: list[Slot]) -> str | None:
         limit = self.options.max_concurrent_runs
         if limit is not None and len(taken) >= limit:
-            return f"waiting for a run slot: {len(taken)} of {limit} runs are running (--max-concurrent-runs)"
+            return f"{_GLOBAL_WAIT}{len(taken)} of {limit} runs are running (--max-concurrent-runs)"
         limit = self.options.max_concurrent_runs_per_namespace
         in_namespace = sum(1 for s in taken if s.namespace == slot.namespace)
         if limit is not None and in_namespace >= limit:
@@ -417,13 +418,29 @@ class RunController(Controller):
                 self._next += 1
 
     def _release(self, key: Key) -> None:
+        """Free ``key``'s slot and wake the queued runs that can take the freed capacity: oldest
+        first, skipping those another limit still holds, as ``_claim`` will decide. Waking every
+        queued run instead costs a reconcile each per release (most of the scheduler's CPU in a
+        burst); a run this misses is found by the periodic resync."""
         with self._lock:
             slot = self._active.pop(key, None)
-            waiting = [] if slot is None else [
-                Key.of(r) for r in sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list()
-                                           if _phase(r) == "Queued"), key=self._fifo)]
-        for other in waiting:
-            self.ctx.enqueue(self.name, other)
+            if slot is None:
+                return
+            taken = list(self._active.values())
+            waking: list[Key] = []
+            for run in sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Queued"
+                               and not r["metadata"].get("deletionTimestamp")), key=self._fifo):
+                if Key.of(run) in self._active:
+                    continue  # claimed already, counted in taken
+                other = _slot(run)
+                why = self._blocked(other, taken)
+                if why is not None and why.startswith(_GLOBAL_WAIT):
+                    break  # the global limit is reached: nobody younger can start either
+                if why is None:
+                    waking.append(Key.of(run))
+                    taken.append(other)
+        for other_key in waking:
+            self.ctx.enqueue(self.name, other_key)
 
     def _dispatch(self, key: Key, run: Obj, *, resume: bool = False) -> Result | None:
         """Start the run in the slot ``_claim`` took, in three steps:

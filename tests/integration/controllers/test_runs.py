@@ -524,3 +524,18 @@ def test_deleting_a_retried_run_removes_every_attempts_files(make_env: Callable[
         assert time.monotonic() < deadline, sorted(p.name for p in uid_dir.iterdir())
         time.sleep(0.05)
     assert not [p for p in (env.data_dir / "workspaces").iterdir() if p.name.startswith(run["metadata"]["uid"])]
+
+
+def test_a_run_held_by_its_agents_limit_does_not_hold_back_other_agents(make_env: Callable[..., Env]) -> None:
+    env = make_env(max_concurrent_runs=2)
+    env.apply(provider("slow", script("import time; time.sleep(1.5)")), provider("quick", script("pass")),
+              agent("x", "slow", maxConcurrentRuns=1), agent("y", "quick"))
+    xs = [env.create_run(f"x{i}", agent="x") for i in range(3)]
+    env.wait(xs[0], {"Running"})
+    y = env.create_run("y1", agent="y")  # younger than x1 and x2, which wait on agent x's limit
+    run = env.wait(y, {"Succeeded", "Failed"}, timeout=10)
+    assert run["status"]["phase"] == "Succeeded"
+    assert env.run(xs[0])["status"]["phase"] == "Running"  # y1 did not wait for x's runs
+    assert env.run(xs[2])["status"]["phase"] == "Queued"
+    for name in xs:
+        assert env.wait(name, {"Succeeded"}, timeout=20)["status"]["phase"] == "Succeeded"
