@@ -76,6 +76,16 @@ class Env:
             assert time.monotonic() < deadline, f"run {name} stayed {run.get('status')}"
             time.sleep(0.05)
 
+    def wait_gone(self, name: str, timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                run = self.run(name)
+            except errors.NotFound:
+                return
+            assert time.monotonic() < deadline, run
+            time.sleep(0.05)
+
     def events(self, name: str) -> list[tuple[str, str]]:
         uid = self.run(name)["metadata"]["uid"]
         items = self.store.list(kinds.EVENT).items
@@ -143,6 +153,19 @@ def alive(pid: int) -> bool:
 WRITE_PID = "import os,pathlib,sys; pathlib.Path(sys.argv[1]).write_text(str(os.getpid())); "
 
 
+def start_sleeper(env: Env) -> tuple[str, Path]:
+    """A run of an agent that records its pid and sleeps a minute, once the agent has started."""
+    pid_file = env.tmp / "pid"
+    env.apply(provider("p", [*script(WRITE_PID + "import time; time.sleep(60)"), str(pid_file)]), agent("a", "p"))
+    name = env.create_run()
+    env.wait(name, {"Running"})
+    deadline = time.monotonic() + 10
+    while not pid_file.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return name, pid_file
+
+
 def test_the_demo_agent_succeeds_with_artifacts_and_a_patch(make_env: Callable[..., Env], store_url: str) -> None:
     env = make_env(store_url)
     env.apply(
@@ -196,14 +219,7 @@ def test_a_sleeping_agent_past_its_timeout_fails_and_leaves_no_process(make_env:
 
 def test_cancel_stops_the_agent_and_ends_cancelled(make_env: Callable[..., Env]) -> None:
     env = make_env()
-    pid_file = env.tmp / "pid"
-    env.apply(provider("p", [*script(WRITE_PID + "import time; time.sleep(60)"), str(pid_file)]), agent("a", "p"))
-    name = env.create_run()
-    env.wait(name, {"Running"})
-    deadline = time.monotonic() + 10
-    while not pid_file.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    name, pid_file = start_sleeper(env)
     run = env.run(name)
     env.store.update(kinds.AGENT_RUN, {**run, "spec": {**run["spec"], "cancel": True}})
     run = env.wait(name, {"Succeeded", "Failed", "Cancelled"})
@@ -213,23 +229,9 @@ def test_cancel_stops_the_agent_and_ends_cancelled(make_env: Callable[..., Env])
 
 def test_deleting_a_running_run_stops_it_then_removes_it(make_env: Callable[..., Env]) -> None:
     env = make_env()
-    pid_file = env.tmp / "pid"
-    env.apply(provider("p", [*script(WRITE_PID + "import time; time.sleep(60)"), str(pid_file)]), agent("a", "p"))
-    name = env.create_run()
-    env.wait(name, {"Running"})
-    deadline = time.monotonic() + 10
-    while not pid_file.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    name, pid_file = start_sleeper(env)
     env.store.delete(kinds.AGENT_RUN, "default", name)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            env.run(name)
-        except errors.NotFound:
-            break
-        assert time.monotonic() < deadline, env.run(name)
-        time.sleep(0.05)
+    env.wait_gone(name)
     assert not alive(int(pid_file.read_text()))
 
 
@@ -365,14 +367,7 @@ def test_finished_runs_are_collected_after_their_ttl(make_env: Callable[..., Env
     env = make_env()
     env.apply(provider("p", script("pass")), agent("a", "p"))
     name = env.create_run(ttlSecondsAfterFinished=0)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            env.run(name)
-        except errors.NotFound:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    env.wait_gone(name)
 
 
 def test_a_restarted_manager_readopts_a_running_run_and_never_starts_it_twice(
@@ -453,14 +448,7 @@ def test_a_new_run_never_inherits_the_approval_of_an_old_run_with_its_name(make_
     env.store.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Approved", "decidedBy": "ana"}})
     env.wait("same", {"Succeeded"})
     env.store.delete(kinds.AGENT_RUN, "default", "same")
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            env.run("same")
-        except errors.NotFound:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    env.wait_gone("same")
     with pytest.raises(errors.NotFound):  # the finalizer removed the run's Approval with it
         env.store.get(kinds.APPROVAL, "default", "same-dispatch")
     # An Approval left behind (say, restored from a backup) is not the new run's either.
