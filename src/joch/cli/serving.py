@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
@@ -31,12 +32,28 @@ from joch.controllers.options import ControllerOptions, default_identity
 
 def store_url(*, data_dir: Path, store: str | None) -> str:
     if store:
+        _check_sqlite_directory(store)
         return store
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise errors.BadRequest(f'cannot create the data directory "{data_dir}": {exc.strerror or exc}') from None
     return f"sqlite:///{data_dir.resolve() / 'joch.db'}"
+
+
+def _check_sqlite_directory(url: str) -> None:
+    """A typo in a ``--store sqlite:///…`` path must not quietly create a new, empty store (and its
+    directories) that a server then leads as if nothing were wrong."""
+    if not url.startswith("sqlite:"):
+        return
+    parts = urlsplit(url)
+    path = (parts.netloc + parts.path) if parts.netloc else parts.path
+    if path.startswith("//"):
+        path = path[1:]
+    directory = Path(path).parent
+    if path and not directory.is_dir():
+        raise errors.BadRequest(f'the directory "{directory}" of the SQLite store in --store does not exist: '
+                                f"create it (mkdir -p {directory}) or fix the URL")
 
 
 MAX_PORT = 65535

@@ -486,6 +486,8 @@ def test_joch_server_runs_the_controllers_and_releases_the_lease_on_shutdown(tmp
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--lease-duration", "0", "--lease-duration must be a positive number of seconds (got 0)"),
     ("--max-concurrent-runs", "0", "--max-concurrent-runs must be at least 1 (got 0)"),
+    ("--store", "sqlite:////nonexistent-joch-dir/x.db", 'the directory "/nonexistent-joch-dir" of the SQLite store '
+     "in --store does not exist: create it (mkdir -p /nonexistent-joch-dir) or fix the URL"),
 ])
 def test_joch_controller_refuses_nonsense_flags(tmp_path: Path, flag: str, value: str, message: str) -> None:
     joch = Path(sys.executable).parent / "joch"
