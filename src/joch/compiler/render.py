@@ -221,8 +221,9 @@ def _where(provider: Mapping[str, Any]) -> str:
     return f"AgentProvider/{provider.get('name', '?')}"
 
 
-class _TooSlow(Exception):
-    pass
+class _TooSlow(BaseException):
+    """A BaseException, raised from the trace function into whatever frame runs: Jinja's own
+    ``except Exception`` (in tests such as ``is sequence``) must not swallow it."""
 
 
 @contextlib.contextmanager
@@ -243,6 +244,7 @@ def _time_budget(seconds: float) -> Iterator[None]:
             raise _TooSlow
         return local
 
+
     def calls(frame: FrameType, event: str, arg: object) -> Any:
         return local if event == "call" else None
 
@@ -259,8 +261,11 @@ def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> st
         template = _compile(source)
         size = 0
         parts: list[str] = []
+        deadline = time.monotonic() + MAX_RENDER_SECONDS
         with _time_budget(MAX_RENDER_SECONDS):
             for chunk in template.generate(values):
+                if time.monotonic() > deadline:  # a backstop the template's code cannot reach
+                    raise _TooSlow
                 size += len(chunk)  # characters: a lower bound of the UTF-8 size
                 if size > limit:
                     raise TemplateError(path, _too_big(path, f"more than {_size(limit)}", limit))

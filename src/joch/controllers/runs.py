@@ -373,11 +373,7 @@ class RunController(Controller):
         with self._lock:
             if key in self._active:
                 return None
-            queued = sorted(
-                (r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Queued"
-                 and not r["metadata"].get("deletionTimestamp")),
-                key=self._fifo,
-            )
+            queued = sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _waiting(r)), key=self._fifo)
             taken = list(self._active.values())
             for other in queued:
                 other_key = Key.of(other)
@@ -428,8 +424,7 @@ class RunController(Controller):
                 return
             taken = list(self._active.values())
             waking: list[Key] = []
-            for run in sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Queued"
-                               and not r["metadata"].get("deletionTimestamp")), key=self._fifo):
+            for run in sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _waiting(r)), key=self._fifo):
                 if Key.of(run) in self._active:
                     continue  # claimed already, counted in taken
                 other = _slot(run)
@@ -464,6 +459,9 @@ class RunController(Controller):
             invocation = self._invocation(run, plan, self._workspace(run_id, git), run_id)
             secrets = self._secret_values(run, invocation)
         except InvalidSpec as exc:
+            if resume:
+                # A crashed replica may have started it before the spec went bad: stop what exists.
+                self._stop_pending(run)
             self._release(key)
             status = _ended(run, "Failed", exc.reason, exc.message)
             status["conditions"] = set_condition(status["conditions"], _cond("InvalidSpec", "True", exc.reason,
@@ -492,11 +490,15 @@ class RunController(Controller):
                 self._release(key)
                 raise
         if not self.ctx.leading():
-            logger.info("run %s: not starting attempt %d, this replica no longer leads", key, attempt)
-            return None
+            # A renewal may only be late: look again (a replica that really lost the lease stops
+            # reconciling, and the new leader resumes the pending start).
+            logger.info("run %s: not starting attempt %d, this replica does not hold the lease now", key, attempt)
+            return Result(requeue_after=self.options.retry_period)
         try:
             ref = self.runtime.submit(spec, secrets=secrets)
         except (OSError, ValueError, RuntimeError) as exc:
+            if resume:
+                self._stop_pending(run)
             self._release(key)
             message = f"the {self.runtime.type} runtime could not start the run: {exc}"
             self._write(run, _ended(run, "Failed", "SubmitFailed", message), ("SubmitFailed", message, "Warning"))
@@ -508,6 +510,14 @@ class RunController(Controller):
         status["conditions"] = set_condition(conditions, _cond("InProgress", "True", "Started", message))
         self._write(run, status, ("Started", message, "Normal"))
         return Result(requeue_after=min(float(plan.timeout_seconds), self.options.resync_period))
+
+    def _stop_pending(self, run: Obj) -> None:
+        ref = (run.get("status") or {}).get("runtimeRef")
+        if isinstance(ref, dict):
+            try:
+                self.runtime.cancel({k: v for k, v in ref.items() if k != "pending"})
+            except (OSError, ValueError) as exc:
+                logger.warning("run %s: could not stop a possibly started attempt: %s", Key.of(run), exc)
 
     def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None) -> rt.Workspace:
         try:
@@ -738,6 +748,12 @@ class ApprovalController(Controller):
 def _phase(run: Obj) -> str | None:
     phase = (run.get("status") or {}).get("phase")
     return phase if isinstance(phase, str) else None
+
+
+def _waiting(run: Obj) -> bool:
+    """Queued and still wanted: a cancelled or deleted run will not take a slot."""
+    return (_phase(run) == "Queued" and not run["metadata"].get("deletionTimestamp")
+            and not run["spec"].get("cancel"))
 
 
 def _slot(run: Obj) -> Slot:

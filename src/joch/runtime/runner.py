@@ -337,7 +337,6 @@ class Runner:
     # The steps -------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        _become_subreaper()
         try:
             self.record(RunState(phase="Preparing"))
             if self.files.cancel.exists():
@@ -353,9 +352,13 @@ class Runner:
             return self.finish("Cancelled", "Cancelled", "cancelled before the agent started")
         log = os.open(self.files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            # Subreaper only while the agent runs: orphans of the runner's own git (a detached
+            # `gc --auto` in the shared mirror after a fetch) are not the agent's and must live on.
+            _set_subreaper(True)
             try:
                 agent = self._start(checkout)
             except _StartError as exc:
+                _set_subreaper(False)
                 return self.finish("Failed", "StartError", str(exc))
             try:
                 ending = self._supervise(agent, log)
@@ -364,6 +367,7 @@ class Runner:
                 raise
             finally:
                 _kill_descendants()  # what left the agent's process group (setsid daemons) goes too
+                _set_subreaper(False)
                 if agent.stdout is not None:
                     agent.stdout.close()
             os.fsync(log)
@@ -570,14 +574,14 @@ def _which(name: str, path: str, cwd: Path) -> str | None:
     return None
 
 
-def _become_subreaper() -> None:
-    """Orphans of the agent's processes (a daemon that called ``setsid`` and whose parent exited)
-    are re-parented to the runner instead of init, so ``_kill_descendants`` can find them."""
+def _set_subreaper(on: bool) -> None:
+    """While on, orphans of the agent's processes (a daemon that called ``setsid`` and whose parent
+    exited) are re-parented to the runner instead of init, so ``_kill_descendants`` can find them."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: only the agent's process group is stopped
 

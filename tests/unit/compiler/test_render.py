@@ -336,3 +336,20 @@ def test_a_template_that_loops_for_ever_is_stopped_with_a_template_error() -> No
     assert caught.value.path == "AgentProvider/p spec.argsTemplate[0]"
     assert "longer than 2 s to render" in caught.value.message
     assert rendering._render("x", "{% for i in range(100) %}{{ i }}{% endfor %}", {}, 1000).startswith("0123")
+
+
+@pytest.mark.parametrize("pad", range(0, 4))
+def test_the_time_budget_cannot_be_swallowed_by_jinjas_own_exception_handlers(pad: int) -> None:
+    """``is sequence`` runs ``except Exception``: the budget's exception must pass through it, whatever
+    line it lands on (the padding moves that line)."""
+    import time as _time
+
+    from joch.compiler import render as rendering
+
+    assert not issubclass(rendering._TooSlow, Exception)  # what `except Exception` in Jinja cannot catch
+    body = "{% set a = 1 %}" * pad + "{% if j is sequence %}{% endif %}"
+    started = _time.monotonic()
+    with pytest.raises(rendering.TemplateError, match="longer than"):
+        rendering._render("p", "{% for i in range(12000) %}{% for j in range(3000) %}" + body
+                          + "{% endfor %}{% endfor %}x", {}, rendering.MAX_ARGUMENT_BYTES)
+    assert _time.monotonic() - started < rendering.MAX_RENDER_SECONDS + 2
