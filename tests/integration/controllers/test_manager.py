@@ -226,8 +226,16 @@ def test_a_failing_reconcile_is_retried_with_backoff_on_the_clock(
     time.sleep(0.2)  # the retry waits for the (fake) clock, not for real time
     assert controller.count("bad") == 1
     for attempt in (2, 3, 4):
-        clock.advance(60)  # the backoff cap: whatever the jitter, the retry is due
-        wait_until(lambda attempt=attempt: controller.count("bad") == attempt, what=f"attempt {attempt}")
+        # Advance until the retry happened: the worker schedules it (at "now" + backoff) only after
+        # the failing reconcile returns, so one advance made as the count ticks over could come
+        # before the scheduling, and the retry would wait for a clock that never moves again.
+        def due(attempt: int = attempt) -> bool:
+            if controller.count("bad") >= attempt:
+                return True
+            clock.advance(60)  # the backoff cap: whatever the jitter, the retry is due
+            return False
+
+        wait_until(due, what=f"attempt {attempt}")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "joch.controllers"]
     assert len(warnings) == 2 and all("default/bad" in w and "boom" in w for w in warnings), warnings
     assert any("default/bad" in r.getMessage() and r.levelno == logging.DEBUG and "modified" in r.getMessage()
