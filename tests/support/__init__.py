@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -34,3 +35,21 @@ def wait_ready(base: str, proc: subprocess.Popen[str], *, seconds: float = 30) -
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the server did not become ready"
         time.sleep(0.1)
+
+
+class FakeClock:
+    """The ``Clock`` of ``joch.controllers.base`` for tests: time stands still until ``advance``."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+        self.lock = threading.Lock()
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds

@@ -18,22 +18,10 @@ from joch.api import kinds
 from joch.api.meta import parse_time
 from joch.controllers.leader import LeaderElector, pid_alive
 from joch.store import Store, open_store
+from support import FakeClock
 
 NS, NAME = "joch-system", "joch-controller-manager"
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def time(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def elector(store: Store, identity: str, clock: FakeClock, **options: Any) -> LeaderElector:

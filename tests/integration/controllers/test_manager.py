@@ -26,26 +26,11 @@ from joch.controllers.leader import stamp
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.store import Store, open_store
-from support import provider, wait_ready
+from support import FakeClock, provider, wait_ready
 
 NS = "default"
 FAST_LEASE = {"lease_duration": 1.0, "renew_deadline": 0.7, "retry_period": 0.2}
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-        self.lock = threading.Lock()
-
-    def time(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self.lock:
-            self.now += seconds
 
 
 def wait_until(check: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:

@@ -9,20 +9,7 @@ import threading
 import pytest
 
 from joch.controllers.queueing import Backoff, WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def time(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from support import FakeClock
 
 
 @pytest.fixture
