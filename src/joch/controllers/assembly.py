@@ -10,6 +10,7 @@ from joch.store.base import Store
 
 def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions) -> list[Controller]:
     from joch.controllers.agents import AgentController
-    from joch.controllers.runs import ApprovalController, RunController
+    from joch.controllers.approvals import ApprovalController
+    from joch.controllers.runs import RunController
 
     return [AgentController(), RunController(runtime, options), ApprovalController()]

@@ -15,17 +15,13 @@ lost update. What the controller decides and why:
   trial rendering of the provider's templates are checked before the run is queued; a problem ends
   the run ``Failed`` with ``InvalidSpec`` and a reason naming it (``MissingAgent``,
   ``MissingProvider``, ``MissingImplementation``, ``MissingSecret``, ``SecretNotAllowed``,
-  ``TemplateError``). A run that cannot start should say so at once rather than queue forever.
-* **The scheduler is in memory and the leader's alone.** ``_active`` holds the runs that occupy a
-  slot (submitted, not yet seen to finish); it is seeded from the cache when the controller starts
-  and is the only count admission looks at, so two workers can never both take the last slot.
-  Queued runs are ordered by creation time (then the order the controller first saw them) and
-  considered oldest first: a run starts only if it fits after every older queued run that fits has
-  taken its slot, so younger runs never overtake older ones competing for the same limit, while a
-  run blocked by its agent's limit does not hold back other agents' runs.
-* **Nothing starts twice.** The attempt number is fixed when a run is queued and the runtime's
-  ``submit`` is idempotent per (uid, attempt): a controller that crashed after submitting but before
-  recording it submits again after restart and gets the same process back.
+  ``TemplateError``, ``InvalidPath``). A run that cannot start should say so at once rather than queue forever.
+* **Scheduling** (``scheduling.Scheduler``) decides which Queued run may start under the global,
+  namespace and agent limits; approvals (``approvals``) gate runs of agents that require one.
+* **Nothing starts twice.** The attempt number is fixed when a run is queued; before starting it
+  the controller records the intent (Running, reason Starting, a ``pending`` reference) under the
+  run's resourceVersion and checks it still holds the leader lease; the runtime's ``submit`` is
+  idempotent per (uid, attempt), so whoever resumes a pending start gets the same process back.
 * **The runner owns the deadline;** the controller keeps a backstop (cancel when the run is well
   past its deadline plus grace) for a runner that stopped enforcing it.
 * **Cancellation and deletion** both go through the runtime's cancel and wait for the runner to
@@ -43,7 +39,6 @@ import hashlib
 import logging
 import os
 import re
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -53,7 +48,7 @@ from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.compiler import manifest as compiler
 from joch.compiler import render
-from joch.controllers import events
+from joch.controllers import approvals, events, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
@@ -66,7 +61,6 @@ TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 RETRYABLE = frozenset({"AgentFailed", "RunnerLost"})
 BACKSTOP_SLACK = 30.0  # seconds past deadline + grace before the controller cancels on its own
 COMPONENT = "joch-run-controller"
-_GLOBAL_WAIT = "waiting for a run slot: "
 
 Phase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
 
@@ -98,12 +92,6 @@ class Plan:
     max_concurrent: int | None
 
 
-@dataclass(frozen=True)
-class Slot:
-    namespace: str
-    agent: str
-
-
 class RunController(Controller):
     name = "runs"
     kind = kinds.AGENT_RUN
@@ -112,10 +100,7 @@ class RunController(Controller):
         self.runtime = runtime
         self.options = options
         self.workers = max(1, options.workers)
-        self._lock = threading.Lock()
-        self._active: dict[Key, Slot] = {}
-        self._order: dict[Key, int] = {}
-        self._next = 0
+        self.scheduler = scheduling.Scheduler(options, self._agent_limit)
         self._cancel_sent: set[tuple[Key, str]] = set()
         self._cleaned: set[tuple[Key, str]] = set()
         self._ctx: Context | None = None
@@ -123,7 +108,7 @@ class RunController(Controller):
     # --- wiring -----------------------------------------------------------------------------------
 
     def secondary(self) -> Sequence[tuple[KindInfo, Mapper]]:
-        return ((kinds.APPROVAL, _approval_run), (kinds.AGENT, self._runs_of_agent))
+        return ((kinds.APPROVAL, approvals.run_of), (kinds.AGENT, self._runs_of_agent))
 
     def setup(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -134,18 +119,12 @@ class RunController(Controller):
         self.runtime.subscribe(self._runtime_changed)
 
     def started(self) -> None:
-        with self._lock:
-            self._active.clear()
-            for run in self.ctx.cache(kinds.AGENT_RUN).list():
-                if _phase(run) == "Running":
-                    self._active[Key.of(run)] = _slot(run)
+        self.scheduler.seed(r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Running")
 
     def stopped(self) -> None:
-        with self._lock:
-            self._active.clear()
-            self._order.clear()
-            self._cancel_sent.clear()
-            self._cleaned.clear()
+        self.scheduler.clear()
+        self._cancel_sent.clear()
+        self._cleaned.clear()
 
     @property
     def ctx(self) -> Context:
@@ -170,10 +149,9 @@ class RunController(Controller):
         run = self.ctx.cache(kinds.AGENT_RUN).get(key.namespace, key.name)
         if run is None:
             self._release(key)
-            with self._lock:
-                self._order.pop(key, None)
+            self.scheduler.forget(key)
             return None
-        self._remember(key, run)
+        self.scheduler.remember(key)
         if run["metadata"].get("deletionTimestamp"):
             return self._finalize(key, run)
         phase = _phase(run)
@@ -291,7 +269,7 @@ class RunController(Controller):
     # --- AwaitingApproval -------------------------------------------------------------------------
 
     def _request_approval(self, key: Key, run: Obj, status: dict[str, Any], plan: Plan) -> Result | None:
-        name = _approval_name(run)
+        name = approvals.name_for(run)
         agent = plan.agent["metadata"]["name"]
         status.update(phase="AwaitingApproval", reason="AwaitingApproval",
                       message=f'Agent "{agent}" requires approval: joch approve approval {name}')
@@ -302,21 +280,21 @@ class RunController(Controller):
                 existing: Obj | None = w.get(kinds.APPROVAL, key.namespace, name)
             except errors.NotFound:
                 existing = None
-            if existing is not None and not _owned_by(existing, run):
+            if existing is not None and not approvals.owned_by(existing, run):
                 # Left over from an earlier run of the same name: its decision is not this run's.
                 w.delete(kinds.APPROVAL, key.namespace, name, uid=existing["metadata"]["uid"])
                 existing = None
             if existing is None:
-                approval = w.create(kinds.APPROVAL, _approval(run, name, agent))
+                approval = w.create(kinds.APPROVAL, approvals.for_run(run, name, agent, requested_by=COMPONENT))
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
         return None
 
     def _awaiting_approval(self, key: Key, run: Obj) -> Result | None:
-        name = _approval_name(run)
+        name = approvals.name_for(run)
         approval = self.ctx.cache(kinds.APPROVAL).get(key.namespace, name)
-        if approval is not None and not _owned_by(approval, run):
+        if approval is not None and not approvals.owned_by(approval, run):
             # Left over from an earlier run of the same name: its decision is not this run's.
             self.ctx.store.delete(kinds.APPROVAL, key.namespace, name, uid=approval["metadata"]["uid"])
             return Result(requeue_after=0.2)
@@ -325,7 +303,7 @@ class RunController(Controller):
                 self.ctx.store.get(kinds.APPROVAL, key.namespace, name)
             except errors.NotFound:
                 agent = run["spec"]["agentRef"]["name"]
-                self.ctx.store.create(kinds.APPROVAL, _approval(run, name, agent))
+                self.ctx.store.create(kinds.APPROVAL, approvals.for_run(run, name, agent, requested_by=COMPONENT))
             return None
         decision = (approval.get("status") or {}).get("phase")
         who = (approval.get("status") or {}).get("decidedBy") or "someone"
@@ -356,86 +334,29 @@ class RunController(Controller):
         return out
 
     def _queued(self, key: Key, run: Obj) -> Result | None:
-        why = self._claim(key, run)
-        if why is not None:
+        hold = self.scheduler.claim(key, run, self._waiting_runs())
+        if hold is not None:
             status = dict(run.get("status") or {})
-            if status.get("message") != why:
-                status.update(message=why, reason="WaitingForSlot")
+            if status.get("message") != hold.message:
+                status.update(message=hold.message, reason="WaitingForSlot")
                 status["conditions"] = set_condition(list(status.get("conditions") or []),
-                                                     _cond("Queued", "True", "WaitingForSlot", why))
+                                                     _cond("Queued", "True", "WaitingForSlot", hold.message))
                 self._write(run, status)
             return None
         return self._dispatch(key, run)
 
-    def _claim(self, key: Key, run: Obj) -> str | None:
-        """Take a slot for ``run`` and return None, or say why it must wait."""
-        slot = _slot(run)
-        with self._lock:
-            if key in self._active:
-                return None
-            queued = sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _waiting(r)), key=self._fifo)
-            taken = list(self._active.values())
-            for other in queued:
-                other_key = Key.of(other)
-                if other_key == key:
-                    break
-                if other_key not in self._active and self._blocked(_slot(other), taken) is None:
-                    taken.append(_slot(other))
-            why = self._blocked(slot, taken)
-            if why is None:
-                self._active[key] = slot
-            return why
+    def _waiting_runs(self) -> list[Obj]:
+        """Queued and still wanted: a cancelled or deleted run will not take a slot."""
+        return [r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Queued"
+                and not r["metadata"].get("deletionTimestamp") and not r["spec"].get("cancel")]
 
-    def _blocked(self, slot: Slot, taken: list[Slot]) -> str | None:
-        limit = self.options.max_concurrent_runs
-        if limit is not None and len(taken) >= limit:
-            return f"{_GLOBAL_WAIT}{len(taken)} of {limit} runs are running (--max-concurrent-runs)"
-        limit = self.options.max_concurrent_runs_per_namespace
-        in_namespace = sum(1 for s in taken if s.namespace == slot.namespace)
-        if limit is not None and in_namespace >= limit:
-            return (f'waiting for a run slot: {in_namespace} of {limit} runs in namespace "{slot.namespace}" are '
-                    "running (--max-concurrent-runs-per-namespace)")
-        agent = self.ctx.cache(kinds.AGENT).get(slot.namespace, slot.agent)
-        limit = ((agent or {}).get("spec") or {}).get("maxConcurrentRuns")
-        of_agent = sum(1 for s in taken if s == slot)
-        if limit is not None and of_agent >= limit:
-            return (f'waiting for a run slot: {of_agent} of {limit} runs of Agent "{slot.agent}" are running '
-                    "(its spec.maxConcurrentRuns)")
-        return None
-
-    def _fifo(self, run: Obj) -> tuple[str, int]:
-        key = Key.of(run)
-        return (run["metadata"].get("creationTimestamp") or "", self._order.get(key, 1 << 62))
-
-    def _remember(self, key: Key, run: Obj) -> None:
-        with self._lock:
-            if key not in self._order:
-                self._order[key] = self._next
-                self._next += 1
+    def _agent_limit(self, namespace: str, agent: str) -> int | None:
+        limit = ((self.ctx.cache(kinds.AGENT).get(namespace, agent) or {}).get("spec") or {}).get("maxConcurrentRuns")
+        return limit if isinstance(limit, int) else None
 
     def _release(self, key: Key) -> None:
-        """Free ``key``'s slot and wake the queued runs that can take the freed capacity: oldest
-        first, skipping those another limit still holds, as ``_claim`` will decide. Waking every
-        queued run instead costs a reconcile each per release (most of the scheduler's CPU in a
-        burst); a run this misses is found by the periodic resync."""
-        with self._lock:
-            slot = self._active.pop(key, None)
-            if slot is None:
-                return
-            taken = list(self._active.values())
-            waking: list[Key] = []
-            for run in sorted((r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _waiting(r)), key=self._fifo):
-                if Key.of(run) in self._active:
-                    continue  # claimed already, counted in taken
-                other = _slot(run)
-                why = self._blocked(other, taken)
-                if why is not None and why.startswith(_GLOBAL_WAIT):
-                    break  # the global limit is reached: nobody younger can start either
-                if why is None:
-                    waking.append(Key.of(run))
-                    taken.append(other)
-        for other_key in waking:
-            self.ctx.enqueue(self.name, other_key)
+        for other in self.scheduler.release(key, self._waiting_runs()):
+            self.ctx.enqueue(self.name, other)
 
     def _dispatch(self, key: Key, run: Obj, *, resume: bool = False) -> Result | None:
         """Start the run in the slot ``_claim`` took, in three steps:
@@ -555,8 +476,7 @@ class RunController(Controller):
             message = "the run was marked Running but has no runtime reference"
             self._write(run, _ended(run, "Failed", "RunnerLost", message), ("RunnerLost", message, "Warning"))
             return None
-        with self._lock:
-            self._active.setdefault(key, _slot(run))
+        self.scheduler.occupy(key, run)
         if ref.get("pending"):
             return self._dispatch(key, run, resume=True)
         state = self.runtime.status(ref)
@@ -696,8 +616,8 @@ class RunController(Controller):
 
     def _delete_approval(self, run: Obj) -> None:
         m = run["metadata"]
-        approval = self._read(kinds.APPROVAL, m.get("namespace"), _approval_name(run))
-        if approval is None or not _owned_by(approval, run):
+        approval = self._read(kinds.APPROVAL, m.get("namespace"), approvals.name_for(run))
+        if approval is None or not approvals.owned_by(approval, run):
             return
         try:
             self.ctx.store.delete(kinds.APPROVAL, m.get("namespace"), approval["metadata"]["name"],
@@ -723,41 +643,11 @@ class RunController(Controller):
         return out
 
 
-class ApprovalController(Controller):
-    """Gives an Approval created by hand (or by a tool) the ``Pending`` phase; deciding one is the
-    ``/v1/.../approvals/{name}/decide`` route's job, and acting on the decision the run controller's."""
-
-    name = "approvals"
-    kind = kinds.APPROVAL
-    ctx: Context
-
-    def setup(self, ctx: Context) -> None:
-        self.ctx = ctx
-
-    def reconcile(self, key: Key) -> Result | None:
-        approval = self.ctx.cache(kinds.APPROVAL).get(key.namespace, key.name)
-        if approval is None or (approval.get("status") or {}).get("phase"):
-            return None
-        self.ctx.store.update_status(kinds.APPROVAL, {**approval, "status": {**(approval.get("status") or {}),
-                                                                              "phase": "Pending"}})
-        return None
-
-
 # --- helpers ---------------------------------------------------------------------------------------
 
 def _phase(run: Obj) -> str | None:
     phase = (run.get("status") or {}).get("phase")
     return phase if isinstance(phase, str) else None
-
-
-def _waiting(run: Obj) -> bool:
-    """Queued and still wanted: a cancelled or deleted run will not take a slot."""
-    return (_phase(run) == "Queued" and not run["metadata"].get("deletionTimestamp")
-            and not run["spec"].get("cancel"))
-
-
-def _slot(run: Obj) -> Slot:
-    return Slot(run["metadata"].get("namespace") or "", run["spec"]["agentRef"]["name"])
 
 
 def _run_id(run: Obj, attempt: int) -> rt.RunId:
@@ -803,37 +693,6 @@ def _ended(run: Obj, phase: Phase, reason: str, message: str, *, finished_at: fl
         conditions = set_condition(conditions, _cond("Failed", "False", reason, message))
     status["conditions"] = conditions
     return status
-
-
-def _approval_name(run: Obj) -> str:
-    name: str = run["metadata"]["name"]
-    if len(name) <= 240:
-        return f"{name}-dispatch"
-    # Cutting a long name could give two runs one Approval; a digest of the whole name cannot.
-    return f"{name[:220]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}-dispatch"
-
-
-def _owned_by(approval: Obj, run: Obj) -> bool:
-    uid = run["metadata"]["uid"]
-    return any(ref.get("uid") == uid for ref in approval["metadata"].get("ownerReferences") or [])
-
-
-def _approval(run: Obj, name: str, agent: str) -> Obj:
-    m = run["metadata"]
-    return {
-        "apiVersion": kinds.APPROVAL.api_version, "kind": "Approval",
-        "metadata": {"name": name, "namespace": m.get("namespace"),
-                     "ownerReferences": [{"apiVersion": run["apiVersion"], "kind": "AgentRun", "name": m["name"],
-                                          "uid": m["uid"], "controller": True}]},
-        "spec": {"runRef": {"name": m["name"]}, "action": "dispatch", "requestedBy": COMPONENT,
-                 "reason": f'Agent "{agent}" requires approval before its runs start'},
-    }
-
-
-def _approval_run(approval: Obj) -> Iterable[Key]:
-    ref = (approval.get("spec") or {}).get("runRef") or {}
-    if ref.get("name"):
-        yield Key(approval["metadata"].get("namespace") or "", ref["name"])
 
 
 def _decode(value: str) -> str:
