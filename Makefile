@@ -1,21 +1,22 @@
-# `make run` and `make test` work on a fresh machine: they create .venv and install everything.
+# `make run` and `make test` work on a fresh machine: they create .venv and install from the locks.
+# requirements.lock pins what running needs; requirements-dev.lock adds the tests and linters.
+# `make lock` regenerates both from pyproject.toml's ranges (the only step that picks new releases).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 DATA_DIR ?= .joch
 PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit postgres-up bench bench-runs clean
+.PHONY: run test lint typecheck venv venv-dev lock postgres-up bench bench-runs clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+venv:
+	@scripts/venv $(PYTHON) $(VENV) requirements.lock
 
-run: $(STAMP)
+venv-dev:
+	@scripts/venv $(PYTHON) $(VENV) requirements-dev.lock
+
+run: venv
 	$(BIN)/joch server --data-dir $(DATA_DIR) --port $(PORT) --apply examples/quickstart/
 
 # Start the local PostgreSQL when it is installed but down (CI machines run it already).
@@ -27,19 +28,27 @@ postgres-up:
 		fi; \
 	fi
 
-lint: $(STAMP)
+lint: venv-dev
 	$(BIN)/ruff check src tests bench
 
-typecheck: $(STAMP)
+typecheck: venv-dev
 	$(BIN)/mypy
 
-test: $(STAMP) postgres-up lint typecheck
+test: venv-dev postgres-up lint typecheck
 	$(BIN)/pytest -q
 
-bench: $(STAMP) postgres-up
+# `make lock` keeps every pin that still satisfies pyproject.toml; `make lock LOCK_FLAGS=--upgrade` takes the newest.
+LOCK_FLAGS ?=
+lock: venv-dev
+	$(BIN)/uv pip compile --quiet --universal --python-version 3.11 $(LOCK_FLAGS) --extra dev \
+		pyproject.toml requirements-build.in -o requirements-dev.lock
+	$(BIN)/uv pip compile --quiet --universal --python-version 3.11 $(LOCK_FLAGS) \
+		pyproject.toml requirements-build.in -c requirements-dev.lock -o requirements.lock
+
+bench: venv-dev postgres-up
 	$(BIN)/python bench/store_bench.py
 
-bench-runs: $(STAMP)
+bench-runs: venv-dev
 	$(BIN)/python bench/run_bench.py
 
 clean:

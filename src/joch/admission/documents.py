@@ -382,20 +382,37 @@ def _bound_exceeded(text: str, flow: int) -> bool:
 
 
 def _check_yaml_depth(text: str, source: str) -> None:
-    depth = index = 0
+    """Refuse YAML nested deeper than ``MAX_DEPTH`` with Joch's own message, whatever libyaml does.
+
+    libyaml looks ahead over a run of flow openers before it emits the first event, and since
+    PyYAML 6.0.4 it refuses deep nesting itself ("exceeded maximum nesting depth") before this scan
+    sees depth ``MAX_DEPTH``. When the fast scan stops on a YAML error, the pure-Python parser scans
+    again: it emits events as it goes (a simple key looks ahead at most 1,024 characters), so it
+    reaches the bound after a few kilobytes, whatever follows. Only invalid YAML pays for it.
+    """
     try:
-        for event in yaml.parse(text, Loader=_BaseLoader):
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    mark = event.start_mark
-                    raise _too_deep(source, index, mark.line + 1 if mark is not None else None)
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-            elif isinstance(event, yaml.DocumentEndEvent):
-                index += 1
+        _scan_depth(text, source, _BaseLoader)
     except yaml.YAMLError:
-        return  # the loader reports it; its composer gets no deeper than this scan did
+        if _BaseLoader is yaml.SafeLoader:
+            return  # the loader reports it; its composer gets no deeper than this scan did
+        try:
+            _scan_depth(text, source, yaml.SafeLoader)
+        except yaml.YAMLError:
+            return
+
+
+def _scan_depth(text: str, source: str, loader: type[yaml.SafeLoader]) -> None:
+    depth = index = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise _too_deep(source, index, mark.line + 1 if mark is not None else None)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentEndEvent):
+            index += 1
 
 
 def _check_json_depth(text: str, source: str) -> None:
