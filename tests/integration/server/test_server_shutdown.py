@@ -32,9 +32,11 @@ def test_sigint_with_open_watches_exits_cleanly(store_url: str, tmp_path: Path) 
     try:
         wait_ready(base, proc)
         ended: list[str] = []
+        streaming = threading.Semaphore(0)
 
         def watch(path: str) -> None:
             with httpx.stream("GET", f"{base}{path}", timeout=30) as response:
+                streaming.release()  # the server answered: the stream is open
                 for _ in response.iter_lines():
                     pass
             ended.append(path)
@@ -44,7 +46,10 @@ def test_sigint_with_open_watches_exits_cleanly(store_url: str, tmp_path: Path) 
         watchers = [threading.Thread(target=watch, args=(p,), daemon=True) for p in paths]
         for w in watchers:
             w.start()
-        time.sleep(0.5)
+        # Wait for every stream to be open rather than sleeping: on a loaded machine a fixed pause
+        # sent SIGINT before the watches were connected, and their connections were refused.
+        for _ in watchers:
+            assert streaming.acquire(timeout=15), "a watch did not open"
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=15)
