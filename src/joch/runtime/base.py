@@ -179,6 +179,11 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def subscribe(self, callback: Callable[[RunId], None]) -> None: ...
 
+    def storage_problem(self) -> str | None:
+        """Why runs cannot write their logs and artifacts now (a full disk, named), or None;
+        readiness asks this."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Stop background threads; running agents keep running (they are re-adopted later)."""
 
