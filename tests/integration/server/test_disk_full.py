@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from joch.runtime.local import LocalRuntime
 from joch.server.app import create_app
 from joch.server.testing import ServerThread, is_status
 from joch.store import Store, open_store
@@ -58,6 +59,22 @@ def test_a_full_store_disk_is_507_and_not_ready_until_space_returns(
             assert client.post(url, json=big).status_code == 201
     finally:
         store.close()
+
+
+def test_a_full_runs_disk_makes_the_server_not_ready(tmp_path: Path, small_disk: Path, store: Store) -> None:
+    runtime = LocalRuntime(small_disk / "data")
+    try:
+        with ServerThread(create_app(store, runtime=runtime)) as server, httpx.Client(base_url=server.url) as client:
+            assert client.get("/readyz").status_code == 200
+            ballast = fill(small_disk)
+            ready = client.get("/readyz")
+            assert ready.status_code == 503
+            assert "the disk holding the runs' files is full" in ready.json()["message"]
+            assert str(small_disk / "data") in ready.json()["message"]
+            ballast.unlink()
+            assert client.get("/readyz").status_code == 200
+    finally:
+        runtime.close()
 
 
 class _FullDisk:
