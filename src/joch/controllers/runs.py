@@ -55,6 +55,7 @@ from joch.controllers import approvals, events, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
+from joch.runtime import disks
 from joch.store.base import Obj
 
 logger = logging.getLogger("joch.controllers.runs")
@@ -425,8 +426,11 @@ class RunController(Controller):
             if resume:
                 self._stop_pending(run)
             self._release(key)
-            message = f"the {self.runtime.type} runtime could not start the run: {exc}"
-            self._write(run, _ended(run, "Failed", "SubmitFailed", message), ("SubmitFailed", message, "Warning"))
+            reason, why = "SubmitFailed", str(exc)
+            if disks.is_full_error(exc):
+                reason, why = disks.REASON, disks.describe(getattr(exc, "filename", None) or self.options.data_dir)
+            message = f"the {self.runtime.type} runtime could not start the run: {why}"
+            self._write(run, _ended(run, "Failed", reason, message), (reason, message, "Warning"))
             return None
         status = dict(run.get("status") or {})
         message = f"attempt {attempt} started on the {self.runtime.type} runtime"

@@ -24,7 +24,7 @@ from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.runtime.local import LocalRuntime
 from joch.store import Store, open_store
-from support.disks import tmpfs
+from support.disks import fill, tmpfs
 
 PY = sys.executable
 
@@ -567,5 +567,24 @@ def test_a_full_disk_fails_the_run_at_once_naming_it(make_env: Callable[..., Env
         assert (status["phase"], status["reason"], status["attempt"]) == ("Failed", "DiskFull", 1), status
         assert status["message"].startswith(f"the disk is full: cannot write {tmp_path / 'data' / 'runs'}")
         assert env.events(name)[-1][0] == "DiskFull"
+        env.manager.stop()
+        env.runtime.close()
+
+
+def test_a_run_that_cannot_even_be_submitted_on_a_full_disk_is_disk_full(
+        make_env: Callable[..., Env], tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "data", size="2m") as data:
+        env = make_env()
+        env.apply(provider("p", script("print('never')")), agent("a", "p"))
+        ballast = fill(data)
+        name = env.create_run()
+        status = env.wait(name, {"Succeeded", "Failed"})["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "DiskFull"), status
+        assert status["message"].startswith(f"the local runtime could not start the run: the disk is full: cannot "
+                                            f"write {data / 'runs'}")
+        assert status["message"].endswith("(0 bytes free on its filesystem)")
+        ballast.unlink()
+        again = env.create_run()
+        assert env.wait(again, {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"  # space returned
         env.manager.stop()
         env.runtime.close()
