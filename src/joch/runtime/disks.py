@@ -41,9 +41,9 @@ def is_full(path: str | os.PathLike[str]) -> bool:
     return free is not None and free < LOW_SPACE
 
 
-def describe(path: str | os.PathLike[str]) -> str:
+def describe(path: str | os.PathLike[str], *, doing: str = "cannot write") -> str:
     """``the disk is full: cannot write PATH (N bytes free on its filesystem)``."""
     where = Path(path)
     free = free_bytes(where)
     left = f" ({free} bytes free on its filesystem)" if free is not None else ""
-    return f"the disk is full: cannot write {where}{left}"
+    return f"the disk is full: {doing} {where}{left}"

@@ -581,8 +581,8 @@ class Runner:
 
     def _collect(self, checkout: workspace.Checkout
                  ) -> tuple[tuple[ArtifactRecord, ...], tuple[RefusedArtifact, ...], list[str]]:
-        """The stored artifacts, the refused ones, and the missing outputs (and, for a refused
-        output that was required, ``missing`` names it too, so the run fails for it)."""
+        """The stored artifacts, the refused ones (over ``max_artifact_bytes``), and the missing
+        outputs."""
         records: list[ArtifactRecord] = []
         refused: list[RefusedArtifact] = []
         missing: list[str] = []
@@ -637,7 +637,7 @@ class Runner:
         if code != 0:
             full = next((p for p in (self.files.dir, self.root) if disks.is_full(p)), None)
             if full is not None:  # the agent most likely failed for want of space: say that
-                message = f"{ending.describe()}; {disks.describe(full).replace('cannot write', 'no room in')}"
+                message = f"{ending.describe()}; {disks.describe(full, doing='no room in')}"
                 return end("Failed", disks.REASON, message)
             return end("Failed", "AgentFailed", ending.describe())
         too_large = [f'"{r.name}" ({r.path}: {r.message})' for r in refused
