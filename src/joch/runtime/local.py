@@ -275,12 +275,12 @@ class LocalRuntime(Runtime):
 
     def _runner_gone(self, files: runner.RunFiles) -> RunState:
         """The runner is gone without a finished record: record Lost, DiskFull or Cancelled."""
-        with self._lock:
-            unwritten = self._unwritten.get(files.dir)
-        if unwritten is not None:
-            return self._record_ending(files, unwritten, runner.read_record(files.state) or {})
         with _record_lock(files):
             record = runner.read_record(files.state) or {}
+            with self._lock:
+                unwritten = self._unwritten.get(files.dir)
+            if unwritten is not None:  # decided before (by another thread, maybe): the same answer
+                return self._record_ending(files, unwritten, record)
             state = runner.read_state(files.state)
             if state is not None and state.finished:
                 return state  # it finished after all, just before it exited
@@ -313,11 +313,11 @@ class LocalRuntime(Runtime):
                 raise
             with self._lock:
                 first = files.dir not in self._unwritten
-                self._unwritten.setdefault(files.dir, ended)
+                kept = self._unwritten.setdefault(files.dir, ended)
             if first:
                 logger.warning("local runtime: run %s ended %s (%s), but %s; it is recorded once space returns",
                                _ref_id_of(files), ended.reason, ended.message, disks.describe(files.state))
-            return ended
+            return kept
         with self._lock:
             self._unwritten.pop(files.dir, None)
         return ended

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,10 @@ def test_a_runner_that_could_not_record_its_end_on_a_full_disk_is_disk_full_not_
     ballast = fill(disk)
     os.kill(ref["runnerPid"], signal.SIGKILL)  # as if it died writing
 
+    with ThreadPoolExecutor(4) as pool:  # callers racing the monitor to decide its end get one answer
+        answers = list(pool.map(lambda _: finished(small, ref), range(4)))
     state = finished(small, ref)
+    assert answers == [state] * 4
     assert (state.phase, state.reason) == ("Failed", "DiskFull")
     assert state.message == (f"the runner ended without recording an outcome while the agent ran; agent killed, "
                              f"and the disk holding {files.dir} is full (0 bytes free)")
