@@ -144,6 +144,15 @@ class ServiceUnavailable(JochError):
     exit_code = 7
 
 
+class InsufficientStorage(JochError):
+    """A write failed because a disk is full (the store's, or the runtime's). The message says
+    which disk and how to recover: writes succeed again once space is freed, without a restart."""
+
+    reason = "InsufficientStorage"
+    code = 507
+    exit_code = 7
+
+
 class Internal(JochError):
     reason = "InternalError"
     code = 500
@@ -154,7 +163,8 @@ _BY_REASON: dict[tuple[str, int], type[JochError]] = {
     (cls.reason, cls.code): cls
     for cls in (
         BadRequest, Invalid, Unauthorized, Forbidden, NotFound, MethodNotAllowed, AlreadyExists,
-        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, ServiceUnavailable, Internal,
+        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, ServiceUnavailable, InsufficientStorage,
+        Internal,
     )
 }
 

@@ -291,6 +291,16 @@ LeaseDurationOption = Annotated[
                         help="Leader lease: how long a replica that stopped renewing keeps it. Renewals happen "
                              "every 2/15 of it; a leader that cannot renew for 2/3 of it steps down."),
 ]
+MaxLogBytesOption = Annotated[
+    str, typer.Option("--max-log-bytes", metavar="SIZE",
+                      help="A run's log keeps the first and last halves of this much output, with a line saying "
+                           "how much was cut (bytes, or 64Mi, 1Gi; 0: no limit)."),
+]
+MaxArtifactBytesOption = Annotated[
+    str, typer.Option("--max-artifact-bytes", metavar="SIZE",
+                      help="A larger output artifact (or changes.patch) is not stored; the run lists it in "
+                           "status.refusedArtifacts (bytes, or 512Mi, 1Gi; 0: no limit)."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -312,11 +322,14 @@ def server_command(
     max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
     lease_duration: LeaseDurationOption = 15.0,
     identity: IdentityOption = None,
+    max_log_bytes: MaxLogBytesOption = "64Mi",
+    max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
+        max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
     )
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 controllers=options if controllers else None)
@@ -330,6 +343,8 @@ def controller_command(
     max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
     lease_duration: LeaseDurationOption = 15.0,
     identity: IdentityOption = None,
+    max_log_bytes: MaxLogBytesOption = "64Mi",
+    max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -338,6 +353,7 @@ def controller_command(
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
+        max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
     )
     serving.run_controllers(data_dir=data_dir, store=store, options=options)
 

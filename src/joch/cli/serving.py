@@ -13,11 +13,14 @@ store, campaigns for the leader lease and runs the controllers until SIGINT or S
 them, releases the lease and exits 0. Both commands build their ``ControllerOptions`` in
 ``controller_options``; ``--lease-duration`` sets the renew deadline and retry period in
 client-go's proportions (15 : 10 : 2), so one flag cannot make an inconsistent trio.
+``--max-log-bytes`` and ``--max-artifact-bytes`` take bytes or a Kubernetes-style quantity
+(``64Mi``, ``1Gi``, ``500M``); ``0`` means no limit.
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import signal
 import socket
 import threading
@@ -73,9 +76,25 @@ def check_port(host: str, port: int) -> None:
             raise errors.BadRequest(f"cannot listen on {host}:{port}: {why or exc}") from None
 
 
+_SIZE = re.compile(r"(\d+)([KMGT]i?|k)?")
+_UNITS = {"k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+          "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+MIN_LOG_BYTES = 1024
+
+
+def parse_size(flag: str, text: str) -> int | None:
+    """Bytes from ``1048576``, ``64Mi``, ``1Gi``, ``500M``; None for ``0`` (no limit)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise errors.BadRequest(f"{flag} must be a number of bytes, optionally with a suffix Ki, Mi, Gi, Ti "
+                                f"(or k, M, G, T), such as 64Mi; 0 means no limit (got {text!r})")
+    size = int(match.group(1)) * _UNITS.get(match.group(2) or "", 1)
+    return size or None
+
+
 def controller_options(
     *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
-    lease_duration: float, identity: str | None,
+    lease_duration: float, identity: str | None, max_log_bytes: str = "64Mi", max_artifact_bytes: str = "1Gi",
 ) -> ControllerOptions:
     for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
                         ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
@@ -85,10 +104,15 @@ def controller_options(
         raise errors.BadRequest(f"--lease-duration must be a positive number of seconds (got {lease_duration:g})")
     if identity is not None and not identity.strip():
         raise errors.BadRequest("--identity must not be empty")
+    log_limit = parse_size("--max-log-bytes", max_log_bytes)
+    if log_limit is not None and log_limit < MIN_LOG_BYTES:
+        raise errors.BadRequest(f"--max-log-bytes must be at least {MIN_LOG_BYTES} (1Ki), or 0 for no limit "
+                                f"(got {max_log_bytes})")
     return ControllerOptions(
         data_dir=data_dir, identity=identity or default_identity(), lease_duration=lease_duration,
         renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
         max_concurrent_runs=max_concurrent_runs, max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace,
+        max_log_bytes=log_limit, max_artifact_bytes=parse_size("--max-artifact-bytes", max_artifact_bytes),
     )
 
 

@@ -2,7 +2,8 @@
 
 ``joch server`` and ``joch controller`` build it from their flags; tests build it directly with
 short periods. Leader election times follow client-go's defaults (15 s lease, 10 s renew deadline,
-2 s retry period).
+2 s retry period). The log and artifact limits travel in each run's ``RunnerSpec``: the runner
+enforces them where it writes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 def default_identity() -> str:
@@ -35,3 +39,5 @@ class ControllerOptions:
     max_concurrent_runs: int | None = 10
     max_concurrent_runs_per_namespace: int | None = None
     grace_seconds: float = 10.0  # SIGTERM → SIGKILL when a run is cancelled or times out
+    max_log_bytes: int | None = 64 * MiB  # a run's log keeps the first and last halves of this (None: all)
+    max_artifact_bytes: int | None = GiB  # a larger output artifact is refused (None: no limit)

@@ -27,8 +27,11 @@ lost update. What the controller decides and why:
 * **Cancellation and deletion** both go through the runtime's cancel and wait for the runner to
   record the end; a finalizer keeps a deleted run until its process is gone and its files removed.
 * Retries (``Agent.spec.defaults.retryLimit``) apply to failures that another attempt might not
-  repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout or a
-  binary that cannot start fail at once.
+  repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout, a
+  binary that cannot start or a full disk (``DiskFull``) fail at once.
+* **Limits** (``--max-log-bytes``, ``--max-artifact-bytes``) go to the runner in the spec. An
+  output it refused is listed in ``status.refusedArtifacts`` (name, path, size, why) with an
+  ``ArtifactsRefused`` condition, never in ``status.artifacts``, which holds what can be downloaded.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from joch.controllers import approvals, events, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
+from joch.runtime import disks
 from joch.store.base import Obj
 
 logger = logging.getLogger("joch.controllers.runs")
@@ -397,6 +401,7 @@ class RunController(Controller):
             input_files=tuple(rt.InputFile(path, content) for path, content in invocation.input_files),
             outputs=tuple(rt.Output(name, path, optional) for name, path, optional in invocation.outputs),
             git=git, timeout_seconds=float(plan.timeout_seconds), grace_seconds=self.options.grace_seconds,
+            max_log_bytes=self.options.max_log_bytes, max_artifact_bytes=self.options.max_artifact_bytes,
         )
         spec_hash = "sha256:" + hashlib.sha256(spec.to_json().encode()).hexdigest()
         if not resume:
@@ -421,8 +426,11 @@ class RunController(Controller):
             if resume:
                 self._stop_pending(run)
             self._release(key)
-            message = f"the {self.runtime.type} runtime could not start the run: {exc}"
-            self._write(run, _ended(run, "Failed", "SubmitFailed", message), ("SubmitFailed", message, "Warning"))
+            reason, why = "SubmitFailed", str(exc)
+            if disks.is_full_error(exc):
+                reason, why = disks.REASON, disks.describe(getattr(exc, "filename", None) or self.options.data_dir)
+            message = f"the {self.runtime.type} runtime could not start the run: {why}"
+            self._write(run, _ended(run, "Failed", reason, message), (reason, message, "Warning"))
             return None
         status = dict(run.get("status") or {})
         message = f"attempt {attempt} started on the {self.runtime.type} runtime"
@@ -532,6 +540,7 @@ class RunController(Controller):
         reason = state.reason or ("Completed" if state.phase == "Succeeded" else state.phase)
         message = state.message or reason
         artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
+        _note_refused(status, state.refused)
         self._cleanup(key, ref, keep_records=True)
         if state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
                 and not run["spec"].get("cancel"):
@@ -546,9 +555,12 @@ class RunController(Controller):
             "Cancelled" if state.phase == "Cancelled" else "Failed")
         ended = _ended(run, phase, reason, message, finished_at=state.finished_at)
         ended.update(exitCode=state.exit_code, artifacts=artifacts)
+        _note_refused(ended, state.refused)
         kind: Literal["Normal", "Warning"] = "Normal" if phase == "Succeeded" else "Warning"
         summary = message if phase != "Succeeded" else (
             f"{message}; {len(artifacts)} artifact{'s' if len(artifacts) != 1 else ''}")
+        if state.refused:
+            summary += f"; refused: {', '.join(f'{r.name} ({r.message})' for r in state.refused)}"
         self._write(run, ended, (phase if phase != "Failed" else reason, summary, kind))
         self._release(key)
         return None
@@ -693,6 +705,22 @@ def _ended(run: Obj, phase: Phase, reason: str, message: str, *, finished_at: fl
         conditions = set_condition(conditions, _cond("Failed", "False", reason, message))
     status["conditions"] = conditions
     return status
+
+
+def _note_refused(status: dict[str, Any], refused: Sequence[rt.RefusedArtifact]) -> None:
+    """``status.refusedArtifacts`` (kept apart from ``artifacts``, which lists only what can be
+    downloaded) and the ``ArtifactsRefused`` condition, for the attempt that just ended."""
+    if not refused:
+        status.pop("refusedArtifacts", None)
+        if any(c.get("type") == "ArtifactsRefused" for c in status.get("conditions") or []):
+            status["conditions"] = set_condition(list(status["conditions"]), _cond(
+                "ArtifactsRefused", "False", "NoneRefused", "every output artifact was stored"))
+        return
+    status["refusedArtifacts"] = [{"name": r.name, "path": r.path, "size": r.size, "message": r.message}
+                                  for r in refused]
+    said = "; ".join(f"{r.name}: {r.message}" for r in refused)
+    status["conditions"] = set_condition(list(status.get("conditions") or []),
+                                         _cond("ArtifactsRefused", "True", "TooLarge", said))
 
 
 def _decode(value: str) -> str:

@@ -88,6 +88,8 @@ class RunnerSpec:
     git: GitSource | None = None
     timeout_seconds: float = 3600.0
     grace_seconds: float = 10.0
+    max_log_bytes: int | None = None       # the log keeps the first and last halves of this (None: all)
+    max_artifact_bytes: int | None = None  # a larger output (or changes.patch) is refused (None: no limit)
 
     def to_json(self) -> str:
         body = asdict(self)
@@ -125,10 +127,22 @@ class ArtifactRecord:
 
 
 @dataclass(frozen=True)
+class RefusedArtifact:
+    """An output the runner did not store, and why (``message``: over the size limit, say)."""
+
+    name: str
+    path: str
+    size: int
+    message: str
+
+
+@dataclass(frozen=True)
 class RunState:
     """What the runner recorded. ``reason`` is one of ``Completed`` (exit 0), ``AgentFailed``
     (non-zero exit), ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError`` (checkout failed),
-    ``StartError`` (the binary could not be started), ``RunnerLost``; ``message`` says it for a person
+    ``StartError`` (the binary could not be started), ``DiskFull`` (a write of the run's files failed
+for want of space; the message names the file), ``ArtifactTooLarge`` (a required output over the
+artifact size limit), ``RunnerLost``; ``message`` says it for a person
     (``agent exited with code 3``). Times are epoch seconds; ``started_at`` is when the agent process
     was spawned."""
 
@@ -140,6 +154,7 @@ class RunState:
     finished_at: float | None = None
     pid: int | None = None
     artifacts: tuple[ArtifactRecord, ...] = ()
+    refused: tuple[RefusedArtifact, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -178,6 +193,11 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     def subscribe(self, callback: Callable[[RunId], None]) -> None: ...
+
+    def storage_problem(self) -> str | None:
+        """Why runs cannot write their logs and artifacts now (a full disk, named), or None;
+        readiness asks this."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Stop background threads; running agents keep running (they are re-adopted later)."""

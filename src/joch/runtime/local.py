@@ -43,6 +43,11 @@ Decisions:
   ``poll_interval``, and at once when the fork server reports a runner ended), calling the
   ``subscribe`` callbacks when a record changed or a runner vanished; a run stops being tracked once
   its finished record was reported.
+* **A full disk is not a lost runner.** A runner that is gone without a finished record, on a
+  filesystem with (next to) no space left, ends its run ``Failed`` with reason ``DiskFull`` (it most
+  likely died writing), not ``Lost``. When even that record cannot be written, the ending is kept in
+  memory (the same answer every time), logged once, and written when space returns; the monitor
+  logs a failure that repeats at every poll once, not every ``poll_interval``.
 * **Secrets** reach the runner only through its environment (handed to the fork server through its
   pipe): not spec.json, ref.json or state.json. The runner inherits this process's environment
   otherwise (the agent does too, minus the runner's own ``JOCH_RUNNER_*`` variables).
@@ -69,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from joch.runtime import runner, workspace
+from joch.runtime import disks, runner, workspace
 from joch.runtime.base import (
     ArtifactRecord,
     GitSource,
@@ -96,6 +101,7 @@ class _Tracked:
     ref: Ref
     seen: tuple[int, int, int] | None = None
     child: subprocess.Popen[bytes] | None = None
+    ended: bool = False  # an ending was reported (it may be waiting in `_unwritten` for disk space)
 
 
 @dataclass
@@ -114,6 +120,7 @@ class LocalRuntime(Runtime):
         self._lock = threading.Lock()
         self._submitting: set[Path] = set()
         self._monitor = _Monitor()
+        self._unwritten: dict[Path, RunState] = {}  # endings decided here that a full disk kept off disk
         self._stop = threading.Event()
         self._wake = threading.Event()  # a runner ended: look now rather than at the next poll
         self._forks = _ForkServer(on_exit=self._wake.set)
@@ -267,9 +274,13 @@ class LocalRuntime(Runtime):
         return pid is not None and _is_runner(pid, files.spec, start)
 
     def _runner_gone(self, files: runner.RunFiles) -> RunState:
-        """The runner is gone without a finished record: record Lost (or Cancelled, if asked)."""
+        """The runner is gone without a finished record: record Lost, DiskFull or Cancelled."""
         with _record_lock(files):
             record = runner.read_record(files.state) or {}
+            with self._lock:
+                unwritten = self._unwritten.get(files.dir)
+            if unwritten is not None:  # decided before (by another thread, maybe): the same answer
+                return self._record_ending(files, unwritten, record)
             state = runner.read_state(files.state)
             if state is not None and state.finished:
                 return state  # it finished after all, just before it exited
@@ -280,14 +291,42 @@ class LocalRuntime(Runtime):
                 said = "cancelled before the agent started" if state.pid is None else "cancelled; the agent was stopped"
                 ended = dataclasses.replace(state, phase="Cancelled", reason="Cancelled", message=said,
                                             finished_at=time.time())
+            elif (full := _full_disk(files, self.workspace_root(_run_of(files)))) is not None:
+                where = "before it started the agent" if state.pid is None else "while the agent ran; agent killed"
+                said = f"the runner ended without recording an outcome {where}, and {full}"
+                ended = dataclasses.replace(state, phase="Failed", reason=disks.REASON, message=said,
+                                            finished_at=time.time())
             else:
                 where = "before it started the agent" if state.pid is None else "while the agent ran; agent killed"
                 said = f"the runner process vanished {where}{_last_words(files)}"
                 ended = dataclasses.replace(state, phase="Lost", reason="RunnerLost", message=said,
                                             finished_at=time.time())
-            runner.write_state(files.state, ended, runner_pid=record.get("runner_pid"),
-                               base_commit=record.get("base_commit"))
-            return ended
+            return self._record_ending(files, ended, record)
+
+    def _record_ending(self, files: runner.RunFiles, ended: RunState, record: dict[str, Any]) -> RunState:
+        """Write the ending decided here; on a full disk keep it (once logged) to write it later."""
+        try:
+            runner.record_state(files, ended, runner_pid=record.get("runner_pid"),
+                                base_commit=record.get("base_commit"))
+        except OSError as exc:
+            if not disks.is_full_error(exc):
+                raise
+            with self._lock:
+                first = files.dir not in self._unwritten
+                kept = self._unwritten.setdefault(files.dir, ended)
+            if first:
+                logger.warning("local runtime: run %s ended %s (%s), but %s; it is recorded once space returns",
+                               _ref_id_of(files), ended.reason, ended.message, disks.describe(files.state))
+            return kept
+        with self._lock:
+            self._unwritten.pop(files.dir, None)
+        return ended
+
+    def storage_problem(self) -> str | None:
+        free = disks.free_bytes(self.root)
+        if free is None or free >= disks.LOW_SPACE:
+            return None
+        return f"the disk holding the runs' files is full: {self.root} has {free} bytes free; free space there"
 
     # --- cancel -------------------------------------------------------------------------------------
 
@@ -393,6 +432,7 @@ class LocalRuntime(Runtime):
                 self._monitor.tracked[key] = _Tracked(run=run, files=files, ref=ref, child=child)
 
     def _watch(self) -> None:
+        failing: str | None = None  # the failure logged last: one that repeats every poll is logged once
         while True:
             self._wake.wait(self.poll_interval)
             self._wake.clear()
@@ -400,8 +440,13 @@ class LocalRuntime(Runtime):
                 return
             try:
                 self._poll()
-            except Exception:  # the monitor must outlive any one bad run directory
-                logger.exception("local runtime monitor: polling runs failed")
+            except Exception as exc:  # the monitor must outlive any one bad run directory
+                said = f"{type(exc).__name__}: {exc}"
+                if said != failing:
+                    logger.exception("local runtime monitor: polling runs failed (logged once while it repeats)")
+                failing = said
+            else:
+                failing = None
 
     def _poll(self) -> None:
         with self._lock:
@@ -420,9 +465,13 @@ class LocalRuntime(Runtime):
                 gone = item.child is not None and item.child.returncode is not None
                 if gone or not self._runner_alive(item.ref, item.files):
                     state = self._runner_gone(item.files)
-                    seen, changed = _signature(item.files.state), True
+                    seen = _signature(item.files.state)
+                    changed = changed or seen != item.seen or not item.ended
+                    item.ended = True
             item.seen = seen
-            if state is not None and state.finished:
+            with self._lock:
+                unwritten = item.files.dir in self._unwritten
+            if state is not None and state.finished and not unwritten:
                 with self._lock:
                     self._monitor.tracked.pop(_ref_id(item.run), None)
             if changed:
@@ -668,9 +717,23 @@ class _ForkServer:
 
 @contextlib.contextmanager
 def _record_lock(files: runner.RunFiles) -> Iterator[None]:
-    fd = os.open(files.dir / "state.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(files.dir / "state.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if not disks.is_full_error(exc):
+            raise
+        yield  # no room even for the lock file: then nobody can write the record either
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
+
+
+def _full_disk(files: runner.RunFiles, workspace_root: Path) -> str | None:
+    """``the disk holding PATH is full (N bytes free)`` for the run's directory or its workspace."""
+    for path in (files.dir, workspace_root):
+        if disks.is_full(path):
+            return f"the disk holding {path} is full ({disks.free_bytes(path)} bytes free)"
+    return None

@@ -8,8 +8,10 @@ A run attempt's directory holds what the runner reads and writes::
               log              the agent's stdout and stderr, secrets replaced by ***
               inputs/          the spec's input files          (Workspace.inputs)
               outputs/         the agent writes its outputs here (Workspace.outputs)
-              artifacts/       outputs/<path> copies of the declared outputs, and changes.patch
+              artifacts/       outputs/<path>: the declared outputs (hard links, not copies), and changes.patch
               cancel-requested a marker the runtime leaves before it signals the runner
+              .reserve         space held back so the last record can be written on a full disk
+              log.tail         while the agent runs, the end of an over-long log (see "Limits")
 
 The run directory is the spec file's directory. The workspace root (the git worktree) is
 ``$JOCH_RUNNER_WORKSPACE`` and the repository mirrors are below ``$JOCH_RUNNER_CACHE`` (by default
@@ -35,18 +37,30 @@ to start on a directory that has one: a run attempt is executed once.
   group when it exits get the same treatment: nothing in the agent's group outlives the record.
 * **Output** goes through a pipe the runner reads; every secret value of four or more characters
   is replaced by ``***`` before it reaches the log, including one split across reads.
-* **After the agent ends,** each declared output (a regular file below ``outputs/``) is copied into
-  ``artifacts/`` with its sha256 and size, and ``changes.patch`` records everything the agent did
-  to the worktree against the base commit (commits, uncommitted and untracked files). A missing
-  non-optional output fails a run that otherwise succeeded (reason ``MissingOutput``); a failed
-  run keeps its own reason.
+* **After the agent ends,** each declared output (a regular file below ``outputs/``) is hard-linked
+  into ``artifacts/`` with its sha256 and size (hashed in place: an artifact takes its size on disk
+  once, not twice; copied only when it cannot be linked), and ``changes.patch`` records everything
+  the agent did to the worktree against the base commit (commits, uncommitted and untracked files).
+  A missing non-optional output fails a run that otherwise succeeded (reason ``MissingOutput``); a
+  failed run keeps its own reason.
+* **Limits.** ``max_log_bytes``: the log keeps the first half of that many bytes as they come, and
+  of the rest only the last half (held in ``log.tail``, a ring, and appended when the agent ends),
+  with a line saying how many bytes were cut between them. ``max_artifact_bytes``: a larger output
+  is not stored (it is removed from ``outputs/``) and the record lists it under ``refused`` with the
+  reason; a refused non-optional output fails a run that otherwise succeeded (``ArtifactTooLarge``).
+  ``changes.patch`` is held to the same limit as it is written.
+* **A full disk** (``ENOSPC``/``EDQUOT`` on any write of the runner's: the log, the workspace, the
+  artifacts, the record) ends the run ``Failed`` with reason ``DiskFull`` and a message naming the
+  file and the space left; the agent is killed at once. An agent that failed while its disk is full
+  gets the same reason. The record can still be written then: the runner holds ``.reserve`` (a
+  small allocated file) from the start and gives it up when a record does not fit.
 
 Reasons: ``Completed``, ``AgentFailed``, ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError``,
-``StartError``, ``MissingOutput``, and ``RunnerError`` for a bug in the runner itself; the runtime
-adds ``RunnerLost``. An agent killed by signal N has exit code 128 + N, as shells and Kubernetes
-report it (the message names the signal). The runner's own exit status: 0 when the run succeeded,
-1 when it did not, 2 when there was no run to execute (a bad spec, or a directory that already has
-a record).
+``StartError``, ``MissingOutput``, ``ArtifactTooLarge``, ``DiskFull``, and ``RunnerError`` for a bug
+in the runner itself; the runtime adds ``RunnerLost``. An agent killed by signal N has exit code
+128 + N, as shells and Kubernetes report it (the message names the signal). The runner's own exit
+status: 0 when the run succeeded, 1 when it did not, 2 when there was no run to execute (a bad
+spec, or a directory that already has a record).
 
 Start-up time is part of every run's dispatch latency, so this module imports only the standard
 library (and ``runtime.base`` and ``runtime.workspace``, which do the same). Even so, starting an
@@ -64,6 +78,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,11 +90,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from joch.runtime import workspace
+from joch.runtime import disks, workspace
 from joch.runtime.base import (
     SPEC_VERSION,
     ArtifactRecord,
     GitSource,
+    RefusedArtifact,
     RunnerPhase,
     RunnerSpec,
     RunState,
@@ -102,6 +118,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _POLL = 0.25          # longest sleep of the supervision loop (signals and output wake it earlier)
 _AFTER_KILL = 2.0     # how long to wait for a SIGKILLed group to vanish, or for its output pipe to close
 _CHUNK = 65536
+RESERVE_BYTES = 256 * 1024  # far more than a record needs, little next to a run's files
 
 
 @dataclass(frozen=True)
@@ -138,6 +155,14 @@ class RunFiles:
     def cancel(self) -> Path:
         return self.dir / "cancel-requested"
 
+    @property
+    def reserve(self) -> Path:
+        return self.dir / ".reserve"
+
+    @property
+    def log_tail(self) -> Path:
+        return self.dir / "log.tail"
+
 
 def workspace_of(files: RunFiles, root: Path, git: GitSource | None) -> Workspace:
     """The paths the agent is given; the same function serves ``Runtime.workspace`` (before the
@@ -158,6 +183,7 @@ def read_state(path: Path) -> RunState | None:
         exit_code=record.get("exit_code"), started_at=record.get("started_at"),
         finished_at=record.get("finished_at"), pid=record.get("pid"),
         artifacts=tuple(ArtifactRecord(**a) for a in record.get("artifacts") or ()),
+        refused=tuple(RefusedArtifact(**a) for a in record.get("refused") or ()),
     )
 
 
@@ -175,18 +201,59 @@ def write_state(path: Path, state: RunState, **extra: Any) -> None:
     write_durably(path, json.dumps(body, indent=2, sort_keys=True).encode())
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically and durably: a reader sees the old or the new file, never part."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def record_state(files: RunFiles, state: RunState, **extra: Any) -> None:
+    """``write_state`` to the run's record; on a full disk, give up the run's reserve and try once
+    more, so that the end of a run that filled its disk is still recorded."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        write_state(files.state, state, **extra)
+    except OSError as exc:
+        if not disks.is_full_error(exc) or not release_reserve(files):
+            raise
+        write_state(files.state, state, **extra)
+
+
+def hold_reserve(files: RunFiles) -> None:
+    """Allocate ``RESERVE_BYTES`` for ``record_state`` to free; without room for it, go without."""
+    try:
+        fd = os.open(files.reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError):
+            os.unlink(files.reserve)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+
+
+def release_reserve(files: RunFiles) -> bool:
+    """Whether there was a reserve to give up."""
+    try:
+        os.unlink(files.reserve)
+    except OSError:
+        return False
+    return True
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically and durably: a reader sees the old or the new file, never part.
+    A failed write leaves no temporary file behind (on a full disk it would hold the space)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _naming(exc, path) from None
     directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(directory)
@@ -317,14 +384,20 @@ class Runner:
     # The record ------------------------------------------------------------------------------------
 
     def record(self, state: RunState) -> None:
-        write_state(self.files.state, state, runner_pid=os.getpid(), base_commit=self._base)
+        record_state(self.files, state, runner_pid=os.getpid(), base_commit=self._base)
 
     def finish(self, phase: RunnerPhase, reason: str, message: str, *, exit_code: int | None = None,
-               artifacts: tuple[ArtifactRecord, ...] = ()) -> int:
+               artifacts: tuple[ArtifactRecord, ...] = (), refused: tuple[RefusedArtifact, ...] = ()) -> int:
         self.record(RunState(phase=phase, reason=reason, message=message, exit_code=exit_code,
                              started_at=self._started_at, finished_at=time.time(), pid=self._pid,
-                             artifacts=artifacts))
+                             artifacts=artifacts, refused=refused))
         return 0 if phase == "Succeeded" else 1
+
+    def finish_disk_full(self, exc: OSError) -> int:
+        """End the run for a write that failed with ENOSPC (the agent, if any, is stopped by now)."""
+        where = exc.filename if exc.filename is not None else self.files.dir
+        after = "the agent was not started" if self._pid is None else "the agent was stopped"
+        return self.finish("Failed", disks.REASON, f"{disks.describe(where)}; {after}")
 
     # Signals ---------------------------------------------------------------------------------------
 
@@ -339,6 +412,7 @@ class Runner:
     def run(self) -> int:
         try:
             self.record(RunState(phase="Preparing"))
+            hold_reserve(self.files)
             if self.files.cancel.exists():
                 raise _Cancelled
             checkout = self._prepare()
@@ -350,7 +424,7 @@ class Runner:
             return self.finish("Failed", "WorkspaceError", str(exc))
         if self.cancelled or self.files.cancel.exists():
             return self.finish("Cancelled", "Cancelled", "cancelled before the agent started")
-        log = os.open(self.files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = LogSink(self.files, self.spec.max_log_bytes)
         try:
             # Subreaper only while the agent runs: orphans of the runner's own git (a detached
             # `gc --auto` in the shared mirror after a fetch) are not the agent's and must live on.
@@ -370,11 +444,11 @@ class Runner:
                 _set_subreaper(False)
                 if agent.stdout is not None:
                     agent.stdout.close()
-            os.fsync(log)
+            log.finish()
         finally:
-            os.close(log)
-        artifacts, missing = self._collect(checkout)
-        return self._conclude(ending, artifacts, missing)
+            log.close()
+        artifacts, refused, missing = self._collect(checkout)
+        return self._conclude(ending, artifacts, refused, missing)
 
     def _prepare(self) -> workspace.Checkout:
         deadline = time.monotonic() + self.spec.timeout_seconds
@@ -441,7 +515,7 @@ class Runner:
         self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid))
         return agent
 
-    def _supervise(self, agent: subprocess.Popen[bytes], log: int) -> _Ending:
+    def _supervise(self, agent: subprocess.Popen[bytes], log: LogSink) -> _Ending:
         """Copy output to the log until the agent and its group are gone; stop them when asked."""
         if agent.stdout is None:
             raise RuntimeError("the agent's output pipe is missing")
@@ -495,7 +569,7 @@ class Runner:
                     _drain(wake_r)
                 if pipe is not None and pipe in readable and not _copy(pipe, log, redactor):
                     pipe = None
-            _write_all(log, redactor.flush())
+            log.write(redactor.flush())
         finally:
             signal.signal(signal.SIGCHLD, previous_chld)
             signal.set_wakeup_fd(previous_wakeup)
@@ -505,9 +579,14 @@ class Runner:
             raise RuntimeError("the agent's exit status was not collected")
         return _Ending(status=exit_code, cause=cause, killed=killed_at is not None)
 
-    def _collect(self, checkout: workspace.Checkout) -> tuple[tuple[ArtifactRecord, ...], list[str]]:
+    def _collect(self, checkout: workspace.Checkout
+                 ) -> tuple[tuple[ArtifactRecord, ...], tuple[RefusedArtifact, ...], list[str]]:
+        """The stored artifacts, the refused ones (over ``max_artifact_bytes``), and the missing
+        outputs."""
         records: list[ArtifactRecord] = []
+        refused: list[RefusedArtifact] = []
         missing: list[str] = []
+        limit = self.spec.max_artifact_bytes
         outputs = self.files.outputs.resolve()
         for output in self.spec.outputs:
             try:
@@ -520,32 +599,56 @@ class Runner:
                     missing.append(f'"{output.name}" ({output.path})')
                 continue
             relative = source.relative_to(outputs).as_posix()
-            records.append(_copy_hashed(output.name, source, self.files.artifacts, f"outputs/{relative}"))
+            stored = _store_artifact(output.name, source.resolve(), self.files.artifacts, f"outputs/{relative}",
+                                     limit)
+            if isinstance(stored, ArtifactRecord):
+                records.append(stored)
+            else:
+                refused.append(stored)
         if checkout.base is not None:
             patch = self.files.artifacts / PATCH
             try:
-                workspace.write_changes(checkout.root, checkout.base, patch)
+                workspace.write_changes(checkout.root, checkout.base, patch, limit=limit)
                 records.append(_hashed(PATCH, patch, PATCH))
+            except workspace.TooLarge as exc:
+                message = (f"the workspace's changes are more than the artifact size limit of {limit} bytes "
+                           "(--max-artifact-bytes); they were not stored")
+                refused.append(RefusedArtifact(name=PATCH, path=PATCH, size=exc.size, message=message))
             except (workspace.WorkspaceError, OSError) as exc:
-                print(f"joch runner: no {PATCH}: {exc}", file=sys.stderr)
-        return tuple(records), missing
+                with contextlib.suppress(OSError):
+                    patch.unlink()  # a partial patch is no use, and on a full disk it holds space
+                _say(f"joch runner: no {PATCH}: {exc}")
+        return tuple(records), tuple(refused), missing
 
-    def _conclude(self, ending: _Ending, artifacts: tuple[ArtifactRecord, ...], missing: list[str]) -> int:
+    def _conclude(self, ending: _Ending, artifacts: tuple[ArtifactRecord, ...],
+                  refused: tuple[RefusedArtifact, ...], missing: list[str]) -> int:
         code = ending.exit_code
         forced = " (killed after the grace period)" if ending.killed else ""
+
+        def end(phase: RunnerPhase, reason: str, message: str) -> int:
+            return self.finish(phase, reason, message, exit_code=code, artifacts=artifacts, refused=refused)
+
         if ending.cause == "cancel":
-            return self.finish("Cancelled", "Cancelled", f"cancelled; the agent was stopped{forced}",
-                               exit_code=code, artifacts=artifacts)
+            return end("Cancelled", "Cancelled", f"cancelled; the agent was stopped{forced}")
         if ending.cause == "deadline":
             limit = _seconds(self.spec.timeout_seconds)
             message = f"agent ran longer than its {limit} s deadline and was stopped{forced}"
-            return self.finish("Failed", "DeadlineExceeded", message, exit_code=code, artifacts=artifacts)
+            return end("Failed", "DeadlineExceeded", message)
         if code != 0:
-            return self.finish("Failed", "AgentFailed", ending.describe(), exit_code=code, artifacts=artifacts)
+            full = next((p for p in (self.files.dir, self.root) if disks.is_full(p)), None)
+            if full is not None:  # the agent most likely failed for want of space: say that
+                message = f"{ending.describe()}; {disks.describe(full, doing='no room in')}"
+                return end("Failed", disks.REASON, message)
+            return end("Failed", "AgentFailed", ending.describe())
+        too_large = [f'"{r.name}" ({r.path}: {r.message})' for r in refused
+                     if any(o.name == r.name and not o.optional for o in self.spec.outputs)]
+        if too_large:
+            message = f"agent exited with code 0 but its output {', '.join(too_large)} was not stored"
+            return end("Failed", "ArtifactTooLarge", message)
         if missing:
             message = f"agent exited with code 0 but did not write output {', '.join(missing)}"
-            return self.finish("Failed", "MissingOutput", message, exit_code=code, artifacts=artifacts)
-        return self.finish("Succeeded", "Completed", "agent exited with code 0", exit_code=code, artifacts=artifacts)
+            return end("Failed", "MissingOutput", message)
+        return end("Succeeded", "Completed", "agent exited with code 0")
 
 
 def _seconds(value: float) -> str:
@@ -639,7 +742,7 @@ def _reap() -> list[tuple[int, int]]:
         reaped.append((pid, os.waitstatus_to_exitcode(status)))
 
 
-def _copy(pipe: int, log: int, redactor: Redactor) -> bool:
+def _copy(pipe: int, log: LogSink, redactor: Redactor) -> bool:
     """Move what the pipe has to the log; False at end of file."""
     while True:
         try:
@@ -648,7 +751,7 @@ def _copy(pipe: int, log: int, redactor: Redactor) -> bool:
             return True
         if not chunk:
             return False
-        _write_all(log, redactor.feed(chunk))
+        log.write(redactor.feed(chunk))
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -665,16 +768,150 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _copy_hashed(name: str, source: Path, artifacts: Path, relative: str) -> ArtifactRecord:
+def _store_artifact(name: str, source: Path, artifacts: Path, relative: str,
+                    limit: int | None) -> ArtifactRecord | RefusedArtifact:
+    """Store one output under ``artifacts/relative``, or refuse it (and remove it) when it is over
+    ``limit``. A hard link, not a copy: the agent is gone and nothing writes the file any more, so
+    its one copy on disk serves both names. A file with other links already (the agent linked it
+    from elsewhere, where it may still change) is copied, as is one on another filesystem."""
+    size = source.stat().st_size
+    if limit is not None and size > limit:
+        with contextlib.suppress(OSError):
+            source.unlink()  # the limit bounds what a run keeps on disk, not just what it lists
+        return RefusedArtifact(name=name, path=relative, size=size, message=_over(size, limit))
     dest = artifacts / relative
     dest.parent.mkdir(parents=True, exist_ok=True)
-    digest, size = hashlib.sha256(), 0
-    with open(source, "rb") as src, open(dest, "wb") as out:
-        while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            out.write(chunk)
-    return ArtifactRecord(name=name, path=relative, sha256=digest.hexdigest(), size=size)
+    with contextlib.suppress(FileNotFoundError):
+        dest.unlink()
+    try:
+        if source.stat().st_nlink != 1:
+            raise OSError("linked elsewhere")
+        os.link(source, dest)
+    except OSError as exc:
+        if disks.is_full_error(exc):
+            raise _naming(exc, dest) from None
+        try:
+            shutil.copyfile(source, dest)
+        except OSError as copying:
+            with contextlib.suppress(OSError):
+                dest.unlink()
+            raise _naming(copying, dest) from None
+    return _hashed(name, dest, relative)
+
+
+def _over(size: int, limit: int | None) -> str:
+    return (f"{size} bytes is over the artifact size limit of {limit} bytes (--max-artifact-bytes); "
+            "it was not stored")
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` with ``path`` as its file name, where it had none (``os.write`` gives none)."""
+    if exc.filename is not None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
+
+
+def _say(line: str) -> None:
+    """A line for runner.log; on a full disk even that may not fit, and it must not end the run."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr)
+
+
+class LogSink:
+    """The agent's log, held to ``limit`` bytes (None: no limit) and the two lines that say so.
+
+    The first half of the limit is written as it comes, so ``joch logs -f`` shows it live. Past
+    that, output goes to ``log.tail``, a ring that keeps the last half; when the agent ends it is
+    appended to the log, after a line saying how many bytes were cut (nothing is cut, and no line is
+    written, when all of it fits). The log only ever grows, so a reader following it by offset
+    never reads a byte twice. Writes that fail name their file (``OSError.filename``)."""
+
+    def __init__(self, files: RunFiles, limit: int | None) -> None:
+        self.files = files
+        self.limit = limit if limit is None else max(limit, 2)
+        self.head = (self.limit or 0) // 2
+        self.tail = (self.limit or 0) - self.head
+        self._written = 0       # bytes of output that went to the log as they came
+        self._spooled = 0       # bytes of output past the head (the ring holds the last `tail` of them)
+        self._last = b"\n"      # the log's last byte, so the notes start on a line of their own
+        self._log = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._ring: int | None = None
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self.limit is None or self._written < self.head:
+            take = len(data) if self.limit is None else min(len(data), self.head - self._written)
+            self._append(data[:take])
+            self._written += take
+            data = data[take:]
+        if data:
+            self._spool(data)
+
+    def _append(self, data: bytes) -> None:
+        try:
+            _write_all(self._log, data)
+        except OSError as exc:
+            raise _naming(exc, self.files.log) from None
+        if data:
+            self._last = data[-1:]
+
+    def _note(self, text: str) -> None:
+        self._append((b"" if self._last == b"\n" else b"\n") + f"[joch: {text}]\n".encode())
+
+    def _spool(self, data: bytes) -> None:
+        if self._ring is None:
+            try:
+                self._ring = os.open(self.files.log_tail, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError as exc:
+                raise _naming(exc, self.files.log_tail) from None
+        before = self._spooled
+        self._spooled += len(data)
+        if before <= self.tail < self._spooled:
+            self._note(f"the output passed the log limit of {self.limit} bytes (--max-log-bytes): it is cut "
+                       f"from here, and its last {self.tail} bytes are added when the agent ends")
+        skip = max(0, len(data) - self.tail)  # only the last `tail` bytes of a chunk can survive
+        position, view = (before + skip) % self.tail, memoryview(data)[skip:]
+        try:
+            while view:
+                n = os.pwrite(self._ring, view[:self.tail - position], position)
+                view, position = view[n:], (position + n) % self.tail
+        except OSError as exc:
+            raise _naming(exc, self.files.log_tail) from None
+
+    def finish(self) -> None:
+        """Append the held-back end of the output (and say what was cut), and make the log durable."""
+        if self._spooled > self.tail:
+            self._note(f"{self._spooled - self.tail} bytes of output were cut here; the log keeps the first "
+                       f"{self.head} and the last {self.tail} bytes (--max-log-bytes {self.limit})")
+            start = self._spooled % self.tail  # the oldest byte the ring still holds
+            self._copy_ring(start, self.tail - start)
+            self._copy_ring(0, start)
+        else:
+            self._copy_ring(0, self._spooled)
+        try:
+            os.fsync(self._log)
+        except OSError as exc:
+            raise _naming(exc, self.files.log) from None
+
+    def _copy_ring(self, offset: int, length: int) -> None:
+        if self._ring is None:
+            return
+        end = offset + length
+        while offset < end:
+            chunk = os.pread(self._ring, min(_CHUNK, end - offset), offset)
+            if not chunk:
+                return
+            self._append(chunk)
+            offset += len(chunk)
+
+    def close(self) -> None:
+        os.close(self._log)
+        if self._ring is not None:
+            os.close(self._ring)
+            self._ring = None
+            with contextlib.suppress(OSError):
+                self.files.log_tail.unlink()
 
 
 def _hashed(name: str, path: Path, relative: str) -> ArtifactRecord:
@@ -714,15 +951,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = Runner(spec, files, root=root, cache=cache, environ=environ)
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return runner.run()
-    except _Cancelled:  # the signal arrived between two steps of preparing
-        return runner.finish("Cancelled", "Cancelled", "cancelled before the agent started")
+        try:
+            return runner.run()
+        except _Cancelled:  # the signal arrived between two steps of preparing
+            return runner.finish("Cancelled", "Cancelled", "cancelled before the agent started")
+        except OSError as exc:
+            if not disks.is_full_error(exc):
+                raise
+            return runner.finish_disk_full(exc)
     except Exception as exc:  # noqa: BLE001 - a bug in the runner still ends the record
+        if disks.is_full_error(exc):
+            # Not even the end could be recorded: the runtime sees the runner gone and the disk full.
+            _say(f"joch runner: {disks.describe(getattr(exc, 'filename', None) or files.dir)}: the run's end "
+                 "could not be recorded")
+            return 1
         import traceback  # only on this path: start-up time matters
 
         traceback.print_exc()
         return runner.finish("Failed", "RunnerError", f"joch runner failed: {exc}")
     finally:
+        release_reserve(files)
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
 

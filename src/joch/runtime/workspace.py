@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from joch.runtime.base import GitSource
 
@@ -158,9 +159,19 @@ def remove(*, cache: Path, git: GitSource | None, root: Path) -> None:
             _run(["worktree", "prune"], cwd=mirror, timeout=None)
 
 
-def write_changes(root: Path, base: str, dest: Path) -> None:
+class TooLarge(Exception):
+    """``write_changes`` stopped: the patch passed its size limit (``size`` bytes were seen)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the patch is more than {size - 1} bytes")
+        self.size = size
+
+
+def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None) -> None:
     """Write ``git diff --binary`` from ``base`` to everything in the worktree now (commits,
-    uncommitted and untracked files; ignored files excluded) to ``dest``.
+    uncommitted and untracked files; ignored files excluded) to ``dest``; past ``limit`` bytes,
+    stop, remove ``dest`` and raise ``TooLarge`` (a huge file the agent left would otherwise be
+    written out again, larger, as base85).
 
     The snapshot is staged in a temporary index, a copy of the agent's own, so neither the agent's
     index nor its refs change; copying it lets git skip rehashing files that did not change. The
@@ -173,13 +184,35 @@ def write_changes(root: Path, base: str, dest: Path) -> None:
             shutil.copyfile(index, scratch)
         env = {"GIT_INDEX_FILE": str(scratch)}
         _git("add", "--all", "--", ".", cwd=root, env=env, what="could not stage the workspace's changes")
-        with open(dest, "wb") as out:
-            args = ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
-                    "--dst-prefix=b/", base, "--"]
-            done = subprocess.run(_command(args), cwd=root, env={**clean_env(os.environ), **env},
-                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, text=False, check=False)
-        if done.returncode != 0:
-            raise WorkspaceError(f"could not diff the workspace against {base}: {_last_line(done.stderr.decode())}")
+        args = ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
+                "--dst-prefix=b/", base, "--"]
+        # stderr to a file: a pipe nobody reads while stdout is copied could fill and stall git.
+        with open(dest, "wb") as out, open(Path(tmp) / "stderr", "w+b") as errors, subprocess.Popen(
+                _command(args), cwd=root, env={**clean_env(os.environ), **env}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=errors) as git:
+            written = _copy_limited(git, out, limit)
+            code = git.wait()
+            errors.seek(0)
+            stderr = errors.read()
+        if written is None:
+            dest.unlink(missing_ok=True)
+            raise TooLarge((limit or 0) + 1)
+        if code != 0:
+            raise WorkspaceError(f"could not diff the workspace against {base}: {_last_line(stderr.decode())}")
+
+
+def _copy_limited(proc: subprocess.Popen[bytes], out: BinaryIO, limit: int | None) -> int | None:
+    """Copy ``proc``'s stdout to ``out``; None (and ``proc`` killed) once it passes ``limit`` bytes."""
+    written = 0
+    if proc.stdout is None:
+        return written
+    while chunk := proc.stdout.read(65536):
+        written += len(chunk)
+        if limit is not None and written > limit:
+            proc.kill()
+            return None
+        out.write(chunk)
+    return written
 
 
 def _index_file(root: Path) -> Path:

@@ -5,6 +5,9 @@
   with one cause per parameter; Kubernetes answers 400 for malformed requests, not 422, which Joch
   reserves for an object that fails admission.
 * Starlette's ``HTTPException`` (unknown route, wrong method) → the Status of the same code.
+* An ``OSError`` for a full disk (``ENOSPC``, ``EDQUOT``) that no layer below mapped → 507
+  ``InsufficientStorage`` naming the file, logged as one line: it is the operator's to fix, not a bug.
+  (The store maps its own full disk to ``InsufficientStorage`` with the database's path.)
 * Anything else → 500 ``InternalError`` whose message names only the request; the traceback goes
   to the server log, never to the client. Routes use ``StatusRoute``, which turns such an error
   into the 500 itself: Starlette's outermost error middleware would answer the same body but then
@@ -14,6 +17,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -80,7 +84,23 @@ def _internal(request: Request) -> Response:
     )
 
 
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _disk_full(request: Request, exc: Exception) -> Response | None:
+    if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
+        return None
+    what = f"cannot write {exc.filename}" if exc.filename else "a write failed"
+    message = (f"the server's disk is full: {what} ({exc.strerror}) while serving {request.method} "
+               f"{request.url.path}; free space there, then retry")
+    logger.error("%s", message)
+    return status_response(errors.InsufficientStorage(message))
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
+    full = _disk_full(request, exc)
+    if full is not None:
+        return full
     logger.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
     return _internal(request)
 
@@ -101,7 +121,10 @@ class StatusRoute(APIRoute):
                 raise
             except ClientDisconnect:
                 return Response(status_code=499)  # the client left mid-request; nobody reads this
-            except Exception:
+            except Exception as exc:
+                full = _disk_full(request, exc)
+                if full is not None:
+                    return full
                 logger.exception("unhandled error in %s %s", request.method, request.url.path)
                 return _internal(request)
 

@@ -19,6 +19,8 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
   objects as ADDED, then follows. BOOKMARK events carry only ``metadata.resourceVersion``.
 * Every write and its change-log row commit in one transaction (``transaction()`` groups several
   writes: all of them commit or none does).
+* A write that fails because the disk is full raises ``InsufficientStorage`` naming the disk (never
+  a bare driver error), and nothing of it is committed; writes succeed again once space returns.
 """
 
 from __future__ import annotations
@@ -143,6 +145,11 @@ class Store(Writer):
     @abc.abstractmethod
     def compact(self, revision: int) -> int:
         """Drop change-log entries at or below ``revision``; returns the new horizon."""
+
+    def storage_problem(self) -> str | None:
+        """Why writes cannot succeed now for want of disk space (a sentence naming the disk), or
+        None. Readiness asks this; a backend that cannot tell says None."""
+        return None
 
     @abc.abstractmethod
     def stop_watches(self) -> None:

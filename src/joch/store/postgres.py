@@ -5,6 +5,11 @@ Writers lock the ``revision`` row of ``joch_meta`` (``SELECT … FOR UPDATE``) b
 commits are serialized in revision order across every server sharing the database (see ``sql``).
 The NOTIFY is sent inside the write transaction; Postgres delivers it only on commit.
 Migrations run under an advisory lock so replicas starting together apply each file once.
+
+A full disk on the database server (SQLSTATE 53100, ``DiskFull``) becomes ``InsufficientStorage``
+with the server's own words (which file could not be extended). The server's filesystem cannot be
+seen from here, so readiness fails only after a write failed that way, and a probe write that
+succeeds (space returned) makes the store ready again.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class PostgresBackend(Backend):
             name="joch-store",
         )
         self._listener: threading.Thread | None = None
+        self._full: str | None = None  # why the last write failed for want of space, until one succeeds
         self._stop = threading.Event()
         try:
             self.channel = self._channel()
@@ -129,8 +135,25 @@ class PostgresBackend(Backend):
 
     @contextmanager
     def write(self) -> Iterator[Conn]:
-        with self._pool.connection() as raw, raw.transaction():
-            yield _PgConn(raw)
+        try:
+            with self._pool.connection() as raw, raw.transaction():
+                yield _PgConn(raw)
+        except psycopg.errors.DiskFull as exc:
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else "DiskFull"
+            self._full = (f"the disk of the PostgreSQL server at {describe(self.conninfo)} is full ({said}); "
+                          "free space on the database server, then retry")
+            raise errors.InsufficientStorage(self._full) from None
+        self._full = None
+
+    def storage_problem(self) -> str | None:
+        if self._full is None:
+            return None
+        try:
+            with self.write() as conn:  # a probe: succeeds once the server has room again
+                conn.execute("UPDATE joch_meta SET value = value WHERE key = 'compacted'")
+        except errors.InsufficientStorage as exc:
+            return exc.message
+        return None
 
     @contextmanager
     def read(self) -> Iterator[Conn]:

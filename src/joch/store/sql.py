@@ -116,6 +116,10 @@ class Backend(abc.ABC):
         """How often the change feed looks for changes nobody told it about."""
         return 1.0
 
+    def storage_problem(self) -> str | None:
+        """See ``Store.storage_problem``."""
+        return None
+
     @abc.abstractmethod
     def close(self) -> None: ...
 
@@ -555,6 +559,9 @@ class SqlStore(Store):
             )
         return self.feed.subscribe(flt, after=after, bookmarks=opts.allow_bookmarks,
                                    bookmark_interval=interval, bookmark_template=bookmark)
+
+    def storage_problem(self) -> str | None:
+        return self.backend.storage_problem()
 
     def stop_watches(self) -> None:
         self.feed.close_subscriptions()

@@ -5,10 +5,17 @@ behind a lock serializes writers in-process without busy-retries, while WAL lets
 their own connections without blocking it. ``synchronous`` defaults to NORMAL (durable across a
 process crash; the last commits may be lost on power loss) and can be set with
 ``sqlite:///path/joch.db?synchronous=FULL``.
+
+A full disk: SQLite answers ``SQLITE_FULL`` (or an I/O error while the filesystem has no room),
+which becomes ``InsufficientStorage`` naming the file and the space left; the transaction is rolled
+back whole. Readiness (``storage_problem``) looks at the filesystem (below ``LOW_SPACE`` free it
+counts as full) and, after a write failed for want of space, commits a probe until one succeeds, so
+a server reports ready again by itself once space returns.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import sqlite3
 import threading
@@ -16,11 +23,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from joch.api import errors
 from joch.api.meta import now
 from joch.store import migrations
 from joch.store.sql import Backend, Conn
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+_SQLITE_IOERR = 10
+_SQLITE_FULL = 13
+LOW_SPACE = 1024 * 1024
+"""Below this many free bytes the store's filesystem counts as full (readiness fails)."""
 
 
 class SqliteBackend(Backend):
@@ -38,7 +50,9 @@ class SqliteBackend(Backend):
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         self._readers_lock = threading.Lock()
         self._all_readers: list[sqlite3.Connection] = []
-        self._migrate()
+        self._full: str | None = None  # why the last write failed for want of space, until one succeeds
+        with self._disk_errors():
+            self._migrate()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
@@ -71,7 +85,7 @@ class SqliteBackend(Backend):
 
     @contextmanager
     def write(self) -> Iterator[Conn]:
-        with self._write_lock:
+        with self._write_lock, self._disk_errors():
             conn = self._writer
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -81,6 +95,34 @@ class SqliteBackend(Backend):
                 if conn.in_transaction:  # a failed COMMIT may already have rolled back
                     conn.execute("ROLLBACK")
                 raise
+            self._full = None
+
+    @contextmanager
+    def _disk_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            free = _free_bytes(self.path.parent)
+            if not _out_of_space(exc, free):
+                raise
+            self._full = self._full_message(free)
+            raise errors.InsufficientStorage(self._full) from None
+
+    def _full_message(self, free: int | None) -> str:
+        left = f" ({free} bytes free on its filesystem)" if free is not None else ""
+        return f"the disk holding the store is full: cannot write {self.path}{left}; free space there, then retry"
+
+    def storage_problem(self) -> str | None:
+        free = _free_bytes(self.path.parent)
+        if free is not None and free < LOW_SPACE:
+            return self._full_message(free)
+        if self._full is not None:
+            try:
+                with self.write() as conn:  # a probe: a real commit, so it needs what a write needs
+                    conn.execute("UPDATE joch_meta SET value = value WHERE key = 'compacted'")
+            except errors.InsufficientStorage as exc:
+                return exc.message
+        return None
 
     @contextmanager
     def read(self) -> Iterator[Conn]:
@@ -103,3 +145,19 @@ class SqliteBackend(Backend):
             for conn in [*self._all_readers, self._writer]:
                 conn.close()
             self._all_readers.clear()
+
+
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _out_of_space(exc: sqlite3.Error, free: int | None) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "disk is full" in str(exc)
+    # SQLite reports a failed write()/fallocate() as an I/O error: that is ENOSPC when nothing is free.
+    return code & 0xFF == _SQLITE_FULL or (code & 0xFF == _SQLITE_IOERR and free is not None and free < LOW_SPACE)

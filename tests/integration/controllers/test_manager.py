@@ -479,6 +479,11 @@ def test_joch_server_runs_the_controllers_and_releases_the_lease_on_shutdown(tmp
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--lease-duration", "0", "--lease-duration must be a positive number of seconds (got 0)"),
     ("--max-concurrent-runs", "0", "--max-concurrent-runs must be at least 1 (got 0)"),
+    ("--max-log-bytes", "12x", "--max-log-bytes must be a number of bytes, optionally with a suffix Ki, Mi, Gi, "
+     "Ti (or k, M, G, T), such as 64Mi; 0 means no limit (got '12x')"),
+    ("--max-log-bytes", "100", "--max-log-bytes must be at least 1024 (1Ki), or 0 for no limit (got 100)"),
+    ("--max-artifact-bytes", "1.5Gi", "--max-artifact-bytes must be a number of bytes, optionally with a suffix "
+     "Ki, Mi, Gi, Ti (or k, M, G, T), such as 64Mi; 0 means no limit (got '1.5Gi')"),
     ("--store", "sqlite:////nonexistent-joch-dir/x.db", 'the directory "/nonexistent-joch-dir" of the SQLite store '
      "in --store does not exist: create it (mkdir -p /nonexistent-joch-dir) or fix the URL"),
 ])

@@ -24,6 +24,7 @@ from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.runtime.local import LocalRuntime
 from joch.store import Store, open_store
+from support.disks import fill, tmpfs
 
 PY = sys.executable
 
@@ -533,3 +534,57 @@ def test_a_run_held_by_its_agents_limit_does_not_hold_back_other_agents(make_env
     gate.touch()
     for name in xs:
         assert env.wait(name, {"Succeeded", "Failed"}, timeout=20)["status"]["phase"] == "Succeeded"
+
+
+def test_limits_reach_the_runner_and_refused_artifacts_are_in_the_status(make_env: Callable[..., Env]) -> None:
+    env = make_env(max_log_bytes=2000, max_artifact_bytes=1000)
+    code = ("import os,sys; out=sys.argv[1]; sys.stdout.write('y' * 10000); "
+            "open(os.path.join(out, 'big.txt'), 'w').write('x' * 5000); "
+            "open(os.path.join(out, 'ok.txt'), 'w').write('ok')")
+    env.apply(provider("p", [*script(code), "{{ workspace.outputs }}"],
+                       outputArtifacts=[{"name": "big", "path": "big.txt", "optional": True},
+                                        {"name": "ok", "path": "ok.txt"}]), agent("a", "p"))
+    name = env.create_run()
+    status = env.wait(name, {"Succeeded", "Failed"})["status"]
+    assert status["phase"] == "Succeeded", status
+    assert sorted(a["name"] for a in status["artifacts"]) == ["changes.patch", "ok"]
+    message = "5000 bytes is over the artifact size limit of 1000 bytes (--max-artifact-bytes); it was not stored"
+    assert status["refusedArtifacts"] == [{"name": "big", "path": "outputs/big.txt", "size": 5000, "message": message}]
+    refused = next(c for c in status["conditions"] if c["type"] == "ArtifactsRefused")
+    assert (refused["status"], refused["reason"], refused["message"]) == ("True", "TooLarge", f"big: {message}")
+    assert env.events(name)[-1] == ("Succeeded", f"agent exited with code 0; 2 artifacts; refused: big ({message})")
+    log = b"".join(env.runtime.logs(status["runtimeRef"]))
+    assert log.startswith(b"y" * 1000) and log.endswith(b"y" * 1000) and b"8000 bytes of output were cut" in log
+
+
+def test_a_full_disk_fails_the_run_at_once_naming_it(make_env: Callable[..., Env], tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "data", size="2m"):
+        env = make_env()
+        env.apply(provider("p", script("import sys\nwhile True: sys.stdout.write('x' * 65536)")),
+                  agent("a", "p", defaults={"retryLimit": 2}))
+        name = env.create_run()
+        status = env.wait(name, {"Succeeded", "Failed"})["status"]
+        assert (status["phase"], status["reason"], status["attempt"]) == ("Failed", "DiskFull", 1), status
+        assert status["message"].startswith(f"the disk is full: cannot write {tmp_path / 'data' / 'runs'}")
+        assert env.events(name)[-1][0] == "DiskFull"
+        env.manager.stop()
+        env.runtime.close()
+
+
+def test_a_run_that_cannot_even_be_submitted_on_a_full_disk_is_disk_full(
+        make_env: Callable[..., Env], tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "data", size="2m") as data:
+        env = make_env()
+        env.apply(provider("p", script("print('never')")), agent("a", "p"))
+        ballast = fill(data)
+        name = env.create_run()
+        status = env.wait(name, {"Succeeded", "Failed"})["status"]
+        assert (status["phase"], status["reason"]) == ("Failed", "DiskFull"), status
+        assert status["message"].startswith(f"the local runtime could not start the run: the disk is full: cannot "
+                                            f"write {data / 'runs'}")
+        assert status["message"].endswith("(0 bytes free on its filesystem)")
+        ballast.unlink()
+        again = env.create_run()
+        assert env.wait(again, {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"  # space returned
+        env.manager.stop()
+        env.runtime.close()
