@@ -12,7 +12,9 @@ could only report them at the model, not at ``spec.rules[2].name``.)
 
 Secrets behave as in Kubernetes: ``spec.data`` values are base64 (checked: a plain-text value is an
 error that points to ``stringData``), and ``spec.stringData`` is write-only convenience — admission
-encodes it into ``data`` (a key in both takes the ``stringData`` value) and never stores it.
+encodes it into ``data`` (a key in both takes the ``stringData`` value) and never stores it. The
+change log keeps only a Secret's newest change and leaves ``data`` out of its DELETED event, so a
+value that was changed or deleted cannot be replayed by a watch (``sensitive`` in the registry).
 """
 
 from __future__ import annotations
@@ -471,6 +473,7 @@ APPROVAL = register(KindInfo(
 SECRET = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
     spec_model=SecretSpec, status_model=SecretStatus, spec_required=False, categories=(),
+    history="latest", sensitive=("spec.data",),
     columns=(Column("TYPE", "spec.type"), AGE),
 ))
 EVENT = register(KindInfo(
@@ -482,6 +485,7 @@ EVENT = register(KindInfo(
 LEASE = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Lease", plural="leases",
     spec_model=LeaseSpec, status_model=LeaseStatus, categories=(),
+    history="latest",  # renewed every few seconds: renewals must not crowd user objects out of the log
     columns=(Column("HOLDER", "spec.holderIdentity"), Column("RENEWED", "spec.renewTime"), AGE),
 ))
 

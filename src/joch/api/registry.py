@@ -4,6 +4,15 @@ A kind is declared once, as a ``KindInfo``: its group/version/kind, plural and s
 the pydantic models of its spec and status, the references admission checks and the columns the
 CLI prints. The HTTP routes, discovery, OpenAPI, admission and the CLI all read this registry, so
 adding a kind is one ``register()`` call and no edit anywhere else.
+
+A kind also declares how the store's change log keeps its history (``KindInfo.history``), because
+that is a property of the kind, not of the store: ``full`` keeps every change until compaction, so a
+watch from an old revision sees each one; ``latest`` keeps only the newest change of each object —
+for kinds written over and over by controllers (a Lease renewed every few seconds) whose past states
+nobody replays, and for kinds whose past values must not be replayable at all. ``sensitive`` names
+the fields that hold such values (a Secret's ``spec.data``): they require ``latest`` history, and
+the DELETED change of such an object leaves them out, so once a value is changed or deleted no
+watch can replay it. See ``joch.store.sql`` for how the store applies both.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ class Reference:
     missing: Literal["reject", "warn"] = "reject"
 
 
+History = Literal["full", "latest"]
 ColumnType = Literal["string", "integer", "number", "boolean", "date"]
 
 
@@ -63,6 +73,13 @@ class KindInfo:
     references: tuple[Reference, ...] = ()
     columns: tuple[Column, ...] = ()
     spec_required: bool = True
+    history: History = "full"
+    sensitive: tuple[str, ...] = ()  # dotted paths, e.g. "spec.data"
+
+    def __post_init__(self) -> None:
+        if self.sensitive and self.history != "latest":
+            # With full history every superseded value would stay replayable until compaction.
+            raise ValueError(f"kind {self.kind} has sensitive fields, so its history must be 'latest'")
 
     @property
     def api_version(self) -> str:

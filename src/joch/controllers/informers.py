@@ -15,6 +15,10 @@ How nothing is missed:
   stream) cannot be replayed. The informer lists again and emits the *difference* between its cache
   and the new list: adds, updates (resourceVersion changed) and deletes. Handlers see the same kind
   of events they would have seen from the watch, only coalesced.
+* A kind that keeps only its latest change (Leases, Secrets; ``KindInfo.history``) replays only
+  each object's newest state: a MODIFIED for an object the cache lacks is an add, and a DELETED of
+  one it never held (created and deleted while the informer was away) is dropped, as client-go's
+  informers do.
 * Watches ask for bookmarks, so a quiet kind's resume point moves with the store's revision and a
   resume after a long quiet spell is still inside the retained history.
 
@@ -211,7 +215,8 @@ class Informer:
                 names[name] = obj
             self._resource_version = str(event.revision)
         if event.type == "DELETED":
-            self._emit("DELETED", old or obj, None)
+            if old is not None:  # as client-go: a deletion of an object never held is no news
+                self._emit("DELETED", old, None)
         else:
             self._emit("ADDED" if old is None else "MODIFIED", old, obj)
 

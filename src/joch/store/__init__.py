@@ -19,8 +19,9 @@ def default_url(data_dir: str | os.PathLike[str]) -> str:
 
 def open_store(url: str, *, history: int | None = 100_000, compact_interval: float = 30.0) -> Store:
     """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]`` or
-    ``postgresql://USER@HOST:PORT/DB`` (any libpq URL). ``history`` bounds the change log: older
-    revisions are compacted automatically every ``compact_interval`` seconds (None keeps all)."""
+    ``postgresql://USER@HOST:PORT/DB`` (any libpq URL). ``history`` bounds the change log: beyond
+    its newest ``history`` changes it is compacted every ``compact_interval`` seconds (None keeps
+    all)."""
     from joch.store.sql import SqlStore
 
     if url.startswith(("postgresql://", "postgres://")):

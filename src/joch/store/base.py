@@ -17,6 +17,9 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
 * ``watch(resource_version=R)`` replays every change after R in revision order, then follows;
   R older than the compaction horizon raises ``Gone``. Without R it first emits the current
   objects as ADDED, then follows. BOOKMARK events carry only ``metadata.resourceVersion``.
+  For a kind whose ``history`` is ``latest`` only each object's newest change is kept, so a replay
+  gives its latest state (``sql`` explains the semantics); a DELETED event leaves out the kind's
+  ``sensitive`` fields.
 * Every write and its change-log row commit in one transaction (``transaction()`` groups several
   writes: all of them commit or none does).
 * A write that fails because the disk is full raises ``InsufficientStorage`` naming the disk (never

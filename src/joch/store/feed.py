@@ -14,6 +14,11 @@ dropped — and since the log is in revision order and commit order equals revis
 With no subscription the feed reads nothing (a commit then costs only a wake-up); the first new
 subscription sets its position to the current revision.
 
+Kinds that keep only their latest change (``KindInfo.history``, see ``sql``): a change row may
+have replaced the object's previous one. Each change is decoded knowing the revision its reader
+read after (the feed's position, or the replay's), so a change whose ``superseded`` row lies
+beyond it is known to follow a change this watch never saw (``Filter.decode``).
+
 Compaction: a subscription replaying below the compaction horizon ends with an ERROR event carrying
 a 410 ``Expired`` Status, as a Kubernetes watch does.
 """
@@ -49,6 +54,7 @@ class Change(NamedTuple):
     type: str
     body: str
     prev_labels: str | None = None  # JSON of the labels before a MODIFIED that changed them
+    superseded: int | None = None  # the revision of this object's previous change, removed from the log
 
 
 ReadChanges = Callable[[int, str | None, int], tuple[int, list[Change]]]
@@ -66,14 +72,19 @@ class Filter:
             return False
         return self.namespace is None or change.namespace == self.namespace
 
-    def decode(self, change: Change) -> WatchEvent | None:
+    def decode(self, change: Change, after: int) -> WatchEvent | None:
         """The event for ``change`` as this watch sees it, or None (the body is parsed per watch,
-        so each consumer owns its dicts).
+        so each consumer owns its dicts). ``after`` is the revision the change was read after.
 
         With a label selector, a relabel that moves an object into the selection is ADDED and one
         that moves it out is DELETED, as a Kubernetes watch reports them; the DELETED carries the
         object as it is now (Kubernetes sends its previous content), at the change's revision.
         Field selectors only see name and namespace, which never change.
+
+        A change whose previous change was removed from the log after ``after`` (``superseded``)
+        follows a state this watch never saw, so the labels it had there are unknown: an object
+        that matches now is MODIFIED, one that does not is DELETED (it may have matched before;
+        a watcher that never had it ignores the DELETED).
         """
         if not self.match_key(change):
             return None
@@ -81,6 +92,9 @@ class Filter:
         if not (self.labels or self.fields):
             return WatchEvent(change.type, obj, change.revision)  # type: ignore[arg-type]
         now = selectors.matches(obj, self.labels, self.fields)
+        if self.labels and change.superseded is not None and change.superseded > after:
+            # Only MODIFIED and DELETED rows supersede (see ``sql``).
+            return WatchEvent("MODIFIED" if now and change.type == "MODIFIED" else "DELETED", obj, change.revision)
         if change.type != "MODIFIED" or not self.labels or change.prev_labels is None:
             return WatchEvent(change.type, obj, change.revision) if now else None  # type: ignore[arg-type]
         before_labels = json.loads(change.prev_labels)
@@ -129,9 +143,9 @@ class Subscription(Watch):
 
     # --- fed by the feed thread ------------------------------------------------------------------
 
-    def offer(self, change: Change) -> None:
+    def offer(self, change: Change, after: int) -> None:
         try:
-            event = self._filter.decode(change)
+            event = self._filter.decode(change, after)
         except Exception:  # one undecodable body must not wedge the feed for every watch
             log.exception("watch: cannot decode change %s; ending this watch", change.revision)
             self.expire(errors.Internal(f"cannot decode change {change.revision}").to_status(), change.revision)
@@ -180,7 +194,8 @@ class Subscription(Watch):
                 self._replay_page()
 
     def _replay_page(self) -> None:
-        compacted, changes = self._feed.read_changes(self._last, self._filter.kind, _REPLAY_PAGE)
+        after = self._last
+        compacted, changes = self._feed.read_changes(after, self._filter.kind, _REPLAY_PAGE)
         if compacted > self._last:
             status = gone_status(
                 f"too old resource version: {self._last} ({compacted}); list again and watch from there"
@@ -190,7 +205,7 @@ class Subscription(Watch):
             self._closed = True
             return
         for change in changes:
-            event = self._filter.decode(change)
+            event = self._filter.decode(change, after)
             if event is not None:
                 self._ready.append(event)
         if changes:
@@ -394,7 +409,7 @@ class Feed:
                 subs = list(self._subs)
             for change in changes:
                 for sub in subs:
-                    sub.offer(change)
+                    sub.offer(change, position)
             with self._lock:
                 # A subscription may have moved the position on meanwhile: never move it back.
                 self.position = max(self.position, changes[-1].revision)

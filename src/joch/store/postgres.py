@@ -180,9 +180,11 @@ class PostgresBackend(Backend):
             params = (row.kind, row.namespace, row.name)
         done = conn.execute(
             f"WITH written AS ({write}) "
-            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels) "
-            "SELECT ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text FROM written RETURNING revision",
-            (*params, row.revision, row.kind, row.namespace, row.name, event, row.body, row.prev_labels),
+            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels, superseded) "
+            "SELECT ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::bigint "
+            "FROM written RETURNING revision",
+            (*params, row.revision, row.kind, row.namespace, row.name, event, row.log_body, row.prev_labels,
+             row.superseded),
         ).fetchone()
         return done is not None
 

@@ -13,6 +13,29 @@ Contracts and pitfalls:
   object unchanged: re-applying a file keeps every resourceVersion.
 * Bodies are stored as JSON text in both dialects: the store never queries inside them, and text
   keeps the submitted key order, which ``-o yaml`` shows back to the user.
+
+How long the change log keeps what (``KindInfo.history`` and ``KindInfo.sensitive``):
+
+* ``full`` kinds keep every change until compaction. ``latest`` kinds keep only the newest change
+  row of each object: a MODIFIED or DELETED deletes the object's earlier ADDED/MODIFIED rows in
+  the same transaction, and records the newest revision it deleted in ``superseded``. DELETED rows
+  themselves are never superseded, so an object deleted and created again under the same name
+  still tells a watcher that the old one went away.
+* A watch that resumes from R sees, for such an object, only its latest state (as etcd shows after
+  compacting that key): per object the stream is still gap-free and ends at the right state, and
+  its revisions still only grow, so resourceVersion bookkeeping and BOOKMARKs hold. What it does
+  not give for those kinds is every intermediate state. When a row's ``superseded`` is above the
+  position the watcher read from, the watcher missed that object's previous change, so the feed
+  cannot know what it holds: the row arrives as MODIFIED (an informer adds an object it did not
+  have), and a label-selector watch gets DELETED for an object that does not match now, since it
+  may have matched before (see ``feed.Filter.decode``).
+* ``sensitive`` fields (a Secret's ``spec.data``) appear in the change log only in the object's
+  newest change, which is what a current read shows; superseding deletes them with the row, and a
+  DELETED row leaves them out. ``change_body`` is the one place a sensitive value is written to
+  the change log, so encrypting or dropping it later is a change to that function only.
+* Auto-compaction (``history``) counts the change rows that are kept, not revisions: a Lease
+  renewed every two seconds costs the log one row, so it does not push user objects' changes
+  past the horizon.
 """
 
 from __future__ import annotations
@@ -25,7 +48,7 @@ import json
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -61,6 +84,8 @@ class ChangeRow:
     revision: int
     body: str
     prev_labels: str | None
+    log_body: str  # what the change log keeps: see ``change_body``
+    superseded: int | None = None
 
 
 class Backend(abc.ABC):
@@ -99,9 +124,10 @@ class Backend(abc.ABC):
                 (row.kind, row.namespace, row.name),
             )
         conn.execute(
-            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (row.revision, row.kind, row.namespace, row.name, event, row.body, row.prev_labels),
+            "INSERT INTO joch_changes (revision, kind, namespace, name, type, body, prev_labels, superseded) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (row.revision, row.kind, row.namespace, row.name, event, row.log_body, row.prev_labels,
+             row.superseded),
         )
         return True
 
@@ -134,6 +160,43 @@ def object_key(kind: KindInfo, namespace: str | None) -> str:
 
 def dumps(obj: Obj) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def change_body(kind: KindInfo, obj: Obj, event: str, body: str) -> str:
+    """The change-log body of a write of ``obj`` (``body`` is its stored text): the one place where
+    a kind's sensitive values are written to the change log. A DELETED change leaves them out; the
+    newest change carries them, as a current read does."""
+    if not kind.sensitive or event != "DELETED":
+        return body
+    return dumps(_without(obj, kind.sensitive))
+
+
+def _without(obj: Obj, paths: tuple[str, ...]) -> Obj:
+    """A copy of ``obj`` without the fields at dotted ``paths`` (``obj`` itself is left alone)."""
+    out = dict(obj)
+    for path in paths:
+        *parents, leaf = path.split(".")
+        node = out
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break
+            child = dict(child)
+            node[part] = child
+            node = child
+        else:
+            node.pop(leaf, None)
+    return out
+
+
+def _supersede(conn: Conn, kind: str, namespace: str, name: str) -> int | None:
+    """Delete the earlier ADDED/MODIFIED change rows of one object; the newest revision deleted."""
+    rows = conn.execute(
+        "DELETE FROM joch_changes WHERE kind = ? AND namespace = ? AND name = ? AND type <> 'DELETED' "
+        "RETURNING revision",
+        (kind, namespace, name),
+    ).fetchall()
+    return max((int(r[0]) for r in rows), default=None)
 
 
 def _ident(kind: KindInfo, namespace: str, name: str) -> str:
@@ -199,7 +262,13 @@ class _Tx(Writer):
             before = (previous.get("metadata") or {}).get("labels") or {}
             if before != (m.get("labels") or {}):
                 prev_labels = dumps(before)
-        row = ChangeRow(kind.key, namespace, name, m["uid"], revision, body, prev_labels)
+        superseded = None
+        if kind.history == "latest" and event != "ADDED":
+            # An ADDED has nothing to supersede: the DELETED before it already did, and it is
+            # refused (after this point) if the object exists, which must leave the log alone.
+            superseded = _supersede(self.conn, kind.key, namespace, name)
+        row = ChangeRow(kind.key, namespace, name, m["uid"], revision, body, prev_labels,
+                        change_body(kind, obj, event, body), superseded)
         if not self.backend.record(self.conn, event, row):
             # The primary key decided "already exists" in the same round trip as the insert.
             raise errors.AlreadyExists(f"{_ident(kind, namespace, name)} already exists",
@@ -468,19 +537,34 @@ class SqlStore(Store):
         return int(revision)
 
     def compact(self, revision: int) -> int:
+        return self._compact(lambda conn: int(revision))
+
+    def _auto_compact(self) -> None:
+        """Keep the newest ``history`` change rows (rows, not revisions: see the module docstring)."""
+        if self.history:
+            self._compact(self._horizon_keeping(self.history))
+
+    @staticmethod
+    def _horizon_keeping(rows: int) -> Callable[[Conn], int]:
+        def horizon(conn: Conn) -> int:
+            row = conn.execute(
+                "SELECT revision FROM joch_changes ORDER BY revision DESC LIMIT 1 OFFSET ?", (rows,)
+            ).fetchone()
+            return 0 if row is None else int(row[0])
+        return horizon
+
+    def _compact(self, target_of: Callable[[Conn], int]) -> int:
+        """Compact up to the revision ``target_of`` picks, reading it under the write lock (so a
+        write that removes superseded rows meanwhile cannot make it remove more than it meant)."""
         with self.backend.write() as conn:
             (current,) = conn.execute(self.backend.lock_revision_sql).fetchone()
             (compacted,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'compacted'").fetchone()
-            target = min(int(revision), int(current))
+            target = min(target_of(conn), int(current))
             if target <= int(compacted):
                 return int(compacted)
             conn.execute("DELETE FROM joch_changes WHERE revision <= ?", (target,))
             conn.execute("UPDATE joch_meta SET value = ? WHERE key = 'compacted'", (target,))
         return target
-
-    def _auto_compact(self) -> None:
-        if self.history:
-            self.compact(self.current_revision() - self.history)
 
     def _changes_after(
         self, revision: int, kind: str | None, limit: int
@@ -490,17 +574,20 @@ class SqlStore(Store):
             (compacted,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'compacted'").fetchone()
             if kind is None:
                 rows = conn.execute(
-                    "SELECT revision, kind, namespace, name, type, body, prev_labels FROM joch_changes "
-                    "WHERE revision > ? ORDER BY revision LIMIT ?",
+                    "SELECT revision, kind, namespace, name, type, body, prev_labels, superseded "
+                    "FROM joch_changes WHERE revision > ? ORDER BY revision LIMIT ?",
                     (revision, limit),
                 ).fetchall()
             else:
                 rows = conn.execute(
-                    "SELECT revision, kind, namespace, name, type, body, prev_labels FROM joch_changes "
-                    "WHERE kind = ? AND revision > ? ORDER BY revision LIMIT ?",
+                    "SELECT revision, kind, namespace, name, type, body, prev_labels, superseded "
+                    "FROM joch_changes WHERE kind = ? AND revision > ? ORDER BY revision LIMIT ?",
                     (kind, revision, limit),
                 ).fetchall()
-        return int(compacted), [feeds.Change(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+        return int(compacted), [
+            feeds.Change(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], None if r[7] is None else int(r[7]))
+            for r in rows
+        ]
 
     def _snapshot(self, kind: KindInfo, namespace: str | None) -> tuple[int, builtins.list[str]]:
         ns = namespace if kind.namespaced else None
@@ -571,4 +658,4 @@ class SqlStore(Store):
         self.backend.close()
 
 
-__all__ = ["REGISTRY", "Backend", "Conn", "SqlStore", "dumps", "object_key"]
+__all__ = ["REGISTRY", "Backend", "Conn", "SqlStore", "change_body", "dumps", "object_key"]

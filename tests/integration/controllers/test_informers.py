@@ -225,3 +225,38 @@ def test_an_informer_can_be_scoped_to_a_namespace(store: Store, informers: Calla
     store.create(kinds.AGENT_PROVIDER, provider("w", namespace="team-a"))
     wait_until(lambda: informer.get("team-a", "w") is not None, what="w")
     assert sorted(name(o) or "" for o in informer.list()) == ["w", "x"]
+
+
+def test_an_informer_resumes_across_changes_the_log_no_longer_holds(
+    store: Store, informers: Callable[..., Informer],
+) -> None:
+    def secret(obj_name: str, value: str) -> dict[str, Any]:
+        return {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret",
+                "metadata": {"name": obj_name, "namespace": "default"}, "spec": {"data": {"k": value}}}
+
+    def change(obj_name: str, value: str) -> dict[str, Any]:
+        current = store.get(kinds.SECRET, "default", obj_name)
+        return store.update(kinds.SECRET, {**current, "spec": {"data": {"k": value}}})
+
+    informer = informers(kinds.SECRET)
+    recorder = Recorder()
+    informer.add_handler(recorder)
+    store.create(kinds.SECRET, secret("a", "YQ=="))
+    informer.start()
+    assert informer.wait_for_sync(10)
+    informer.stop()
+    # Secrets keep only each object's newest change: a's first value, b's ADDED and c's whole
+    # life before its deletion are gone from the log by the time the informer resumes.
+    change("a", "Yg==")
+    latest_a = change("a", "Yw==")
+    store.create(kinds.SECRET, secret("b", "YQ=="))
+    latest_b = change("b", "Yg==")
+    store.create(kinds.SECRET, secret("c", "YQ=="))
+    store.delete(kinds.SECRET, "default", "c")
+    target = store.current_revision()
+    informer.start()
+    wait_until(lambda: int(informer.resource_version or 0) >= target, what="the resumed watch to catch up")
+    assert informer.get("default", "b") == latest_b
+    assert informer.get("default", "a") == latest_a and informer.get("default", "c") is None
+    assert recorder.take() == [("ADDED", None, "a"), ("MODIFIED", "a", "a"), ("ADDED", None, "b")]
+    assert informer.relists == 0

@@ -49,3 +49,13 @@ def test_a_new_kind_is_one_declaration() -> None:
                                       short_names=("wd",)))
     assert registry.resolve("wd") is info and info.resource == "widgets.example.dev"
     assert registry.for_route("example.dev", "v1", "widgets") is info
+
+
+def test_a_kind_with_sensitive_fields_must_keep_only_its_latest_change() -> None:
+    from joch.api.kinds import LEASE, SECRET, SecretSpec, SecretStatus
+
+    assert (SECRET.history, SECRET.sensitive, LEASE.history, AGENT.history) == (
+        "latest", ("spec.data",), "latest", "full")
+    with pytest.raises(ValueError, match="Vault has sensitive fields, so its history must be 'latest'"):
+        KindInfo(group="x.dev", version="v1", kind="Vault", plural="vaults", spec_model=SecretSpec,
+                 status_model=SecretStatus, sensitive=("spec.data",))
