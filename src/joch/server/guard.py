@@ -22,8 +22,9 @@ middleware, installed by ``create_app`` for every deployment, that closes the th
   Top-level navigations (``Sec-Fetch-Mode: navigate`` on a GET or HEAD: the user followed a link to
   ``/docs``) are let through, as the page cannot read what they return. Origins listed with
   ``--allowed-origin`` (exact ``scheme://host[:port]``) are exempt and get CORS headers, preflights
-  included; no other response carries any. Kubernetes clients (kubectl, client-go, the Python
-  client) and the CLI send neither header and are unaffected, as is the same-origin Swagger UI.
+  included (with Chrome's Private Network Access grant when asked); no other response carries
+  any. Kubernetes clients (kubectl, client-go, the Python client) and the CLI send neither header
+  and are unaffected, as is the same-origin Swagger UI.
 * **Form-shaped writes** (what a browser may send cross-origin without a CORS preflight, and what
   an old browser sends without ``Origin``): POST, PUT and PATCH must say their body is JSON
   (``application/json``, ``application/*+json``: merge and JSON patches), YAML, or an apply patch;
@@ -284,6 +285,9 @@ def _preflight(allowed_origin: str, scope: Scope) -> Response:
     for key, value in scope["headers"]:
         if key == b"access-control-request-headers":
             headers["Access-Control-Allow-Headers"] = value.decode("latin-1")
+        elif key == b"access-control-request-private-network":
+            # Chrome's Private Network Access: a public page asking for a loopback server.
+            headers["Access-Control-Allow-Private-Network"] = "true"
     return Response(status_code=204, headers=headers)
 
 

@@ -203,6 +203,9 @@ def test_an_allowed_origin_gets_cors_and_no_other_does(server_with: Callable[...
     assert r.headers["access-control-allow-origin"] == app_origin
     assert "POST" in r.headers["access-control-allow-methods"]
     assert r.headers["access-control-allow-headers"] == "content-type" and r.headers["vary"] == "Origin"
+    assert "access-control-allow-private-network" not in r.headers
+    r = server.http.options(server.path("ap"), headers={**preflight, "Access-Control-Request-Private-Network": "true"})
+    assert r.status_code == 204 and r.headers["access-control-allow-private-network"] == "true"
     r = server.http.post(server.path("ap"), json=provider("p"), headers={"Origin": app_origin,
                                                                         "Sec-Fetch-Site": "same-site"})
     assert r.status_code == 201 and r.headers["access-control-allow-origin"] == app_origin
