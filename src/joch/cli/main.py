@@ -324,6 +324,14 @@ def server_command(
     identity: IdentityOption = None,
     max_log_bytes: MaxLogBytesOption = "64Mi",
     max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
+    allowed_hosts: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", metavar="NAME", show_default=False,
+        help="Another name clients use in Host to reach the server (a DNS alias, a proxy's name); "
+             "localhost, IP addresses and --host are always accepted. Repeatable; * accepts any.")] = None,
+    allowed_origins: Annotated[list[str] | None, typer.Option(
+        "--allowed-origin", metavar="ORIGIN", show_default=False,
+        help="A web origin (https://app.example.com) whose pages may use the API from a browser; "
+             "pages from other origins are refused. Repeatable.")] = None,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
@@ -332,7 +340,8 @@ def server_command(
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
     )
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
-                controllers=options if controllers else None)
+                controllers=options if controllers else None, allowed_hosts=allowed_hosts or (),
+                allowed_origins=allowed_origins or ())
 
 
 @command("controller")

@@ -6,7 +6,8 @@ before the server starts, instead of as uvicorn log lines or a traceback: a data
 cannot be created, a port outside 1-65535 (``socket.bind`` would raise ``OverflowError``), a port
 already taken (checked by binding it once; uvicorn would log and exit with its own code 3, which
 here means "not found"), and a store URL the store layer refuses (``open_store`` raises
-``ValueError`` for those).
+``ValueError`` for those), and an ``--allowed-host`` or ``--allowed-origin`` that is not a host name or
+an origin (``joch.server.guard`` says which, and refuses ``*`` and ``null`` as origins).
 
 ``joch controller`` runs the same controllers as ``joch server`` without the web stack: it opens the
 store, campaigns for the leader lease and runs the controllers until SIGINT or SIGTERM, then stops
@@ -24,7 +25,7 @@ import re
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -118,16 +119,30 @@ def controller_options(
 
 def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
-    controllers: ControllerOptions | None = None,
+    controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> None:
+    from joch import server  # lazy: only this command needs the web stack
+    from joch.server import guard
+
+    options = server.ServerOptions(
+        allowed_hosts=_checked("--allowed-host", allowed_hosts, guard.normalize_host),
+        allowed_origins=_checked("--allowed-origin", allowed_origins, guard.normalize_origin),
+    )
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
-    from joch import server  # lazy: only this command needs the web stack
-
     try:
-        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers)
+        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
+                     options=options)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
+
+
+def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) -> tuple[str, ...]:
+    try:
+        return tuple(normalize(value) for value in values)
+    except ValueError as exc:
+        raise errors.BadRequest(f"{flag} {exc}") from None
 
 
 def run_controllers(*, data_dir: Path, store: str | None, options: ControllerOptions) -> None:

@@ -3,10 +3,11 @@
 
 Public surface: ``create_app`` builds the FastAPI app over an open store; ``serve`` opens a store
 from its URL and runs uvicorn; ``ServerOptions`` configures both. Modules, one per concern:
-``app`` (assembly), ``discovery``, ``resources`` (per-kind routes), ``watch`` (NDJSON watch
-streams), ``sse`` and ``v1`` (seed routes), ``errors`` (the one Status mapping), ``wire`` (bodies and
-responses), ``params`` (query parameters), ``schemas`` (OpenAPI models), ``health``, ``serving``,
-``testing`` (a real server in a thread).
+``app`` (assembly), ``guard`` (Host, Origin and Content-Type checks in front of every route),
+``discovery``, ``resources`` (per-kind routes), ``watch`` (NDJSON watch streams), ``sse`` and ``v1``
+(seed routes), ``errors`` (the one Status mapping), ``wire`` (bodies and responses), ``params``
+(query parameters), ``schemas`` (OpenAPI models), ``health``, ``serving``, ``testing`` (a real
+server in a thread).
 """
 
 from joch.server.app import create_app as create_app

@@ -3,7 +3,9 @@
 ``create_app`` is side-effect free apart from building routes: it neither opens nor closes the
 store (``serve`` owns the store's lifetime) nor the runtime it may be given (which serves run logs
 and artifacts), so tests and embedders can build several apps over one store. Routes use
-``errors.StatusRoute`` so nothing but a Kubernetes ``Status`` leaves on failure.
+``errors.StatusRoute`` so nothing but a Kubernetes ``Status`` leaves on failure. Every app has
+``guard.Guard`` in front of its routes (Host, Origin and Content-Type checks): there is no way to
+build one that a web page can drive.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
-from joch.server import discovery, errors, health, resources, runs, schemas, v1
+from joch.server import discovery, errors, guard, health, resources, runs, schemas, v1
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 
@@ -43,4 +45,5 @@ def create_app(
     v1.install(app, store, options, registry, kind_schemas)
     runs.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
+    app.add_middleware(guard.Guard, options=options)
     return app

@@ -51,6 +51,11 @@ class ServerOptions:
     """``watch_expired`` picks what a watch from a compacted resourceVersion gets (see
     ``joch.server.watch``): ``"event"`` (Kubernetes: a 200 stream whose only event is an ERROR
     carrying a 410 ``Expired`` Status) or ``"status"`` (a plain 410 Status before any streaming).
+
+    ``bind_host`` (the address the server listens on; ``serve`` sets it), ``allowed_hosts`` and
+    ``allowed_origins`` configure ``joch.server.guard``: which ``Host`` names are answered besides
+    ``localhost``, IP addresses and the bind host (``*``: any), and which web origins may use the
+    API from a browser.
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -60,3 +65,6 @@ class ServerOptions:
     max_body_bytes: int = 3 * MiB
     max_apply_bytes: int = 64 * MiB
     version: VersionInfo = field(default_factory=VersionInfo.current)
+    bind_host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()

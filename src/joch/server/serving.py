@@ -17,6 +17,10 @@ agents, and the app serves their logs and artifacts through it. The manager star
 manifests are applied (its first list sees them) and before the port opens, and on shutdown it
 stops (releasing the leader lease) before the runtime and then the store are closed.
 
+There is no authentication yet. ``joch.server.guard`` keeps web pages out on any address, but on
+an address other than loopback anyone who can connect can create runs, and so run commands as
+this user: ``serve`` says so in a WARNING at start, naming the ways to restrict it.
+
 SIGINT and SIGTERM stop the server gracefully and ``serve`` then *returns* (so the store is closed
 and ``joch server`` exits 0). uvicorn itself re-raises the signal after its shutdown, which turns
 Ctrl-C into a ``KeyboardInterrupt`` traceback and SIGTERM into a kill that skips closing the
@@ -26,12 +30,14 @@ store; ``_Server`` keeps uvicorn's handlers but not the re-raise.
 from __future__ import annotations
 
 import gc
+import getpass
 import logging
 import signal
 import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
@@ -41,6 +47,7 @@ from joch.admission import documents
 from joch.controllers import manager as managing
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
+from joch.server import guard
 from joch.server.app import create_app
 from joch.server.options import ServerOptions
 from joch.store import open_store
@@ -55,9 +62,10 @@ def serve(
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
     controllers: ControllerOptions | None = None,
 ) -> None:
-    options = options or ServerOptions()
+    options = replace(options or ServerOptions(), bind_host=host)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warn_if_exposed(host, port)
     store = open_store(store_url)
     runtime: Runtime | None = None
     try:
@@ -83,6 +91,25 @@ def serve(
         if runtime is not None:
             runtime.close()
         store.close()
+
+
+def warn_if_exposed(host: str, port: int) -> None:
+    if guard.is_loopback(host):
+        return
+    where = "every address of this machine" if guard.is_wildcard(host) else host
+    logger.warning(
+        "listening on %s port %d WITHOUT AUTHENTICATION: anyone who can reach it can create agent runs "
+        "and so run commands as user %s on this machine. Listen on 127.0.0.1 (the default --host) "
+        "and reach it through an SSH tunnel, or allow only trusted peers with a firewall.",
+        where, port, _user(),
+    )
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in the environment nor in the password database
+        return "(this process's user)"
 
 
 def _controllers(

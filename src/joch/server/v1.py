@@ -9,8 +9,8 @@
 * ``POST /v1/resources/create``: the same body, parameters and answer (201, every item
   ``created``), through ``admission.create_documents``: ``generateName`` is honoured, and a document
   whose object exists already is a 409 ``AlreadyExists`` naming it, with nothing written.
-* Both take ``application/yaml`` or ``application/json`` (or no ``Content-Type``); other types
-  are a 415. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
+* Both take ``application/yaml`` or ``application/json``; other types and none are a 415.
+  ``?namespace=`` must be a DNS-1123 label (400 otherwise).
 * ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions[/{name}]`` (AgentRuns; ``POST``
   creates one), ``approvals[/{name}]``: the same list/get answers as the ``/apis`` routes. The run
   routes beyond the object (``executions/{name}/log``, ``approvals/{name}/decide``,

@@ -10,11 +10,12 @@ and a huge upload is refused before it is buffered.
 
 Content types. Object bodies (POST, PUT, DELETE options) are JSON: ``application/json`` or any
 ``application/*+json``; ``application/yaml`` (and its aliases) is accepted too for POST and PUT,
-parsed by admission's document loader so YAML is held to the same rules as in ``apply``. A body
-with no ``Content-Type`` is read as JSON, as a lenient apiserver does for hand-written requests
-(kubectl always sends ``application/json``). Anything else — ``text/plain``, ``image/png``, the
-``application/x-www-form-urlencoded`` that ``curl -d`` sends — is a 415 naming the accepted types,
-never a guess. PATCH accepts ``application/merge-patch+json`` only and names it in the 415
+parsed by admission's document loader so YAML is held to the same rules as in ``apply``. Anything
+else — ``text/plain``, ``image/png``, the ``application/x-www-form-urlencoded`` that ``curl -d``
+sends, and a body with no ``Content-Type`` at all — is a 415 naming the accepted types, never a
+guess: those are the bodies a web page can send cross-origin without a CORS preflight (see
+``joch.server.guard``, which refuses them for every write before a route runs). kubectl and the
+CLI always say ``application/json``. PATCH accepts ``application/merge-patch+json`` only and names it in the 415
 otherwise (strategic merge and server-side apply are Kubernetes built-in-type features).
 
 JSON bodies are held to the document loader's limits before and after parsing: nesting deeper
@@ -94,14 +95,14 @@ def decode_text(body: bytes) -> str:
 
 
 def is_json(kind: str) -> bool:
-    return kind in ("", JSON) or (kind.startswith("application/") and kind.endswith("+json"))
+    return kind == JSON or (kind.startswith("application/") and kind.endswith("+json"))
 
 
 def require_manifests(content_type: str | None) -> None:
-    """The body of ``/v1/resources/apply`` and ``create``: YAML or JSON (or no Content-Type)."""
+    """The body of ``/v1/resources/apply`` and ``create``: YAML or JSON."""
     kind = media_type(content_type)
     if not is_json(kind) and kind not in YAML_TYPES:
-        raise _unsupported(kind, "application/yaml or application/json")
+        raise unsupported(kind, "application/yaml or application/json")
 
 
 def decode_object(body: bytes, content_type: str | None, *, allow_yaml: bool = True) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def decode_object(body: bytes, content_type: str | None, *, allow_yaml: bool = T
     kind = media_type(content_type)
     yaml_body = kind in YAML_TYPES and allow_yaml
     if not yaml_body and not is_json(kind):
-        raise _unsupported(kind, "application/json or application/yaml" if allow_yaml else JSON)
+        raise unsupported(kind, "application/json or application/yaml" if allow_yaml else JSON)
     if not body.strip():
         raise errors.BadRequest("the request body is empty: send the object as JSON")
     value = _load_yaml(decode_text(body)) if yaml_body else _load_json(decode_text(body))
@@ -118,7 +119,12 @@ def decode_object(body: bytes, content_type: str | None, *, allow_yaml: bool = T
     return value
 
 
-def _unsupported(kind: str, accepted: str) -> errors.UnsupportedMediaType:
+def unsupported(kind: str, accepted: str) -> errors.UnsupportedMediaType:
+    if not kind:
+        return errors.UnsupportedMediaType(
+            f"the request has a body but no Content-Type: send {accepted} and say so in the Content-Type "
+            "header (curl: -H 'Content-Type: application/json')"
+        )
     hint = ""
     if kind == "application/x-www-form-urlencoded":
         hint = " (curl -d sends this type: add -H 'Content-Type: application/json')"

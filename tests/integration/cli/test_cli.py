@@ -524,6 +524,55 @@ def test_a_malformed_server_url_or_port_is_a_clear_error_not_a_traceback(joch_at
                                                                   "(got 99999)\n")
 
 
+def test_a_web_page_cannot_make_the_server_run_anything(server, joch) -> None:
+    # The three requests of the attack on a real `joch server` with its controllers: cross-origin,
+    # no Content-Type, Host of the page (DNS rebinding), then the same to 127.0.0.1 itself.
+    ap, ag, run = ("/apis/joch.dev/v1alpha1/namespaces/default/agentproviders",
+                   "/apis/joch.dev/v1alpha1/namespaces/default/agents",
+                   "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns")
+    bodies = [(ap, {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+                    "spec": {"binary": "id"}}),
+              (ag, {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a"},
+                    "spec": {"providerRef": {"name": "p"}}}),
+              (run, {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "r"},
+                     "spec": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "x"}}}})]
+    page = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}
+    for headers in ({**page, "Host": "evil.example"}, page):
+        for path, body in bodies:
+            r = httpx.post(f"{server.url}{path}", content=json.dumps(body), headers=headers, timeout=10)
+            assert r.status_code in (400, 403) and r.json()["kind"] == "Status", r.text
+    for path, _ in bodies:
+        assert httpx.get(f"{server.url}{path}", timeout=10).json()["items"] == []
+    assert joch.ok("get", "runs").err == "No resources found in default namespace.\n"
+
+
+def test_server_flags_allow_hosts_and_origins(joch_binary, closed_port, tmp_path) -> None:
+    proc = subprocess.Popen(
+        [str(joch_binary), "server", "--no-controllers", "--port", str(closed_port), "--data-dir", str(tmp_path),
+         "--allowed-host", "Joch.Test", "--allowed-origin", "http://localhost:3000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{closed_port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "joch server did not start"
+                time.sleep(0.1)
+        assert httpx.get(f"{url}/apis", headers={"Host": "joch.test:80"}).status_code == 200
+        assert httpx.get(f"{url}/apis", headers={"Host": "other.test"}).status_code == 400
+        r = httpx.get(f"{url}/apis", headers={"Origin": "http://localhost:3000", "Sec-Fetch-Site": "same-site"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert httpx.get(f"{url}/apis", headers={"Origin": "http://localhost:3001"}).status_code == 403
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=20)
+    assert "WITHOUT AUTHENTICATION" not in stderr  # loopback: nothing to warn about
+
+
 def test_a_web_server_that_is_not_joch_is_named_with_exit_code_7(joch_at, closed_port, tmp_path) -> None:
     port = closed_port
     web = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
