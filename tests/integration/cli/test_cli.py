@@ -486,11 +486,12 @@ def test_api_resources_lists_agents_with_their_short_name(joch) -> None:
     assert ["agentruns", "run,runs,ar", "runtime.joch.dev/v1alpha1", "true", "AgentRun"] in rows
 
 
-def test_version_prints_client_and_server(joch, joch_at, server) -> None:
+def test_version_prints_client_and_server_alike(joch, joch_at, server) -> None:
+    expected = f"Client Version: v{package.__version__}\nServer Version: v{package.__version__}\n"
     installed = joch_at(server.url, "version")  # the console script, in its own process
     assert (installed.code, installed.err) == (0, "")
-    assert installed.out == f"Client Version: {package.__version__}\nServer Version: v{package.__version__}\n"
-    assert joch.ok("version").out == f"Client Version: {package.__version__}\nServer Version: v{package.__version__}\n"
+    assert installed.out == expected
+    assert joch.ok("version").out == expected
 
 
 def test_no_server_is_one_clear_line_and_exit_code_7(joch_at, closed_port) -> None:
