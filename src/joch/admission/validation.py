@@ -30,7 +30,6 @@ Design decisions:
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -103,7 +102,7 @@ def admit(
     spec, spec_causes = _spec(kind, obj, raw)
     refs = check_references(reader, kind, obj, namespace=metadata.get("namespace"), old=old,
                             pending=pending)
-    causes = [*_top_level(obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
+    causes = [*_top_level(kind, obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
     if not causes:
         causes = check_idempotency(reader, kind, obj, metadata, old)
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
@@ -217,12 +216,23 @@ def _dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_none=True, by_alias=True)
 
 
-def _top_level(obj: dict[str, Any]) -> Iterator[Cause]:
+def _top_level(kind: KindInfo, obj: dict[str, Any]) -> Iterator[Cause]:
+    """Unknown top-level keys. A field of the kind's spec written at the top (a Kubernetes
+    Secret's ``stringData`` and ``data`` are top-level there) is pointed to its place in ``spec``."""
     for key in obj:
         if isinstance(key, str) and key not in TOP_LEVEL:
-            match = difflib.get_close_matches(key, TOP_LEVEL, n=1)
-            hint = f'; did you mean "{match[0]}"?' if match else ""
+            match = _top_level_match(key, diagnostics.fields_of(kind.spec_model))
+            hint = f'; did you mean "{match}"?' if match else ""
             yield Cause(diagnostics.format_path((key,)), f'unknown field "{key}"{hint}')
+
+
+def _top_level_match(key: str, spec_fields: list[str]) -> str | None:
+    """A spec field of that name, else the closest top-level field, else the closest spec field."""
+    exact = next((f for f in spec_fields if f.lower() == key.lower()), None)
+    if exact:
+        return f"spec.{exact}"
+    near = diagnostics.closest(key, TOP_LEVEL) or diagnostics.closest(key, spec_fields)
+    return near if near in TOP_LEVEL or near is None else f"spec.{near}"
 
 
 def _sizes(kind: KindInfo, obj: dict[str, Any], options: AdmissionOptions) -> Iterator[Cause]:
@@ -276,9 +286,9 @@ def _required_string(field_name: str, value: Any) -> list[Cause]:
 
 def _kind_hint(api_version: str, kind: str) -> str:
     known = [i.kind for i in REGISTRY if i.api_version == api_version]
-    match = difflib.get_close_matches(kind, known, n=1)
+    match = diagnostics.closest(kind, known)
     if match:
-        return f'; did you mean kind: {match[0]}?'
+        return f'; did you mean kind: {match}?'
     if known:
         return f"; {api_version} has: {', '.join(sorted(known))}"
     groups = sorted({i.api_version for i in REGISTRY})

@@ -114,8 +114,13 @@ class Discovery:
     def resolve(self, name: str) -> ResourceType:
         found = self._by_alias.get(name.lower())
         if found is None:
+            from joch.admission.diagnostics import closest  # lazy: only a typo pays for pydantic
+
+            bare = [word for rt in self._resources for word in (rt.plural, rt.singular, *rt.short_names)]
+            match = closest(name.lower(), bare)
+            hint = f'; did you mean "{match}"?' if match else ""
             raise errors.NotFound(
-                f'the server doesn\'t have a resource type "{name}" (see `joch api-resources`)', kind=name
+                f'the server doesn\'t have a resource type "{name}"{hint} (see `joch api-resources`)', kind=name
             )
         return found
 

@@ -200,6 +200,18 @@ def test_unknown_top_level_field(reader: MemoryReader) -> None:
     assert causes(exc)["specs"] == 'unknown field "specs"; did you mean "spec"?'
 
 
+@pytest.mark.parametrize(
+    ("field", "hint"),
+    [("stringData", "spec.stringData"), ("data", "spec.data"), ("stringdata", "spec.stringData"),
+     ("stringDat", "spec.stringData"), ("metdata", "metadata")],
+)
+def test_a_spec_field_written_at_the_top_level_points_into_spec(reader: MemoryReader, field: str, hint: str) -> None:
+    # A Kubernetes Secret has data and stringData at the top level; a Joch Secret under spec.
+    exc = rejected(reader, "apiVersion: ops.joch.dev/v1alpha1\nkind: Secret\nmetadata: {name: s}\n"
+                           f"{field}: {{token: abc}}\n")
+    assert causes(exc)[field] == f'unknown field "{field}"; did you mean "{hint}"?'
+
+
 def test_a_spec_level_rule_is_reported_at_spec(reader: MemoryReader) -> None:
     reader.add(AGENT, "coder")
     text = RUN_YAML + "  implementationRef: {name: other}\n"
