@@ -227,6 +227,22 @@ def test_get_missing_things(joch) -> None:
     assert 'error: the server doesn\'t have a resource type "gadgets"' in unknown.err
 
 
+def test_an_empty_namespace_says_which_namespaces_have_some(joch, manifest) -> None:
+    # The controllers' Lease lives in joch-system; `joch get leases` in default must not look like none exist.
+    leases = joch.ok("get", "leases")
+    assert leases.out == ""
+    assert leases.err == ("No resources found in default namespace.\n"
+                          "Some exist in namespace joch-system: add -n joch-system, or -A for all namespaces.\n")
+    assert table(joch.ok("get", "leases", "-n", "joch-system").out)[1][0] == "joch-controller-manager"
+    joch.ok("-n", "team-a", "apply", "-f", manifest("reviewer.yaml"))
+    joch.ok("-n", "team-b", "apply", "-f", manifest("reviewer.yaml"))
+    several = joch.ok("get", "agents,leases", "-n", "team-c")
+    assert several.err == ("No resources found in team-c namespace.\n"
+                           "Some exist in namespaces joch-system, team-a, team-b: add -n NAMESPACE, or -A for all "
+                           "namespaces.\n")
+    assert joch.ok("get", "agents", "-l", "no=such").err == "No resources found in default namespace.\n"
+
+
 def test_get_prints_what_it_finds_then_an_error_for_each_missing_name(joch, manifest) -> None:
     joch.ok("apply", "-f", manifest("quickstart.yaml"), "-f", manifest("reviewer.yaml"))
     result = joch("get", "ag", "coder", "nope", "reviewer")
@@ -275,7 +291,9 @@ def test_label_selectors(joch, manifest) -> None:
 def test_namespaces(joch, manifest) -> None:
     joch.ok("-n", "team-a", "apply", "-f", manifest("quickstart.yaml"))
     assert [r[0] for r in table(joch.ok("get", "agents", "-n", "team-a").out)[1:]] == ["coder"]
-    assert joch.ok("get", "agents").err == "No resources found in default namespace.\n"
+    assert joch.ok("get", "agents").err == (
+        "No resources found in default namespace.\nSome exist in namespace team-a: add -n team-a, or -A for all "
+        "namespaces.\n")
     obj = yaml.safe_load(joch.ok("get", "agent", "coder", "-n", "team-a", "-o", "yaml").out)
     assert obj["metadata"]["namespace"] == "team-a"
     # -n goes to the server as a parameter; errors still point into the file as written
