@@ -15,7 +15,9 @@ Design decisions:
   ``runtime.type: local``). The result is a pure function of the input: same input, same dict.
 * ``status`` in the input is ignored (it is written through the status subresource) and the old
   status is kept as it is: status belongs to controllers (see ``references`` for why admission
-  does not write ``ReferencesResolved`` either).
+  does not write ``ReferencesResolved`` either). The one exception is a new object's
+  ``KindInfo.initial_phase`` (an AgentRun starts ``Pending``), defaulted like the apiserver
+  defaults a new Pod's phase, so no reader ever sees a run without a phase.
 * Size limits are part of validation and reported as causes with the limit and the size:
   implementation text (UTF-8 bytes) and the whole object (compact JSON bytes).
 * A ``metadata.resourceVersion`` or ``metadata.uid`` in the input is passed through on the admitted
@@ -110,7 +112,7 @@ def admit(
         raise invalid(kind, display_name(obj), causes)
     out: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind,
                            "metadata": _with_server_fields(metadata, obj, old), "spec": spec}
-    status = _status(old)
+    status = _status(old) if old is not None else _initial_status(kind)
     if status:
         out["status"] = status
     return Admitted(kind=kind, obj=out, warnings=refs.warnings)
@@ -273,6 +275,10 @@ def _with_server_fields(
 def _status(old: dict[str, Any] | None) -> dict[str, Any]:
     status: dict[str, Any] = copy.deepcopy((old or {}).get("status") or {})
     return status
+
+
+def _initial_status(kind: KindInfo) -> dict[str, Any]:
+    return {"phase": kind.initial_phase} if kind.initial_phase else {}
 
 
 def _required_string(field_name: str, value: Any) -> list[Cause]:

@@ -460,6 +460,7 @@ AGENT_RUN = register(KindInfo(
     columns=(Column("AGENT", "spec.agentRef.name"), Column("PHASE", "status.phase"),
              Column("REASON", "status.reason", wide=True), Column("ATTEMPT", "status.attempt", wide=True),
              AGE),
+    initial_phase="Pending",
 ))
 APPROVAL = register(KindInfo(
     group=RUNTIME, version=V1ALPHA1, kind="Approval", plural="approvals", short_names=("apr",),

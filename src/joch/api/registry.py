@@ -63,6 +63,9 @@ class KindInfo:
     references: tuple[Reference, ...] = ()
     columns: tuple[Column, ...] = ()
     spec_required: bool = True
+    initial_phase: str | None = None
+    """``status.phase`` admission gives a new object, as the apiserver gives a new Pod ``Pending``:
+    every reader (tables, API clients, watches) sees a phase from the first write on."""
 
     @property
     def api_version(self) -> str:

@@ -127,7 +127,7 @@ def test_defaulting_is_deterministic(reader: MemoryReader) -> None:
 def test_status_in_input_is_dropped_on_create_and_old_status_kept_on_update(reader: MemoryReader) -> None:
     reader.add(AGENT, "coder")
     text = RUN_YAML + "status:\n  phase: Succeeded\n"
-    assert "status" not in admit_yaml(reader, text).obj
+    assert admit_yaml(reader, text).obj["status"] == {"phase": "Pending"}  # the initial phase, not the input's
     old = {"metadata": {"name": "fix-1", "namespace": "default", "uid": "u-1", "resourceVersion": "7",
                         "generation": 2, "creationTimestamp": "2024-01-01T00:00:00Z"},
            "spec": {}, "status": {"phase": "Running"}}
@@ -136,6 +136,12 @@ def test_status_in_input_is_dropped_on_create_and_old_status_kept_on_update(read
     assert updated["metadata"]["uid"] == "u-1"
     assert updated["metadata"]["generation"] == 2
     assert "resourceVersion" not in updated["metadata"]
+
+
+def test_a_new_run_starts_pending_and_kinds_without_an_initial_phase_get_no_status(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    assert admit_yaml(reader, RUN_YAML).obj["status"] == {"phase": "Pending"}
+    assert "status" not in admit_yaml(reader, AGENT_YAML).obj
 
 
 def test_resource_version_and_uid_in_the_input_are_passed_through_as_preconditions(reader: MemoryReader) -> None:
