@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/joch server --data-dir $(DATA_DIR) --port $(PORT) --apply examples/quickstart/
+	$(BIN)/joch server --data-dir $(DATA_DIR) --port $(PORT) --apply-missing examples/quickstart/
 
 # Start the local PostgreSQL when it is installed but down (CI machines run it already).
 postgres-up:

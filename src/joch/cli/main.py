@@ -306,6 +306,10 @@ def server_command(
     port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
     apply_paths: Annotated[list[str] | None, typer.Option("--apply", metavar="PATH", show_default=False,
                                                           help="Manifests to apply at start. Repeatable.")] = None,
+    apply_missing: Annotated[list[str] | None, typer.Option(
+        "--apply-missing", metavar="PATH", show_default=False,
+        help="Manifests whose objects are created at start if they do not exist yet; existing ones are left "
+             "as they are (a restart keeps your edits). Repeatable.")] = None,
     controllers: Annotated[bool, typer.Option("--controllers/--no-controllers",
                                               help="Run the controllers in this process (they run agents; "
                                                    "with several replicas, one leads).")] = True,
@@ -320,7 +324,7 @@ def server_command(
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
     )
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
-                controllers=options if controllers else None)
+                apply_missing=apply_missing, controllers=options if controllers else None)
 
 
 @command("controller")

@@ -94,14 +94,15 @@ def controller_options(
 
 def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
-    controllers: ControllerOptions | None = None,
+    controllers: ControllerOptions | None = None, apply_missing: list[str] | None = None,
 ) -> None:
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
     from joch import server  # lazy: only this command needs the web stack
 
     try:
-        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers)
+        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
+                     apply_missing_paths=apply_missing or None)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 

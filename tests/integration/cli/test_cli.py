@@ -600,3 +600,17 @@ def _wait_for(url: str) -> None:
         except httpx.TransportError:
             time.sleep(0.05)
     raise AssertionError(f"nothing answered at {url}")
+
+
+def test_apply_sends_a_relative_repository_path_resolved_against_the_manifest(joch, tmp_path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "run.yaml").write_text(
+        "apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: p}\nspec: {binary: /bin/true}\n---\n"
+        "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {providerRef: {name: p}}\n---\n"
+        "apiVersion: runtime.joch.dev/v1alpha1\nkind: AgentRun\nmetadata: {name: r}\nspec:\n  agentRef: {name: a}\n"
+        "  implementation: {inline: {text: x}}\n  execution: {coordinates: {git: {url: ..}}}\n")
+    joch.ok("apply", "-f", str(tmp_path / "m" / "run.yaml"), "--dry-run=server")
+    applied = joch.ok("apply", "-f", str(tmp_path / "m"), "-o", "yaml")
+    run = next(d for d in yaml.safe_load(applied.out)["items"] if d["kind"] == "AgentRun")
+    assert run["spec"]["execution"]["coordinates"]["git"]["url"] == str(tmp_path.resolve())
+    assert joch.ok("apply", "-f", str(tmp_path / "m")).out.splitlines()[-1] == "agentrun.runtime.joch.dev/r unchanged"

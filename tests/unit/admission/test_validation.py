@@ -614,3 +614,20 @@ def test_provider_output_names_are_unique() -> None:
     with pytest.raises(errors.Invalid) as caught:
         admit(MemoryReader(), doc, old=None)
     assert caught.value.causes[0].field == "spec.outputArtifacts[1].name"
+
+
+@pytest.mark.parametrize("url", [".", "../..", "repo", "~/src/repo", "./a:b"])
+def test_a_relative_repository_path_is_refused_naming_the_way_out(reader: MemoryReader, url: str) -> None:
+    # The server's working directory is not the user's: only the client that read the file can resolve it.
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + f"  execution: {{coordinates: {{git: {{url: '{url}'}}}}}}\n")
+    message = causes(exc)["spec.execution.coordinates.git.url"]
+    assert message.startswith(f'"{url}" is a relative path, which the server cannot resolve')
+    assert "give an absolute path or a URL" in message and "joch apply -f resolves" in message
+
+
+@pytest.mark.parametrize("url", ["/srv/repo", "file:///srv/r.git", "https://h/o/r.git", "git@h:o/r.git", "h:o/r"])
+def test_absolute_paths_and_urls_are_accepted(reader: MemoryReader, url: str) -> None:
+    reader.add(AGENT, "coder")
+    obj = admit_yaml(reader, RUN_YAML + f"  execution: {{coordinates: {{git: {{url: '{url}'}}}}}}\n").obj
+    assert obj["spec"]["execution"]["coordinates"]["git"]["url"] == url
