@@ -520,7 +520,7 @@ def test_no_server_is_one_clear_line_and_exit_code_7(joch_at, closed_port) -> No
         result = joch_at(url, *args, input=PROVIDER)
         assert (result.code, result.out, result.err) == (7, "", message), args
     version = joch_at(url, "version")
-    assert (version.code, version.out, version.err) == (7, f"Client Version: {package.__version__}\n", message)
+    assert (version.code, version.out, version.err) == (7, f"Client Version: v{package.__version__}\n", message)
 
 
 def test_server_refuses_a_taken_port_with_a_clear_error(server, joch_binary, tmp_path) -> None:
