@@ -146,6 +146,11 @@ class Discovery:
                 return rt
         same = sorted({rt.api_version for rt in self._resources if rt.kind == kind})
         hint = f"; the server serves {kind} in {', '.join(same)}" if same else ""
+        if not same:
+            from joch.admission.diagnostics import closest  # lazy: only a typo pays for pydantic
+
+            match = closest(kind, [rt.kind for rt in self._resources if rt.api_version == api_version])
+            hint = f"; did you mean kind: {match}?" if match else ""
         raise errors.NotFound(f'no matches for kind "{kind}" in version "{api_version}"{hint}', kind=kind)
 
 

@@ -81,6 +81,13 @@ def test_a_misspelt_resource_type_gets_a_did_you_mean(discovery: resolve.Discove
         discovery.resolve_many(f"ap,{typed}")
 
 
+def test_a_misspelt_kind_in_a_manifest_gets_a_did_you_mean(discovery: resolve.Discovery) -> None:
+    with pytest.raises(errors.NotFound) as caught:
+        discovery.for_object("joch.dev/v1alpha1", "Agnet")
+    assert caught.value.message == ('no matches for kind "Agnet" in version "joch.dev/v1alpha1"; '
+                                    "did you mean kind: Agent?")
+
+
 def test_for_object_matches_api_version_and_kind(discovery: resolve.Discovery) -> None:
     assert discovery.for_object("joch.dev/v1alpha1", "Agent").plural == "agents"
     with pytest.raises(errors.NotFound, match=r"serves Agent in example.com/v2, joch.dev/v1alpha1"):
