@@ -16,8 +16,9 @@ venv:
 venv-dev:
 	@scripts/venv $(PYTHON) $(VENV) requirements-dev.lock
 
+# --apply-missing: create the quickstart objects that do not exist; edits to existing ones are kept.
 run: venv
-	$(BIN)/joch server --data-dir $(DATA_DIR) --port $(PORT) --apply examples/quickstart/
+	$(BIN)/joch server --data-dir $(DATA_DIR) --port $(PORT) --apply-missing examples/quickstart/
 
 # Start the local PostgreSQL when it is installed but down (CI machines run it already).
 postgres-up:

@@ -199,10 +199,22 @@ def _unknown_field(model: type[BaseModel], loc: FieldPath) -> str:
     parent = model_at(model, loc[:-1])
     if parent is None or not isinstance(name, str):
         return message
-    known = [f.alias or n for n, f in parent.model_fields.items()]
-    match = next((k for k in known if k.lower() == name.lower()), None)
-    match = match or next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.6)), None)
+    match = closest(name, fields_of(parent))
     return f'{message}; did you mean "{match}"?' if match else message
+
+
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known word ``word`` most likely misspells: the same word in another case, else the
+    closest by ``difflib`` (ratio 0.6 or more); None when nothing is close. Every did-you-mean
+    (fields, kinds, resource types in the CLI) picks its suggestion here."""
+    words = list(known)
+    same = next((k for k in words if k.lower() == word.lower()), None)
+    return same or next(iter(difflib.get_close_matches(word, words, n=1, cutoff=0.6)), None)
+
+
+def fields_of(model: type[BaseModel]) -> list[str]:
+    """The field names ``model`` accepts, as written in a manifest (aliases)."""
+    return [f.alias or n for n, f in model.model_fields.items()]
 
 
 def model_at(model: type[BaseModel], loc: FieldPath) -> type[BaseModel] | None:

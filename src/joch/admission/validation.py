@@ -15,7 +15,9 @@ Design decisions:
   ``runtime.type: local``). The result is a pure function of the input: same input, same dict.
 * ``status`` in the input is ignored (it is written through the status subresource) and the old
   status is kept as it is: status belongs to controllers (see ``references`` for why admission
-  does not write ``ReferencesResolved`` either).
+  does not write ``ReferencesResolved`` either). The one exception is a new object's
+  ``KindInfo.initial_phase`` (an AgentRun starts ``Pending``), defaulted like the apiserver
+  defaults a new Pod's phase, so no reader ever sees a run without a phase.
 * Size limits are part of validation and reported as causes with the limit and the size:
   implementation text (UTF-8 bytes) and the whole object (compact JSON bytes).
 * A ``metadata.resourceVersion`` or ``metadata.uid`` in the input is passed through on the admitted
@@ -30,7 +32,6 @@ Design decisions:
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ def admit(
     spec, spec_causes = _spec(kind, obj, raw)
     refs = check_references(reader, kind, obj, namespace=metadata.get("namespace"), old=old,
                             pending=pending)
-    causes = [*_top_level(obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
+    causes = [*_top_level(kind, obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
     if not causes:
         causes = check_idempotency(reader, kind, obj, metadata, old)
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
@@ -111,7 +112,7 @@ def admit(
         raise invalid(kind, display_name(obj), causes)
     out: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind,
                            "metadata": _with_server_fields(metadata, obj, old), "spec": spec}
-    status = _status(old)
+    status = _status(old) if old is not None else _initial_status(kind)
     if status:
         out["status"] = status
     return Admitted(kind=kind, obj=out, warnings=refs.warnings)
@@ -217,12 +218,23 @@ def _dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_none=True, by_alias=True)
 
 
-def _top_level(obj: dict[str, Any]) -> Iterator[Cause]:
+def _top_level(kind: KindInfo, obj: dict[str, Any]) -> Iterator[Cause]:
+    """Unknown top-level keys. A field of the kind's spec written at the top (a Kubernetes
+    Secret's ``stringData`` and ``data`` are top-level there) is pointed to its place in ``spec``."""
     for key in obj:
         if isinstance(key, str) and key not in TOP_LEVEL:
-            match = difflib.get_close_matches(key, TOP_LEVEL, n=1)
-            hint = f'; did you mean "{match[0]}"?' if match else ""
+            match = _top_level_match(key, diagnostics.fields_of(kind.spec_model))
+            hint = f'; did you mean "{match}"?' if match else ""
             yield Cause(diagnostics.format_path((key,)), f'unknown field "{key}"{hint}')
+
+
+def _top_level_match(key: str, spec_fields: list[str]) -> str | None:
+    """A spec field of that name, else the closest top-level field, else the closest spec field."""
+    exact = next((f for f in spec_fields if f.lower() == key.lower()), None)
+    if exact:
+        return f"spec.{exact}"
+    near = diagnostics.closest(key, TOP_LEVEL) or diagnostics.closest(key, spec_fields)
+    return near if near in TOP_LEVEL or near is None else f"spec.{near}"
 
 
 def _sizes(kind: KindInfo, obj: dict[str, Any], options: AdmissionOptions) -> Iterator[Cause]:
@@ -265,6 +277,10 @@ def _status(old: dict[str, Any] | None) -> dict[str, Any]:
     return status
 
 
+def _initial_status(kind: KindInfo) -> dict[str, Any]:
+    return {"phase": kind.initial_phase} if kind.initial_phase else {}
+
+
 def _required_string(field_name: str, value: Any) -> list[Cause]:
     if value is None or value == "":
         return [Cause(field_name, "required field is missing", "FieldValueRequired")]
@@ -276,9 +292,9 @@ def _required_string(field_name: str, value: Any) -> list[Cause]:
 
 def _kind_hint(api_version: str, kind: str) -> str:
     known = [i.kind for i in REGISTRY if i.api_version == api_version]
-    match = difflib.get_close_matches(kind, known, n=1)
+    match = diagnostics.closest(kind, known)
     if match:
-        return f'; did you mean kind: {match[0]}?'
+        return f'; did you mean kind: {match}?'
     if known:
         return f"; {api_version} has: {', '.join(sorted(known))}"
     groups = sorted({i.api_version for i in REGISTRY})

@@ -254,8 +254,35 @@ class PolicyStatus(ConditionedStatus):
 
 # --- runtime.joch.dev/AgentRun -------------------------------------------------------------------
 
+_SCP_LIKE = re.compile(r"^[^/]+:")  # git's [user@]host:path: a colon before any slash
+
+
+def relative_local_path(url: str) -> bool:
+    """Whether a repository ``url`` is a local path relative to some working directory: not a URL
+    (``scheme://``), not git's scp-like ``host:path``, not absolute. Such a path means something
+    only where it was written (a manifest's directory, the user's shell), never on the server;
+    the CLI and ``joch server --apply`` resolve it there, and the API refuses it."""
+    return "://" not in url and not url.startswith("/") and not _SCP_LIKE.match(url)
+
+
+def _absolute_repository(url: str) -> str:
+    if relative_local_path(url):
+        raise ValueError(
+            f'"{url}" is a relative path, which the server cannot resolve (its working directory is not '
+            "yours): give an absolute path or a URL (https://, ssh://, file://); joch apply -f resolves "
+            "a relative path against the manifest's directory, joch run --repo against yours")
+    return url
+
+
+LOCAL_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "runtime.joch.dev/AgentRun": (("spec", "execution", "coordinates", "git", "url"),),
+}
+"""Per kind (``KindInfo.key``), the fields holding a local path that clients resolve against the
+directory of the manifest they read it from (see ``relative_local_path``)."""
+
+
 class GitCoordinates(Model):
-    url: Str = Field(min_length=1)
+    url: Annotated[Str, Field(min_length=1), AfterValidator(_absolute_repository)]
     ref: Str = "HEAD"
     path: Str = "."
 
@@ -462,6 +489,7 @@ AGENT_RUN = register(KindInfo(
     columns=(Column("AGENT", "spec.agentRef.name"), Column("PHASE", "status.phase"),
              Column("REASON", "status.reason", wide=True), Column("ATTEMPT", "status.attempt", wide=True),
              AGE),
+    initial_phase="Pending",
 ))
 APPROVAL = register(KindInfo(
     group=RUNTIME, version=V1ALPHA1, kind="Approval", plural="approvals", short_names=("apr",),

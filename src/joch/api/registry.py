@@ -75,6 +75,9 @@ class KindInfo:
     spec_required: bool = True
     history: History = "full"
     sensitive: tuple[str, ...] = ()  # dotted paths, e.g. "spec.data"
+    initial_phase: str | None = None
+    """``status.phase`` admission gives a new object, as the apiserver gives a new Pod ``Pending``:
+    every reader (tables, API clients, watches) sees a phase from the first write on."""
 
     def __post_init__(self) -> None:
         if self.sensitive and self.history != "latest":

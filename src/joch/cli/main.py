@@ -42,7 +42,7 @@ from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.cli import applying, manifests, namespaces, reading, runs, serving
+from joch.cli import applying, helptypes, manifests, namespaces, reading, runs, serving
 from joch.cli.client import Client, server_url
 from joch.cli.namespaces import Namespace
 
@@ -129,7 +129,7 @@ def warn(text: str) -> None:
     typer.echo(f"Warning: {text}", err=True)
 
 
-class Commands(TyperGroup):
+class Commands(helptypes.PlainTypes, TyperGroup):
     """Reports what click finds wrong with the command line as ``error: ...`` and exit code 2."""
 
     def main(  # type: ignore[override]
@@ -187,11 +187,11 @@ app = typer.Typer(
 )
 
 
-def command(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+def command(name: str, *, hidden: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """``app.command`` with error reporting; every command is registered through this."""
 
     def register(fn: Callable[P, R]) -> Callable[P, R]:
-        app.command(name)(reported(fn))
+        app.command(name, cls=helptypes.Command, hidden=hidden)(reported(fn))
         return fn
 
     return register
@@ -199,7 +199,7 @@ def command(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 ServerOption = Annotated[
     str | None,
-    typer.Option("--server", "-s", help="Joch server URL (env JOCH_SERVER; default http://127.0.0.1:8080).",
+    typer.Option("--server", "-s", metavar="URL", help="Joch server URL (env JOCH_SERVER; default http://127.0.0.1:8080).",
                  show_default=False),
 ]
 NamespaceOption = Annotated[
@@ -210,7 +210,7 @@ NamespaceOption = Annotated[
 ]
 FilenameOption = Annotated[
     list[str] | None,
-    typer.Option("--filename", "-f", show_default=False,
+    typer.Option("--filename", "-f", metavar="PATH", show_default=False,
                  help="A file, a directory (its .yaml, .yml and .json files) or - for stdin. Repeatable."),
 ]
 DryRunOption = Annotated[
@@ -236,7 +236,7 @@ class Settings:
 @app.callback()
 def root(
     ctx: typer.Context,
-    server: Annotated[str | None, typer.Option("--server", "-s", show_default=False,
+    server: Annotated[str | None, typer.Option("--server", "-s", metavar="URL", show_default=False,
                                                help="Joch server URL (env JOCH_SERVER; "
                                                     "default http://127.0.0.1:8080).")] = None,
     namespace: NamespaceOption = None,
@@ -272,11 +272,12 @@ def _read(filenames: list[str] | None) -> list[manifests.Source]:
 
 
 DataDirOption = Annotated[
-    Path, typer.Option("--data-dir", help="Directory of the embedded SQLite store and of local runs' workspaces."),
+    Path, typer.Option("--data-dir", metavar="DIR",
+                       help="Directory of the embedded SQLite store and of local runs' workspaces."),
 ]
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", envvar="JOCH_STORE", show_default=False,
+    typer.Option("--store", envvar="JOCH_STORE", metavar="URL", show_default=False,
                  help="Store URL (sqlite:///path or postgresql://...); default sqlite:///DATA_DIR/joch.db."),
 ]
 MaxRunsOption = Annotated[
@@ -302,7 +303,7 @@ MaxArtifactBytesOption = Annotated[
                            "status.refusedArtifacts (bytes, or 512Mi, 1Gi; 0: no limit)."),
 ]
 IdentityOption = Annotated[
-    str | None, typer.Option("--identity", show_default=False,
+    str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
 ]
 
@@ -313,8 +314,12 @@ def server_command(
     store: StoreOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
-    apply_paths: Annotated[list[str] | None, typer.Option("--apply", show_default=False,
+    apply_paths: Annotated[list[str] | None, typer.Option("--apply", metavar="PATH", show_default=False,
                                                           help="Manifests to apply at start. Repeatable.")] = None,
+    apply_missing: Annotated[list[str] | None, typer.Option(
+        "--apply-missing", metavar="PATH", show_default=False,
+        help="Manifests whose objects are created at start if they do not exist yet; existing ones are left "
+             "as they are (a restart keeps your edits). Repeatable.")] = None,
     controllers: Annotated[bool, typer.Option("--controllers/--no-controllers",
                                               help="Run the controllers in this process (they run agents; "
                                                    "with several replicas, one leads).")] = True,
@@ -340,8 +345,8 @@ def server_command(
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
     )
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
-                controllers=options if controllers else None, allowed_hosts=allowed_hosts or (),
-                allowed_origins=allowed_origins or ())
+                apply_missing=apply_missing, controllers=options if controllers else None,
+                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or ())
 
 
 @command("controller")
@@ -525,7 +530,8 @@ def api_resources_command(ctx: typer.Context, server: ServerOption = None) -> No
 @command("version")
 def version_command(ctx: typer.Context, server: ServerOption = None) -> None:
     """Print the client version, then the server's (exit code 7 when it cannot be reached)."""
-    typer.echo(f"Client Version: {joch.__version__}")
+    # Spelled as the server's gitVersion is (v0.1.0), as kubectl prints both, so the two compare at a glance.
+    typer.echo(f"Client Version: v{joch.__version__}")
     with _client(ctx, server) as client:
         info = client.get_object("/version")
     version = info.get("gitVersion") or info.get("version") or info
@@ -534,28 +540,28 @@ def version_command(ctx: typer.Context, server: ServerOption = None) -> None:
 
 # --- runs ------------------------------------------------------------------------------------------
 
-ReasonOption = Annotated[str | None, typer.Option("--reason", show_default=False,
+ReasonOption = Annotated[str | None, typer.Option("--reason", metavar="TEXT", show_default=False,
                                                   help="Why; recorded on the Approval.")]
 
 
 @command("run")
 def run_command(
     ctx: typer.Context,
-    agent: Annotated[str, typer.Option("--agent", show_default=False, help="The Agent to run.")],
-    repo: Annotated[str, typer.Option("--repo", show_default=False,
+    agent: Annotated[str, typer.Option("--agent", metavar="NAME", show_default=False, help="The Agent to run.")],
+    repo: Annotated[str, typer.Option("--repo", metavar="URL|DIR", show_default=False,
                                       help="Git URL, or a local checkout (sent as an absolute path).")],
-    spec: Annotated[str | None, typer.Option("--spec", show_default=False,
+    spec: Annotated[str | None, typer.Option("--spec", metavar="NAME", show_default=False,
                                              help="An ImplementationSpec to implement.")] = None,
-    text: Annotated[str | None, typer.Option("--text", show_default=False,
+    text: Annotated[str | None, typer.Option("--text", metavar="TEXT", show_default=False,
                                              help="What to implement, inline; - reads stdin.")] = None,
     ref: Annotated[str | None, typer.Option("--ref", show_default=False, help="Git ref (default HEAD).")] = None,
-    path: Annotated[str | None, typer.Option("--path", show_default=False,
+    path: Annotated[str | None, typer.Option("--path", metavar="PATH", show_default=False,
                                              help="Directory in the repository to work in.")] = None,
-    name: Annotated[str | None, typer.Option("--name", show_default=False,
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", show_default=False,
                                              help="The run's name (default: AGENT- and a random suffix).")] = None,
     timeout: Annotated[int | None, typer.Option("--timeout", min=1, show_default=False, metavar="SECONDS",
                                                 help="Deadline (default: the agent's).")] = None,
-    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", show_default=False,
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", metavar="KEY", show_default=False,
                                                         help="Runs with the same key start once.")] = None,
     params: Annotated[list[str] | None, typer.Option("--param", show_default=False, metavar="KEY=VALUE",
                                                      help="A parameter for the provider's templates. "
@@ -590,7 +596,7 @@ def logs_command(
     target: Annotated[list[str], typer.Argument(metavar="[run] NAME", help="A run: NAME, run NAME or run/NAME.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the run ends; wait for it to "
                                          "start.")] = False,
-    attempt: Annotated[int | None, typer.Option("--attempt", min=1, show_default=False,
+    attempt: Annotated[int | None, typer.Option("--attempt", min=1, metavar="N", show_default=False,
                                                 help="An earlier attempt's log (default: the latest).")] = None,
     namespace: NamespaceOption = None,
     server: ServerOption = None,
@@ -687,7 +693,7 @@ def artifacts_command(
 
 
 
-@command("runner")
+@command("runner", hidden=True)  # started by runtimes, not by people
 def runner_command(
     spec: Annotated[Path, typer.Option("--spec", metavar="PATH",
                                        help="The run's spec.json; its directory is the run directory.")],

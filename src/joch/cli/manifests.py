@@ -102,13 +102,57 @@ def readable_field(field: str) -> str:
 
 
 def read(paths: list[str], stdin: TextIO) -> list[Source]:
+    """The sources, with relative local paths made absolute (``with_absolute_paths``)."""
     sources: list[Source] = []
     for path in _expand(paths):
         if path == STDIN:
-            sources.append(Source("stdin", _read_stdin(stdin)))
+            sources.append(with_absolute_paths(Source("stdin", _read_stdin(stdin)), Path.cwd()))
         else:
-            sources.append(Source(path, _read_file(path)))
+            sources.append(with_absolute_paths(Source(path, _read_file(path)), Path(path).resolve().parent))
     return sources
+
+
+def with_absolute_paths(source: Source, base: Path) -> Source:
+    """The source with every relative local path (``kinds.LOCAL_PATHS``: an AgentRun's
+    ``execution.coordinates.git.url: ../..``) replaced by the absolute path it means from ``base``,
+    the manifest's directory; the server cannot know that directory (see ``joch.admission.paths``).
+    The scalar is replaced where it stands, as ``with_namespace`` inserts, so everything else in
+    the text is sent as written."""
+    if "AgentRun" not in source.text:  # the only kind with such a field; skips a second parse
+        return source
+    from joch.admission import paths
+
+    json_array = source.text.lstrip().startswith("[")
+    edits: list[tuple[int, int, str]] = []
+    origin: list[tuple[int, int]] = []
+    for index, line, data, node in _composed(source.text, source.name):
+        origin.append((index, line))
+        for _, obj, obj_node in _object_nodes(data, node, json_array=json_array):
+            for field_path, value in paths.relative_fields(obj):
+                scalar = _node_at(obj_node, field_path)
+                if scalar is not None:
+                    edits.append((scalar.start_mark.index, scalar.end_mark.index,
+                                  json.dumps(paths.absolute(value, base))))
+    if not edits:
+        return source
+    text = source.text
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return Source(source.name, text, source.origin or tuple(origin))
+
+
+def _node_at(node: Node, path: tuple[str, ...]) -> Node | None:
+    """The node at ``path`` (mapping keys) below ``node``, if each step is a mapping with the key."""
+    from yaml.nodes import MappingNode, ScalarNode
+
+    for key in path:
+        if not isinstance(node, MappingNode):
+            return None
+        found = next((v for k, v in node.value if isinstance(k, ScalarNode) and k.value == key), None)
+        if found is None:
+            return None
+        node = found
+    return node if isinstance(node, ScalarNode) else None
 
 
 def documents(sources: list[Source]) -> list[Document]:

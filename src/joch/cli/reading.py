@@ -130,6 +130,7 @@ def _list_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
             typer.echo(printers.render_row(line, column_widths))
     elif not request.watch:
         typer.echo(_nothing_found(rt, request.scope), err=True)
+        _hint_other_namespaces(client, [rt], request)
     if request.watch:
         resource_version = (table.get("metadata") or {}).get("resourceVersion")
         _follow(client, rt, request, resource_version, _row_printer(layout, column_widths))
@@ -234,6 +235,7 @@ def _get_many(client: Client, types: list[ResourceType], request: GetRequest) ->
             typer.echo(line)
     if not printed:
         typer.echo(_nothing_found(types[0], request.scope), err=True)
+        _hint_other_namespaces(client, types, request)
 
 
 def _table(client: Client, path: str, params: dict[str, str] | None = None) -> printers.Table:
@@ -253,6 +255,28 @@ def _nothing_found(rt: ResourceType, scope: Scope) -> str:
     if scope.all_namespaces or not rt.namespaced:
         return "No resources found"
     return f"No resources found in {scope.namespace.name} namespace{scope.namespace.origin}."
+
+
+def _hint_other_namespaces(client: Client, types: list[ResourceType], request: GetRequest) -> None:
+    """After "No resources found in NS namespace", say which other namespaces have some: the
+    controllers' Lease lives in joch-system, and a new user looking for it in default should
+    not conclude there is none. kubectl stops at the first line; one more request, made only
+    when the answer was empty, is cheap."""
+    namespaced = [rt for rt in types if rt.namespaced]
+    if request.scope.all_namespaces or not namespaced:
+        return
+    found: set[str] = set()
+    for rt in namespaced:
+        listing = client.get_object(rt.path(namespace=None), {**_list_params(request), "limit": "500"})
+        found.update(str((o.get("metadata") or {}).get("namespace")) for o in listing.get("items") or []
+                     if isinstance(o, dict))
+    found.discard(request.scope.namespace.name)
+    if not found:
+        return
+    names = sorted(found)
+    where = f"namespace {names[0]}" if len(names) == 1 else f"namespaces {', '.join(names)}"
+    flag = f"-n {names[0]}" if len(names) == 1 else "-n NAMESPACE"
+    typer.echo(f"Some exist in {where}: add {flag}, or -A for all namespaces.", err=True)
 
 
 def _follow(

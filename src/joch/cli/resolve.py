@@ -114,8 +114,13 @@ class Discovery:
     def resolve(self, name: str) -> ResourceType:
         found = self._by_alias.get(name.lower())
         if found is None:
+            from joch.admission.diagnostics import closest  # lazy: only a typo pays for pydantic
+
+            bare = [word for rt in self._resources for word in (rt.plural, rt.singular, *rt.short_names)]
+            match = closest(name.lower(), bare)
+            hint = f'; did you mean "{match}"?' if match else ""
             raise errors.NotFound(
-                f'the server doesn\'t have a resource type "{name}" (see `joch api-resources`)', kind=name
+                f'the server doesn\'t have a resource type "{name}"{hint} (see `joch api-resources`)', kind=name
             )
         return found
 
@@ -141,6 +146,11 @@ class Discovery:
                 return rt
         same = sorted({rt.api_version for rt in self._resources if rt.kind == kind})
         hint = f"; the server serves {kind} in {', '.join(same)}" if same else ""
+        if not same:
+            from joch.admission.diagnostics import closest  # lazy: only a typo pays for pydantic
+
+            match = closest(kind, [rt.kind for rt in self._resources if rt.api_version == api_version])
+            hint = f"; did you mean kind: {match}?" if match else ""
         raise errors.NotFound(f'no matches for kind "{kind}" in version "{api_version}"{hint}', kind=kind)
 
 

@@ -120,7 +120,7 @@ def controller_options(
 def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
     controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
-    allowed_origins: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None,
 ) -> None:
     from joch import server  # lazy: only this command needs the web stack
     from joch.server import guard
@@ -133,7 +133,7 @@ def run(
     url = store_url(data_dir=data_dir, store=store)
     try:
         server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
-                     options=options)
+                     options=options, apply_missing_paths=apply_missing or None)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 

@@ -294,9 +294,26 @@ def _sync(url: str, mirror: Path, deadline: float | None, asked: int) -> None:
         _git("clone", "--mirror", "--quiet", "--", url, str(tmp), cwd=mirror.parent, deadline=deadline,
              what=f"could not clone {url}")
         os.rename(tmp, mirror)
+    except WorkspaceError as exc:
+        raise _not_a_repository(url) or exc from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _record_fetches(mirror, begun + 1, begun + 1)
+
+
+def _not_a_repository(url: str) -> WorkspaceError | None:
+    """A clearer error than git's "repository 'DIR' does not exist" for a local directory that
+    exists but is not a repository (or is a directory inside one); None for anything else."""
+    if "://" in url or not os.path.isdir(url):
+        return None
+    found = _run(["rev-parse", "--show-toplevel"], cwd=Path(url), timeout=10)
+    top = found.stdout.strip() if found.returncode == 0 else ""
+    if top and os.path.realpath(top) != os.path.realpath(url):
+        rel = os.path.relpath(os.path.realpath(url), os.path.realpath(top))
+        return WorkspaceError(f"{url} is a directory inside the git repository {top}, not the repository itself: "
+                              f'give url {top} and path "{rel}"')
+    return WorkspaceError(f"{url} is not a git repository (no .git in it): give the directory of a git "
+                          "checkout, or a git URL")
 
 
 def _fetches(mirror: Path) -> tuple[int, int]:

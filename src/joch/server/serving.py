@@ -4,7 +4,9 @@
 when uvicorn returns. Manifests given with ``apply_paths`` (files, or directories whose ``*.yaml``,
 ``*.yml`` and ``*.json`` files are read in name order, not recursively, like ``kubectl apply -f``;
 admission's ``load_paths`` reads them) are applied as one atomic apply before the port opens, so
-``make run`` serves a populated store or fails loudly.
+``make run`` serves a populated store or fails loudly. ``apply_missing_paths`` (``--apply-missing``,
+what ``make run`` uses) only creates the objects that do not exist yet: a restart must not revert
+what a user changed in the store since the first start.
 
 uvicorn runs with the h11 protocol on purpose: the seed's ``WATCH /v1/resources`` uses a custom
 HTTP method, which h11 accepts and httptools' parser rejects. A short graceful-shutdown timeout
@@ -44,6 +46,10 @@ from uvicorn.server import HANDLED_SIGNALS
 
 from joch.admission import apply as admission
 from joch.admission import documents
+from joch.admission import paths as local_paths
+from joch.admission.validation import resolve_kind
+from joch.api import errors
+from joch.api.meta import DEFAULT_NAMESPACE
 from joch.controllers import manager as managing
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
@@ -60,7 +66,7 @@ GRACEFUL_SHUTDOWN_SECONDS = 3
 def serve(
     *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
-    controllers: ControllerOptions | None = None,
+    controllers: ControllerOptions | None = None, apply_missing_paths: Sequence[str] | None = None,
 ) -> None:
     options = replace(options or ServerOptions(), bind_host=host)
     if not logging.getLogger().handlers:
@@ -71,6 +77,8 @@ def serve(
     try:
         if apply_paths:
             apply_manifests(store, apply_paths, options)
+        if apply_missing_paths:
+            create_missing(store, apply_missing_paths, options)
         if controllers is not None:
             from joch.runtime.local import LocalRuntime
 
@@ -147,8 +155,46 @@ class _Server(uvicorn.Server):
 
 
 def apply_manifests(store: Store, paths: Sequence[str], options: ServerOptions) -> admission.ApplyResult:
-    docs = documents.load_paths(list(paths))
-    result = admission.apply_documents(store, docs, dry_run=False, options=options.admission)
+    result = admission.apply_documents(store, _load(paths), dry_run=False, options=options.admission)
     for line in result.lines():
         logger.info("%s", line)
     return result
+
+
+def create_missing(store: Store, paths: Sequence[str], options: ServerOptions) -> admission.ApplyResult:
+    """``--apply-missing``: create the objects that do not exist yet and leave the others as they
+    are (saying so), so a restart does not revert edits made since the first start. Every document
+    is still validated; the missing ones are created atomically, as ``joch create -f`` would."""
+    docs = _load(paths)
+    admission.apply_documents(store, docs, dry_run=True, options=options.admission)  # all valid, or nothing
+    missing = []
+    for doc in docs:
+        existing = _existing(store, doc)
+        if existing is None:
+            missing.append(doc)
+        else:
+            logger.info("%s exists; left as it is (--apply-missing creates only missing objects)", existing)
+    result = admission.create_documents(store, missing, options=options.admission)
+    for line in result.lines():
+        logger.info("%s", line)
+    return result
+
+
+def _load(paths: Sequence[str]) -> list[documents.Document]:
+    # A relative repository path in a file is relative to that file, as for `joch apply -f`.
+    return [local_paths.resolved(doc) for doc in documents.load_paths(list(paths))]
+
+
+def _existing(store: Store, doc: documents.Document) -> str | None:
+    """``agent.joch.dev/demo`` when the document's object is stored already, else None."""
+    kind = resolve_kind(doc.obj)
+    metadata = doc.obj.get("metadata") or {}
+    name = metadata.get("name")
+    if not name:
+        return None  # generateName: always a new object
+    namespace = (metadata.get("namespace") or DEFAULT_NAMESPACE) if kind.namespaced else None
+    try:
+        store.get(kind, namespace, name)
+    except errors.NotFound:
+        return None
+    return f"{kind.singular}.{kind.group}/{name}"

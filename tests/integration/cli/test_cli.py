@@ -227,6 +227,22 @@ def test_get_missing_things(joch) -> None:
     assert 'error: the server doesn\'t have a resource type "gadgets"' in unknown.err
 
 
+def test_an_empty_namespace_says_which_namespaces_have_some(joch, manifest) -> None:
+    # The controllers' Lease lives in joch-system; `joch get leases` in default must not look like none exist.
+    leases = joch.ok("get", "leases")
+    assert leases.out == ""
+    assert leases.err == ("No resources found in default namespace.\n"
+                          "Some exist in namespace joch-system: add -n joch-system, or -A for all namespaces.\n")
+    assert table(joch.ok("get", "leases", "-n", "joch-system").out)[1][0] == "joch-controller-manager"
+    joch.ok("-n", "team-a", "apply", "-f", manifest("reviewer.yaml"))
+    joch.ok("-n", "team-b", "apply", "-f", manifest("reviewer.yaml"))
+    several = joch.ok("get", "agents,leases", "-n", "team-c")
+    assert several.err == ("No resources found in team-c namespace.\n"
+                           "Some exist in namespaces joch-system, team-a, team-b: add -n NAMESPACE, or -A for all "
+                           "namespaces.\n")
+    assert joch.ok("get", "agents", "-l", "no=such").err == "No resources found in default namespace.\n"
+
+
 def test_get_prints_what_it_finds_then_an_error_for_each_missing_name(joch, manifest) -> None:
     joch.ok("apply", "-f", manifest("quickstart.yaml"), "-f", manifest("reviewer.yaml"))
     result = joch("get", "ag", "coder", "nope", "reviewer")
@@ -275,7 +291,9 @@ def test_label_selectors(joch, manifest) -> None:
 def test_namespaces(joch, manifest) -> None:
     joch.ok("-n", "team-a", "apply", "-f", manifest("quickstart.yaml"))
     assert [r[0] for r in table(joch.ok("get", "agents", "-n", "team-a").out)[1:]] == ["coder"]
-    assert joch.ok("get", "agents").err == "No resources found in default namespace.\n"
+    assert joch.ok("get", "agents").err == (
+        "No resources found in default namespace.\nSome exist in namespace team-a: add -n team-a, or -A for all "
+        "namespaces.\n")
     obj = yaml.safe_load(joch.ok("get", "agent", "coder", "-n", "team-a", "-o", "yaml").out)
     assert obj["metadata"]["namespace"] == "team-a"
     # -n goes to the server as a parameter; errors still point into the file as written
@@ -486,11 +504,12 @@ def test_api_resources_lists_agents_with_their_short_name(joch) -> None:
     assert ["agentruns", "run,runs,ar", "runtime.joch.dev/v1alpha1", "true", "AgentRun"] in rows
 
 
-def test_version_prints_client_and_server(joch, joch_at, server) -> None:
+def test_version_prints_client_and_server_alike(joch, joch_at, server) -> None:
+    expected = f"Client Version: v{package.__version__}\nServer Version: v{package.__version__}\n"
     installed = joch_at(server.url, "version")  # the console script, in its own process
     assert (installed.code, installed.err) == (0, "")
-    assert installed.out == f"Client Version: {package.__version__}\nServer Version: v{package.__version__}\n"
-    assert joch.ok("version").out == f"Client Version: {package.__version__}\nServer Version: v{package.__version__}\n"
+    assert installed.out == expected
+    assert joch.ok("version").out == expected
 
 
 def test_no_server_is_one_clear_line_and_exit_code_7(joch_at, closed_port) -> None:
@@ -501,7 +520,7 @@ def test_no_server_is_one_clear_line_and_exit_code_7(joch_at, closed_port) -> No
         result = joch_at(url, *args, input=PROVIDER)
         assert (result.code, result.out, result.err) == (7, "", message), args
     version = joch_at(url, "version")
-    assert (version.code, version.out, version.err) == (7, f"Client Version: {package.__version__}\n", message)
+    assert (version.code, version.out, version.err) == (7, f"Client Version: v{package.__version__}\n", message)
 
 
 def test_server_refuses_a_taken_port_with_a_clear_error(server, joch_binary, tmp_path) -> None:
@@ -630,3 +649,17 @@ def _wait_for(url: str) -> None:
         except httpx.TransportError:
             time.sleep(0.05)
     raise AssertionError(f"nothing answered at {url}")
+
+
+def test_apply_sends_a_relative_repository_path_resolved_against_the_manifest(joch, tmp_path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "run.yaml").write_text(
+        "apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: p}\nspec: {binary: /bin/true}\n---\n"
+        "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {providerRef: {name: p}}\n---\n"
+        "apiVersion: runtime.joch.dev/v1alpha1\nkind: AgentRun\nmetadata: {name: r}\nspec:\n  agentRef: {name: a}\n"
+        "  implementation: {inline: {text: x}}\n  execution: {coordinates: {git: {url: ..}}}\n")
+    joch.ok("apply", "-f", str(tmp_path / "m" / "run.yaml"), "--dry-run=server")
+    applied = joch.ok("apply", "-f", str(tmp_path / "m"), "-o", "yaml")
+    run = next(d for d in yaml.safe_load(applied.out)["items"] if d["kind"] == "AgentRun")
+    assert run["spec"]["execution"]["coordinates"]["git"]["url"] == str(tmp_path.resolve())
+    assert joch.ok("apply", "-f", str(tmp_path / "m")).out.splitlines()[-1] == "agentrun.runtime.joch.dev/r unchanged"

@@ -71,6 +71,21 @@ def test_a_repository_that_does_not_exist_is_named(tmp_path: Path) -> None:
     assert list((tmp_path / "mirrors").glob("*.git*")) == []  # no half-made mirror left behind
 
 
+def test_a_directory_that_is_not_a_repository_is_named_as_such(tmp_path: Path, repo: Repo) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(workspace.WorkspaceError) as caught:
+        prepare(tmp_path, GitSource(url=str(plain)))
+    assert str(caught.value) == (f"{plain} is not a git repository (no .git in it): give the directory of a git "
+                                 "checkout, or a git URL")
+    inside = Path(repo.url) / "docs"
+    inside.mkdir(exist_ok=True)
+    with pytest.raises(workspace.WorkspaceError) as caught:
+        prepare(tmp_path, GitSource(url=str(inside)), name="ws2")
+    assert str(caught.value).startswith(f"{inside} is a directory inside the git repository ")
+    assert str(caught.value).endswith('and path "docs"')
+
+
 @pytest.mark.parametrize("path", ["..", "../other", "/etc", "docs/../../x"])
 def test_paths_may_not_leave_the_worktree(tmp_path: Path, repo: Repo, path: str) -> None:
     with pytest.raises(workspace.WorkspaceError, match="must be relative and stay inside the workspace"):

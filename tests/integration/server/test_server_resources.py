@@ -309,3 +309,17 @@ def test_agent_runs_reject_unknown_agents(server: LiveServer) -> None:
     r = server.http.post(server.path("agentruns"), json=run)
     assert r.status_code == 422 and is_status(r.json(), 422, "Invalid")
     assert any(c["field"] == "spec.agentRef.name" for c in r.json()["details"]["causes"])
+
+
+def test_a_new_run_is_pending_from_its_first_write(server: LiveServer) -> None:
+    # Defaulted at admission, as the apiserver does for a Pod: no reader sees a run without a phase.
+    assert server.http.post(server.path("ag"), json=agent("coder")).status_code == 201
+    run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "r1"},
+           "spec": {"agentRef": {"name": "coder"}, "implementation": {"inline": {"text": "do it"}}},
+           "status": {"phase": "Succeeded"}}  # a client cannot skip the phase machine
+    r = server.http.post(server.path("runs"), json=run)
+    assert r.status_code == 201, r.text
+    assert r.json()["status"] == {"phase": "Pending"}
+    assert server.http.get(server.path("runs", "r1")).json()["status"] == {"phase": "Pending"}
+    rows = server.http.get(server.path("runs"), headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    assert rows.json()["rows"][0]["cells"][2] == "Pending"

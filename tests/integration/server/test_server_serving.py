@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -29,11 +30,90 @@ def free_port() -> int:
         return port
 
 
-def launch(store_url: str, port: int, manifests: Path) -> subprocess.Popen[str]:
+def launch(store_url: str, port: int, manifests: Path, *, missing: bool = False) -> subprocess.Popen[str]:
+    how = "apply_missing_paths" if missing else "apply_paths"
     code = ("import sys; from joch.server import serve; "
-            "serve(store_url=sys.argv[1], port=int(sys.argv[2]), apply_paths=[sys.argv[3]])")
+            f"serve(store_url=sys.argv[1], port=int(sys.argv[2]), {how}=[sys.argv[3]])")
     return subprocess.Popen([sys.executable, "-c", code, store_url, str(port), str(manifests)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr
+    return stderr
+
+
+AGENT = "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata:\n  name: fixer\nspec:\n  providerRef: {name: codex}\n"
+RUN = """\
+apiVersion: runtime.joch.dev/v1alpha1
+kind: AgentRun
+metadata: {name: r1}
+spec:
+  agentRef: {name: fixer}
+  implementation: {inline: {text: Fix it.}}
+  execution: {coordinates: {git: {url: ..}}}
+"""
+
+
+def test_apply_missing_creates_what_is_missing_and_keeps_edits_across_restarts(store_url: str, tmp_path: Path) -> None:
+    (tmp_path / "a-provider.yaml").write_text(PROVIDER)
+    (tmp_path / "b-agent.yaml").write_text(AGENT)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    agent_path = f"{base}/apis/joch.dev/v1alpha1/namespaces/default/agents/fixer"
+    proc = launch(store_url, port, tmp_path, missing=True)
+    try:
+        wait_ready(base, proc)
+        edited = httpx.patch(agent_path, json={"spec": {"description": "edited by hand"}},
+                             headers={"Content-Type": "application/merge-patch+json"})
+        assert edited.status_code == 200, edited.text
+    finally:
+        first = stop(proc)
+    assert "agentprovider.joch.dev/codex created" in first and "agent.joch.dev/fixer created" in first
+    (tmp_path / "c-other.yaml").write_text(PROVIDER.replace("name: codex", "name: other"))
+    proc = launch(store_url, port, tmp_path, missing=True)
+    try:
+        wait_ready(base, proc)
+        assert httpx.get(agent_path).json()["spec"]["description"] == "edited by hand"  # not reverted
+    finally:
+        second = stop(proc)
+    assert "agent.joch.dev/fixer exists; left as it is (--apply-missing creates only missing objects)" in second
+    assert "agentprovider.joch.dev/other created" in second and "fixer created" not in second
+
+
+def test_apply_missing_refuses_an_invalid_manifest_even_if_its_object_exists(store_url: str, tmp_path: Path) -> None:
+    (tmp_path / "a-provider.yaml").write_text(PROVIDER)
+    port = free_port()
+    stop(launch_ready(store_url, port, tmp_path))
+    (tmp_path / "a-provider.yaml").write_text(PROVIDER.replace("binary: codex", "binary: ''"))
+    proc = launch(store_url, port, tmp_path, missing=True)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "1 of 1 document is invalid" in stderr
+
+
+def launch_ready(store_url: str, port: int, manifests: Path) -> subprocess.Popen[str]:
+    proc = launch(store_url, port, manifests, missing=True)
+    wait_ready(f"http://127.0.0.1:{port}", proc)
+    return proc
+
+
+def test_a_relative_repository_path_is_resolved_against_the_manifests_directory(
+    store_url: str, tmp_path: Path,
+) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "a.yaml").write_text(PROVIDER + "---\n" + AGENT + "---\n" + RUN)
+    port = free_port()
+    proc = launch(store_url, port, Path(os.path.relpath(manifests)))  # the server's cwd is not tmp_path
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base, proc)
+        run = httpx.get(f"{base}/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns/r1").json()
+        assert run["spec"]["execution"]["coordinates"]["git"]["url"] == str(tmp_path.resolve())
+    finally:
+        stop(proc)
 
 
 def test_serve_applies_manifests_then_serves_until_interrupted(store_url: str, tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def test_defaulting_is_deterministic(reader: MemoryReader) -> None:
 def test_status_in_input_is_dropped_on_create_and_old_status_kept_on_update(reader: MemoryReader) -> None:
     reader.add(AGENT, "coder")
     text = RUN_YAML + "status:\n  phase: Succeeded\n"
-    assert "status" not in admit_yaml(reader, text).obj
+    assert admit_yaml(reader, text).obj["status"] == {"phase": "Pending"}  # the initial phase, not the input's
     old = {"metadata": {"name": "fix-1", "namespace": "default", "uid": "u-1", "resourceVersion": "7",
                         "generation": 2, "creationTimestamp": "2024-01-01T00:00:00Z"},
            "spec": {}, "status": {"phase": "Running"}}
@@ -136,6 +136,12 @@ def test_status_in_input_is_dropped_on_create_and_old_status_kept_on_update(read
     assert updated["metadata"]["uid"] == "u-1"
     assert updated["metadata"]["generation"] == 2
     assert "resourceVersion" not in updated["metadata"]
+
+
+def test_a_new_run_starts_pending_and_kinds_without_an_initial_phase_get_no_status(reader: MemoryReader) -> None:
+    reader.add(AGENT, "coder")
+    assert admit_yaml(reader, RUN_YAML).obj["status"] == {"phase": "Pending"}
+    assert "status" not in admit_yaml(reader, AGENT_YAML).obj
 
 
 def test_resource_version_and_uid_in_the_input_are_passed_through_as_preconditions(reader: MemoryReader) -> None:
@@ -198,6 +204,18 @@ def test_missing_spec(reader: MemoryReader) -> None:
 def test_unknown_top_level_field(reader: MemoryReader) -> None:
     exc = rejected(reader, AGENT_YAML + "specs: {}\n")
     assert causes(exc)["specs"] == 'unknown field "specs"; did you mean "spec"?'
+
+
+@pytest.mark.parametrize(
+    ("field", "hint"),
+    [("stringData", "spec.stringData"), ("data", "spec.data"), ("stringdata", "spec.stringData"),
+     ("stringDat", "spec.stringData"), ("metdata", "metadata")],
+)
+def test_a_spec_field_written_at_the_top_level_points_into_spec(reader: MemoryReader, field: str, hint: str) -> None:
+    # A Kubernetes Secret has data and stringData at the top level; a Joch Secret under spec.
+    exc = rejected(reader, "apiVersion: ops.joch.dev/v1alpha1\nkind: Secret\nmetadata: {name: s}\n"
+                           f"{field}: {{token: abc}}\n")
+    assert causes(exc)[field] == f'unknown field "{field}"; did you mean "{hint}"?'
 
 
 def test_a_spec_level_rule_is_reported_at_spec(reader: MemoryReader) -> None:
@@ -596,3 +614,20 @@ def test_provider_output_names_are_unique() -> None:
     with pytest.raises(errors.Invalid) as caught:
         admit(MemoryReader(), doc, old=None)
     assert caught.value.causes[0].field == "spec.outputArtifacts[1].name"
+
+
+@pytest.mark.parametrize("url", [".", "../..", "repo", "~/src/repo", "./a:b"])
+def test_a_relative_repository_path_is_refused_naming_the_way_out(reader: MemoryReader, url: str) -> None:
+    # The server's working directory is not the user's: only the client that read the file can resolve it.
+    reader.add(AGENT, "coder")
+    exc = rejected(reader, RUN_YAML + f"  execution: {{coordinates: {{git: {{url: '{url}'}}}}}}\n")
+    message = causes(exc)["spec.execution.coordinates.git.url"]
+    assert message.startswith(f'"{url}" is a relative path, which the server cannot resolve')
+    assert "give an absolute path or a URL" in message and "joch apply -f resolves" in message
+
+
+@pytest.mark.parametrize("url", ["/srv/repo", "file:///srv/r.git", "https://h/o/r.git", "git@h:o/r.git", "h:o/r"])
+def test_absolute_paths_and_urls_are_accepted(reader: MemoryReader, url: str) -> None:
+    reader.add(AGENT, "coder")
+    obj = admit_yaml(reader, RUN_YAML + f"  execution: {{coordinates: {{git: {{url: '{url}'}}}}}}\n").obj
+    assert obj["spec"]["execution"]["coordinates"]["git"]["url"] == url

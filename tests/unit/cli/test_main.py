@@ -149,3 +149,32 @@ def test_a_cause_the_headline_already_says_is_not_repeated(capsys: pytest.Captur
     main.report(errors.Conflict(text, causes=[errors.Cause("documents[0].metadata", text)]))
     err = capsys.readouterr().err
     assert err == f"error: {text}\n"
+
+
+def _help(*args: str) -> str:
+    result = runner.invoke(main.app, [*args, "--help"], env={"JOCH_SERVER": None, "JOCH_NAMESPACE": None,
+                                                             "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_help_shows_metavars_not_python_types() -> None:
+    assert main.app.registered_commands
+    for info in main.app.registered_commands:
+        text = _help(str(info.name))
+        for placeholder in ("<str>", "<bool>", "<int>", "<path>", "<list[", "<float>", "range>", "{"):
+            assert placeholder not in text, f"joch {info.name} --help shows {placeholder}:\n{text}"
+    run = _help("run")
+    assert " URL|DIR " in run and " SECONDS [x>=1] " in run
+    assert " --follow  " in run  # a flag shows no value placeholder
+    get = _help("get")
+    assert "Usage: joch get [OPTIONS] KIND [NAME]..." in get
+    assert " NAMESPACE " in get and " wide|yaml|json|name " in get
+
+
+def test_the_internal_runner_command_is_hidden_but_works() -> None:
+    top = _help()
+    assert " runner " not in top and " run " in top
+    assert "--spec" in _help("runner")  # still a command: runtimes start it
+    code, _, err = invoke("runner")
+    assert code == 2 and "--spec" in err

@@ -146,3 +146,47 @@ def test_stdin_that_is_not_utf8_is_a_clear_error() -> None:
         manifests.read(["-"], stdin)
     bom = io.TextIOWrapper(io.BytesIO("\ufeffkind: A\n".encode()), encoding="utf-8")
     assert manifests.read(["-"], bom)[0].text == "kind: A\n"
+
+
+RUN = """\
+apiVersion: runtime.joch.dev/v1alpha1
+kind: AgentRun
+metadata: {name: r}   # a comment that stays
+spec:
+  agentRef: {name: a}
+  execution:
+    coordinates:
+      git:
+        url: {url}
+        ref: main
+"""
+
+
+def test_relative_repository_paths_are_made_absolute_against_the_manifests_directory(tmp_path: Path) -> None:
+    (tmp_path / "repo" / "examples").mkdir(parents=True)
+    manifest = tmp_path / "repo" / "examples" / "run.yaml"
+    manifest.write_text(RUN.replace("{url}", "../") + "---\n" + RUN.replace("{url}", "'sub dir'"))
+    [source] = manifests.read([str(manifest)], io.StringIO())
+    root, sub = tmp_path / "repo", tmp_path / "repo" / "examples" / "sub dir"
+    assert source.text == (RUN.replace("{url}", f'"{root}"') + "---\n" + RUN.replace("{url}", f'"{sub}"'))
+    assert [d.line for d in manifests.documents([source])] == [1, 12]
+
+
+@pytest.mark.parametrize("url", ["/abs/repo", "https://example.com/r.git", "git@example.com:o/r.git",
+                                 "file:///srv/r.git", "example.com:o/r"])
+def test_absolute_paths_and_urls_are_sent_as_written(tmp_path: Path, url: str) -> None:
+    text = RUN.replace("{url}", url)
+    assert manifests.with_absolute_paths(Source("run.yaml", text), tmp_path).text == text
+
+
+def test_stdin_json_and_lists_are_resolved_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    obj = ('{"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "r"}, '
+           '"spec": {"execution": {"coordinates": {"git": {"url": "."}}}}}')
+    [source] = manifests.read(["-"], io.StringIO(obj))
+    assert source.text == obj.replace('"."', f'"{tmp_path}"')
+    listed = f'[{obj}, {obj.replace(chr(34) + "." + chr(34), chr(34) + "x" + chr(34))}]'
+    resolved = manifests.with_absolute_paths(Source("list.json", listed), tmp_path).text
+    assert f'"url": "{tmp_path}"' in resolved and f'"url": "{tmp_path / "x"}"' in resolved
+    other = "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\nspec: {url: .}\n"
+    assert manifests.with_absolute_paths(Source("a.yaml", other), tmp_path).text == other

@@ -67,8 +67,25 @@ def test_subresources_are_not_resource_types(discovery: resolve.Discovery) -> No
 
 
 def test_unknown_names_are_not_found_with_a_hint(discovery: resolve.Discovery) -> None:
-    with pytest.raises(errors.NotFound, match=r'resource type "gadgets" .*joch api-resources'):
-        discovery.resolve("gadgets")
+    with pytest.raises(errors.NotFound, match=r"resource type \"gizmos\" \(see `joch api-resources`\)"):
+        discovery.resolve("gizmos")
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("agnets", "agents"), ("Agnet", "agent"), ("widgts", "widgets")])
+def test_a_misspelt_resource_type_gets_a_did_you_mean(discovery: resolve.Discovery, typed: str, meant: str) -> None:
+    with pytest.raises(errors.NotFound) as caught:
+        discovery.resolve(typed)
+    assert caught.value.message == (f'the server doesn\'t have a resource type "{typed}"; did you mean "{meant}"? '
+                                    "(see `joch api-resources`)")
+    with pytest.raises(errors.NotFound, match=f'did you mean "{meant}"'):
+        discovery.resolve_many(f"ap,{typed}")
+
+
+def test_a_misspelt_kind_in_a_manifest_gets_a_did_you_mean(discovery: resolve.Discovery) -> None:
+    with pytest.raises(errors.NotFound) as caught:
+        discovery.for_object("joch.dev/v1alpha1", "Agnet")
+    assert caught.value.message == ('no matches for kind "Agnet" in version "joch.dev/v1alpha1"; '
+                                    "did you mean kind: Agent?")
 
 
 def test_for_object_matches_api_version_and_kind(discovery: resolve.Discovery) -> None:
