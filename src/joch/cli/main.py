@@ -666,11 +666,23 @@ def artifacts_command(
 def runner_command(
     spec: Annotated[Path, typer.Option("--spec", metavar="PATH",
                                        help="The run's spec.json; its directory is the run directory.")],
+    workspace: Annotated[Path | None, typer.Option("--workspace", metavar="PATH", show_default=False,
+                                                   help="The workspace root (default: workspace/ in the run "
+                                                        "directory).")] = None,
+    cache: Annotated[Path | None, typer.Option("--cache", metavar="PATH", show_default=False,
+                                               help="The repository mirrors (default: mirrors/ in the run "
+                                                    "directory).")] = None,
+    secrets_stdin: Annotated[bool, typer.Option("--secrets-stdin", help="Read the secret values as one JSON "
+                                                "object from stdin instead of the environment.")] = False,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
 
-    raise typer.Exit(runner.main(["--spec", str(spec)]))
+    argv = ["--spec", str(spec)]
+    argv += ["--workspace", str(workspace)] if workspace is not None else []
+    argv += ["--cache", str(cache)] if cache is not None else []
+    argv += ["--secrets-stdin"] if secrets_stdin else []
+    raise typer.Exit(runner.main(argv))
 
 
 def main() -> None:

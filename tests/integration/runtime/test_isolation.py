@@ -1,0 +1,153 @@
+"""A run reaches nothing beyond its own work: no server setting or secret in any process the agent
+can read, runner settings apart from the agent's environment, no signal to a process a forged
+reference names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.runtime.helpers import pid_alive, python_agent, spec, wait_for
+from joch.runtime import runner
+from joch.runtime.base import Output, RunId, RunState
+from joch.runtime.local import LocalRuntime
+
+STORE = "postgresql://joch:store-pw-4711@db.invalid:5432/joch"
+TOKEN = "given-token-0123456789"
+
+# What an agent can learn of the processes above it: walks /proc/<pid>/stat's ppid up to pid 1 and
+# writes each ancestor's environ and cmdline, and what it can list of the data dir, to its output.
+SNOOP = """
+import json, os, sys
+out, data = sys.argv[1], sys.argv[2]
+seen, pid = [], os.getppid()
+while pid > 1:
+    entry = {"pid": pid}
+    for name in ("environ", "cmdline"):
+        try:
+            entry[name] = open(f"/proc/{pid}/{name}", "rb").read().decode(errors="replace")
+        except OSError as exc:
+            entry[name] = f"unreadable: {exc}"
+    seen.append(entry)
+    stat = open(f"/proc/{pid}/stat").read()
+    pid = int(stat[stat.rfind(")") + 2:].split()[1])
+listed = []
+for base, dirs, files in os.walk(data):
+    listed += [os.path.join(base, f) for f in files]
+json.dump({"ancestors": seen, "data": listed, "own": dict(os.environ)}, open(out, "w"))
+"""
+
+
+def finished(rt: LocalRuntime, ref: dict[str, Any], timeout: float = 15) -> RunState:
+    return wait_for(lambda: (s := rt.status(ref)).finished and s, timeout)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["forked", "executed"])
+def runtime(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRuntime]:
+    # The server's settings, as `JOCH_STORE=... joch server` would have them in os.environ.
+    monkeypatch.setenv("JOCH_STORE", STORE)
+    monkeypatch.setenv("SERVER_ONLY_SETTING", "server-only-value")
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02)
+    if request.param == "executed":
+        rt._forks._usable = False  # as where there is no fork server
+    yield rt
+    rt.close()
+
+
+def snoop(rt: LocalRuntime, uid: str, secrets: dict[str, str]) -> dict[str, Any]:
+    outputs = rt.workspace(RunId("default", "demo", uid), None).outputs
+    s = spec([*python_agent(SNOOP), f"{outputs}/dump.json", str(rt.root)], uid=uid, secret_env=tuple(secrets),
+             outputs=(Output("dump", "dump.json"),))
+    ref = rt.submit(s, secrets=secrets)
+    state = finished(rt, ref)
+    assert state.phase == "Succeeded", (state, (Path(ref["dir"]) / "log").read_text())
+    return json.loads(Path(outputs, "dump.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_no_ancestor_of_the_agent_holds_the_servers_environment_or_a_secret(runtime: LocalRuntime) -> None:
+    dump = snoop(runtime, "iso-1", {"MY_TOKEN": TOKEN})
+    assert dump["own"]["MY_TOKEN"] == TOKEN  # the secret it was given, in its own environment only
+    ancestors = dump["ancestors"]
+    runner_pid = json.loads((runtime.root / "runs/iso-1/1/ref.json").read_text())["runnerPid"]
+    assert ancestors[0]["pid"] == runner_pid
+    for ancestor in ancestors:
+        for name in ("environ", "cmdline"):
+            text = ancestor[name]
+            assert "store-pw-4711" not in text and "server-only-value" not in text, (ancestor["pid"], name, text)
+            assert TOKEN not in text, (ancestor["pid"], name)
+            assert "JOCH_RUNNER_" not in text
+
+
+def test_secret_keys_named_like_runner_settings_do_not_configure_the_runner(
+        runtime: LocalRuntime, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    code = "import os, sys; print(os.getcwd()); print(os.environ['JOCH_RUNNER_WORKSPACE'])"
+    names = ("JOCH_RUNNER_WORKSPACE", "JOCH_RUNNER_CACHE")
+    ref = runtime.submit(spec(python_agent(code), uid="iso-2", secret_env=names),
+                         secrets=dict.fromkeys(names, str(elsewhere)))
+    assert finished(runtime, ref).phase == "Succeeded"
+    cwd, value = b"".join(runtime.logs(ref)).decode().splitlines()
+    assert cwd == str(runtime.workspace_root(RunId("default", "demo", "iso-2"))) and value == "***"
+    assert not elsewhere.exists()
+
+
+def test_a_secret_key_that_cannot_be_an_environment_variable_fails_the_start_clearly(runtime: LocalRuntime) -> None:
+    ref = runtime.submit(spec(["true"], uid="iso-3", secret_env=("A=B",)), secrets={"A=B": "value-of-a-b"})
+    state = finished(runtime, ref)
+    assert (state.phase, state.reason) == ("Failed", "StartError"), state
+    assert state.message is not None and "'A=B' cannot be the name of an environment variable" in state.message
+    assert (Path(ref["dir"]) / "runner.log").read_text() == ""  # no traceback
+
+
+GATED = ("import os, sys, time\n"
+         "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n")
+
+
+def test_a_forged_reference_never_gets_another_process_signalled(local: LocalRuntime, tmp_path: Path) -> None:
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        go = tmp_path / "go"
+        ref = local.submit(spec([*python_agent(GATED), str(go)], uid="iso-4", grace_seconds=1))
+        wait_for(lambda: local.status(ref).phase == "Running")
+        # What a client that may write AgentRun status could put there: another process's identity.
+        forged = {**ref, "runnerPid": victim.pid, "runnerStart": runner.process_start(victim.pid)}
+        assert local.status(forged).phase == "Running"  # the runner this runtime started, not the victim
+        local.cancel(forged)
+        assert finished(local, forged).phase == "Cancelled"  # the real runner got the signal
+        assert victim.poll() is None and pid_alive(victim.pid)
+
+        # A reference whose run has no runner record names nothing this runtime will signal either.
+        (tmp_path / "data/runs/iso-5/1").mkdir(parents=True)
+        (tmp_path / "data/runs/iso-5/1/spec.json").write_text(spec(["true"], uid="iso-5").to_json())
+        local.cancel({"type": "local", "id": "iso-5/1", "runnerPid": victim.pid,
+                      "runnerStart": runner.process_start(victim.pid), "dir": str(tmp_path / "data/runs/iso-5/1")})
+        assert victim.poll() is None and pid_alive(victim.pid)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_runner_record_that_disagrees_is_not_trusted(local: LocalRuntime, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    ref = local.submit(spec([*python_agent(GATED), str(go)], uid="iso-6"))
+    wait_for(lambda: local.status(ref).phase == "Running")
+    # ref.json rewritten to name another live process: the runner's own record names another pid, and
+    # the process does not work in the run directory; it is not signalled.
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    saved = tmp_path / "data/runs/iso-6/1/ref.json"
+    try:
+        saved.write_text(json.dumps({**json.loads(saved.read_text()), "runnerPid": victim.pid,
+                                     "runnerStart": runner.process_start(victim.pid)}))
+        local.cancel(ref)
+        assert finished(local, ref).phase in ("Cancelled", "Lost")  # its runner can no longer be told
+        assert victim.poll() is None and pid_alive(victim.pid)
+    finally:
+        victim.kill()
+        victim.wait()
+        go.touch()
