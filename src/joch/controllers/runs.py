@@ -454,6 +454,12 @@ class RunController(Controller):
             if secret is None:
                 raise InvalidSpec("MissingSecret", f'Secret "{name}" not found in namespace "{namespace}"')
             for k, v in ((secret.get("spec") or {}).get("data") or {}).items():
+                # Admission rejects such keys now; a Secret stored before it did must still not
+                # reach the runner as a name the operating system cannot carry.
+                problem = kinds.env_name_problem(k)
+                if problem is not None:
+                    raise InvalidSpec("InvalidSecretKey", f'spec.secrets: Secret "{name}" key "{k}" cannot be passed '
+                                                          f"to the agent: {problem}; rename the key in the Secret")
                 values[k] = _decode(v)
         for env_name, secret_name, secret_key in invocation.secret_env:
             secret = self._read(kinds.SECRET, namespace, secret_name)
