@@ -38,7 +38,6 @@ import datetime as dt
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from joch.controllers import approvals, events, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
+from joch.runtime.workspace import scp_like
 from joch.store.base import Obj
 
 logger = logging.getLogger("joch.controllers.runs")
@@ -670,8 +670,9 @@ def _git(run: Obj) -> rt.GitSource | None:
 
 def _local_url(url: str) -> str:
     """A relative repository path names a directory relative to the controller's working directory
-    (the quickstart's ``url: .``); URLs and scp-style ``host:path`` are left alone."""
-    if "://" in url or os.path.isabs(url) or re.match(r"^[\w.-]+@[\w.-]+:", url):
+    (the quickstart's ``url: .``); URLs, scp-style ``[user@]host:path`` (git's rule, user or not) and
+    ``transport::address`` are left alone, for the runner to use or refuse."""
+    if "://" in url or os.path.isabs(url) or scp_like(url) or "::" in url:
         return url
     return os.path.abspath(url)
 
