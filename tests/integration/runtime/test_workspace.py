@@ -165,7 +165,7 @@ def test_git_transports_are_an_explicit_allow_list(tmp_path: Path, monkeypatch: 
                                      f'[url "ext::sh -c touch% {marker}% >&2% #"]\n\tinsteadOf = https://evil.invalid/\n')
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
-    with pytest.raises(workspace.WorkspaceError, match="could not clone https://evil.invalid/repo.git"):
+    with pytest.raises(workspace.WorkspaceError, match=r"could not clone https://evil\.invalid/repo\.git"):
         prepare(tmp_path, GitSource(url="https://evil.invalid/repo.git"))
     assert not marker.exists()
     assert workspace.clean_env({})["GIT_ALLOW_PROTOCOL"] == "file:git:http:https:ssh"
