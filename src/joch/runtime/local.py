@@ -43,6 +43,10 @@ Decisions:
   ``poll_interval``, and at once when the fork server reports a runner ended), calling the
   ``subscribe`` callbacks when a record changed or a runner vanished; a run stops being tracked once
   its finished record was reported.
+* **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``runner.sandboxed`` says
+  what the agent sees): a PID namespace hides every other process, the data directory is an empty
+  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
+  as this user and can read what this user can; ``auto`` warns once about that at start.
 * **Nothing of the server's reaches a runner's environment or command line.** An agent can read
   ``/proc/<pid>/environ`` and ``cmdline`` of its ancestors, so runners and the fork server start with
   ``runner.runner_env`` (PATH, HOME, locale, proxies: no ``JOCH_STORE``), their settings are command
@@ -111,9 +115,16 @@ class _Monitor:
 class LocalRuntime(Runtime):
     type = TYPE
 
-    def __init__(self, root: Path, *, poll_interval: float = 0.05) -> None:
+    def __init__(self, root: Path, *, poll_interval: float = 0.05, sandbox: str = "none",
+                 hide: tuple[Path, ...] = ()) -> None:
+        """``sandbox``: ``bwrap`` runs every agent under bubblewrap (``ValueError`` when it does not work
+        here), ``auto`` does so when it works and otherwise logs a warning and runs agents as plain
+        processes, ``none`` never sandboxes. ``hide``: paths the sandboxed agent sees empty, besides
+        ``root``."""
         self.root = Path(root).resolve()
         self.poll_interval = poll_interval
+        self.sandbox = resolve_sandbox(sandbox)
+        self.hide = (self.root, *(Path(h).resolve() for h in hide))
         self._lock = threading.Lock()
         self._submitting: set[Path] = set()
         self._monitor = _Monitor()
@@ -170,6 +181,10 @@ class LocalRuntime(Runtime):
     def _start(self, spec: RunnerSpec, files: runner.RunFiles, secrets: Mapping[str, str] | None) -> Ref:
         env = runner.runner_env(os.environ)
         args = ["--workspace", str(self.workspace_root(spec.run)), "--cache", str(self.mirrors)]
+        if self.sandbox == "bwrap":
+            args += ["--sandbox", "bwrap"]
+            for path in self.hide:
+                args += ["--hide", str(path)]
         given = {name: value for name, value in (secrets or {}).items() if name in spec.secret_env}
         child: subprocess.Popen[bytes] | None = None
         pid: int | None
@@ -452,6 +467,23 @@ class LocalRuntime(Runtime):
         if not uid or not attempt.isdigit():
             raise ValueError(f"malformed local runtime reference id: {ref.get('id')!r}")
         return self.files(RunId(namespace="", name="", uid=uid, attempt=int(attempt)))
+
+
+def resolve_sandbox(sandbox: str) -> str:
+    """``bwrap`` or ``none`` for a ``--sandbox`` choice; ``ValueError`` for ``bwrap`` where it cannot work."""
+    if sandbox == "none":
+        return sandbox
+    if sandbox not in ("auto", "bwrap"):
+        raise ValueError(f'--sandbox must be auto, bwrap or none (got "{sandbox}")')
+    problem = runner.sandbox_problem()
+    if problem is None:
+        return "bwrap"
+    if sandbox == "bwrap":
+        raise ValueError(f"--sandbox bwrap: {problem}; install it, or choose --sandbox auto or none")
+    logger.warning("local runtime: agents run without a sandbox: %s. They can read what this user can, "
+                   "including other runs' files and this server's environment (--sandbox none to silence this)",
+                   problem)
+    return "none"
 
 
 def _check_run(run: RunId) -> None:

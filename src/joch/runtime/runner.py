@@ -77,6 +77,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,6 +219,53 @@ def runner_env(environ: Mapping[str, str]) -> dict[str, str]:
 def valid_env_name(name: str) -> bool:
     """What ``execve`` can carry as a name (Kubernetes allows the same: printable, no ``=``)."""
     return bool(name) and "=" not in name and "\0" not in name
+
+
+# --- the sandbox -----------------------------------------------------------------------------------
+
+SANDBOXES = ("none", "bwrap")
+BWRAP = "bwrap"
+
+
+def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout, files: RunFiles, home: Path,
+              hide: Iterable[Path]) -> list[str]:
+    """The bubblewrap command line that runs ``executable`` with ``args`` as the agent.
+
+    New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
+    so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
+    root file system is read-only; writable are the worktree (and the mirror it commits into), the
+    run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
+    runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top.
+    The network is the host's: agents call model APIs. ``--die-with-parent``: a runner that dies
+    takes its agent along, so no agent ever runs unsupervised."""
+    command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox
+    for path in hide:
+        command += ["--tmpfs", str(path)]
+    writable = [checkout.root, files.outputs, home]
+    if checkout.mirror is not None:
+        writable.append(checkout.mirror)
+    for path in writable:
+        command += ["--bind", str(path), str(path)]
+    command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
+    return command + args
+
+
+def sandbox_problem() -> str | None:
+    """Why bubblewrap cannot sandbox agents here (not installed, or no namespaces for this user), or None."""
+    found = shutil.which(BWRAP)
+    if found is None:
+        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        done = subprocess.run([found, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
+                               "--proc", "/proc", "--tmpfs", "/tmp", "true"],  # noqa: S108 - a fresh tmpfs in the sandbox
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{found} could not be run: {exc}"
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return f"{found} does not work here: {reason}"
+    return None
 
 
 # --- process groups -------------------------------------------------------------------------------
@@ -363,7 +411,8 @@ class _Ending:
 
 class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
-                 environ: Mapping[str, str], secrets: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
+                 hide: Iterable[Path] = ()) -> None:
         self.spec = spec
         self.files = files
         self.root = root
@@ -373,6 +422,8 @@ class Runner:
         # environment holds them.
         source = self.environ if secrets is None else secrets
         self.secret_values = {name: source[name] for name in spec.secret_env if name in source}
+        self.sandbox = sandbox
+        self.hide = tuple(hide)
         self.cancelled = False
         self._raise_on_signal = True
         self._base: str | None = None
@@ -499,10 +550,17 @@ class Runner:
         executable = _which(name, env["PATH"], checkout.path)
         if executable is None:
             raise _StartError(_not_runnable(name, checkout.path))
+        argv = list(self.spec.argv)
+        if self.sandbox == "bwrap":
+            home = self.files.dir / "home"
+            home.mkdir(exist_ok=True)
+            env["HOME"] = str(home)
+            argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=home, hide=self.hide)
+            executable = argv[0]
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
-                list(self.spec.argv), executable=executable, cwd=checkout.path, env=env, stdin=subprocess.DEVNULL,
+                argv, executable=executable, cwd=checkout.path, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
@@ -770,6 +828,10 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
                         "directory)")
     parser.add_argument("--cache", metavar="PATH", help="the repository mirrors (default: mirrors/ in the run "
                         "directory)")
+    parser.add_argument("--sandbox", choices=SANDBOXES, default="none",
+                        help="run the agent under bubblewrap (bwrap), or as a plain child process (none)")
+    parser.add_argument("--hide", action="append", default=[], metavar="PATH",
+                        help="with --sandbox bwrap: a directory the agent sees as empty (the data dir); repeatable")
     parser.add_argument("--secrets-stdin", action="store_true",
                         help="read the secret values as one JSON object from stdin, not from the environment")
     args = parser.parse_args(argv)
@@ -798,7 +860,8 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
         return 2
     root = Path(args.workspace or files.dir / "workspace")
     cache = Path(args.cache or files.dir / "mirrors")
-    runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets)
+    runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
+                    hide=[Path(h) for h in args.hide])
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         return runner.run()

@@ -5,6 +5,7 @@ reference names."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from integration.runtime.helpers import pid_alive, python_agent, spec, wait_for
+from integration.runtime.helpers import Repo, git_source, pid_alive, python_agent, spec, wait_for
 from joch.runtime import runner
 from joch.runtime.base import Output, RunId, RunState
 from joch.runtime.local import LocalRuntime
@@ -40,7 +41,15 @@ while pid > 1:
 listed = []
 for base, dirs, files in os.walk(data):
     listed += [os.path.join(base, f) for f in files]
-json.dump({"ancestors": seen, "data": listed, "own": dict(os.environ)}, open(out, "w"))
+processes = {}
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) != os.getpid():
+        for name in ("environ", "cmdline"):
+            try:
+                processes[f"{entry}/{name}"] = open(f"/proc/{entry}/{name}", "rb").read().decode(errors="replace")
+            except OSError:
+                pass
+json.dump({"ancestors": seen, "data": listed, "own": dict(os.environ), "processes": processes}, open(out, "w"))
 """
 
 
@@ -151,3 +160,47 @@ def test_a_runner_record_that_disagrees_is_not_trusted(local: LocalRuntime, tmp_
         victim.kill()
         victim.wait()
         go.touch()
+
+
+@pytest.fixture
+def sandboxed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRuntime]:
+    problem = runner.sandbox_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"bubblewrap is required in CI: {problem}")
+        pytest.skip(problem)
+    monkeypatch.setenv("JOCH_STORE", STORE)
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="bwrap")
+    yield rt
+    rt.close()
+
+
+def test_a_sandboxed_agent_sees_no_other_process_and_no_other_runs_files(sandboxed: LocalRuntime, repo: Repo) -> None:
+    # Another run, holding a secret of its own, alive while the snooping run looks around.
+    # (/tmp is the sandbox's own: the go file is in the other run's outputs, which it sees.)
+    go = Path(sandboxed.workspace(RunId("default", "demo", "iso-other"), None).outputs) / "go"
+    other_secret = "other-runs-secret-9876"
+    other = sandboxed.submit(spec([*python_agent(GATED), str(go)], uid="iso-other", secret_env=("OTHER",)),
+                             secrets={"OTHER": other_secret})
+    wait_for(lambda: sandboxed.status(other).phase == "Running")
+    try:
+        uid = "iso-snoop"
+        outputs = sandboxed.workspace(RunId("default", "demo", uid), None).outputs
+        s = spec([*python_agent(SNOOP), f"{outputs}/dump.json", str(sandboxed.root)], uid=uid, secret_env=("MY_TOKEN",),
+                 outputs=(Output("dump", "dump.json"),), git=git_source(repo))
+        ref = sandboxed.submit(s, secrets={"MY_TOKEN": TOKEN})
+        state = finished(sandboxed, ref)
+        assert state.phase == "Succeeded", (state, (Path(ref["dir"]) / "log").read_text())
+        dump = json.loads(Path(outputs, "dump.json").read_text())
+    finally:
+        go.touch()
+    assert finished(sandboxed, other).phase == "Succeeded"
+    assert dump["ancestors"] == []  # its parent is the sandbox's pid 1: no ancestor is visible
+    seen = json.dumps(dump["processes"]) + json.dumps(dump["ancestors"])
+    for leak in ("store-pw-4711", other_secret):  # (the sandbox's pid 1 has the agent's own environment)
+        assert leak not in seen
+    assert set(dump["processes"]) <= {"1/environ", "1/cmdline"}
+    assert [p for p in dump["data"] if "iso-other" in p or p.endswith(("ref.json", "state.json", "spec.json"))] == []
+    assert dump["own"]["MY_TOKEN"] == TOKEN and dump["own"]["HOME"] == f"{ref['dir']}/home"
+    patch = (Path(ref["dir"]) / "artifacts/changes.patch")
+    assert patch.exists()  # git worked in the sandboxed worktree
