@@ -7,7 +7,7 @@ DATA_DIR ?= .joch
 PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit postgres-up bench bench-runs clean
+.PHONY: run test lint typecheck unit postgres-up sandbox-tools bench bench-runs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) postgres-up lint typecheck
+# bubblewrap sandboxes agents (joch server --sandbox); install it where apt is usable as root.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
+		else echo "note: bubblewrap (bwrap) is not installed: agents run unsandboxed, sandbox tests are skipped"; fi; }
+
+test: $(STAMP) postgres-up sandbox-tools lint typecheck
 	$(BIN)/pytest -q
 
 bench: $(STAMP) postgres-up

@@ -279,6 +279,12 @@ StoreOption = Annotated[
     typer.Option("--store", envvar="JOCH_STORE", show_default=False,
                  help="Store URL (sqlite:///path or postgresql://...); default sqlite:///DATA_DIR/joch.db."),
 ]
+StoreFileOption = Annotated[
+    Path | None,
+    typer.Option("--store-file", envvar="JOCH_STORE_FILE", show_default=False,
+                 help="A file holding the store URL: keeps its password out of this process's command line and "
+                      "environment, which every process of the same user (agents too) can read."),
+]
 MaxRunsOption = Annotated[
     int, typer.Option("--max-concurrent-runs", metavar="N", help="Runs executing at once, in all namespaces."),
 ]
@@ -291,6 +297,11 @@ LeaseDurationOption = Annotated[
                         help="Leader lease: how long a replica that stopped renewing keeps it. Renewals happen "
                              "every 2/15 of it; a leader that cannot renew for 2/3 of it steps down."),
 ]
+SandboxOption = Annotated[
+    str, typer.Option("--sandbox", metavar="auto|bwrap|none",
+                      help="Run agents under bubblewrap: bwrap (refuse to start without it), auto (when it works, "
+                           "else warn), none."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -301,6 +312,7 @@ IdentityOption = Annotated[
 def server_command(
     data_dir: DataDirOption = Path(".joch"),
     store: StoreOption = None,
+    store_file: StoreFileOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
     apply_paths: Annotated[list[str] | None, typer.Option("--apply", show_default=False,
@@ -312,12 +324,15 @@ def server_command(
     max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
     lease_duration: LeaseDurationOption = 15.0,
     identity: IdentityOption = None,
+    sandbox: SandboxOption = "auto",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
+        sandbox=sandbox if controllers else "none", store_file=store_file,
     )
+    store = serving.store_source(store, store_file)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 controllers=options if controllers else None)
 
@@ -326,10 +341,12 @@ def server_command(
 def controller_command(
     data_dir: DataDirOption = Path(".joch"),
     store: StoreOption = None,
+    store_file: StoreFileOption = None,
     max_concurrent_runs: MaxRunsOption = 10,
     max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
     lease_duration: LeaseDurationOption = 15.0,
     identity: IdentityOption = None,
+    sandbox: SandboxOption = "auto",
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -338,8 +355,9 @@ def controller_command(
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
+        sandbox=sandbox, store_file=store_file,
     )
-    serving.run_controllers(data_dir=data_dir, store=store, options=options)
+    serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options)
 
 
 @command("apply")

@@ -35,3 +35,5 @@ class ControllerOptions:
     max_concurrent_runs: int | None = 10
     max_concurrent_runs_per_namespace: int | None = None
     grace_seconds: float = 10.0  # SIGTERM → SIGKILL when a run is cancelled or times out
+    sandbox: str = "none"  # the local runtime's: auto, bwrap or none (joch server's --sandbox, default auto)
+    sandbox_hide: tuple[Path, ...] = ()  # besides the data dir: what sandboxed agents must not read (--store-file)

@@ -235,13 +235,14 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
     root file system is read-only; writable are the worktree (and the mirror it commits into), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
-    runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top.
+    runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
+    and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
     The network is the host's: agents call model APIs. ``--die-with-parent``: a runner that dies
     takes its agent along, so no agent ever runs unsupervised."""
     command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox
     for path in hide:
-        command += ["--tmpfs", str(path)]
+        command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
     writable = [checkout.root, files.outputs, home]
     if checkout.mirror is not None:
         writable.append(checkout.mirror)
