@@ -692,6 +692,11 @@ def runner_command(
                                                     "directory).")] = None,
     secrets_stdin: Annotated[bool, typer.Option("--secrets-stdin", help="Read the secret values as one JSON "
                                                 "object from stdin instead of the environment.")] = False,
+    sandbox: Annotated[str, typer.Option("--sandbox", metavar="bwrap|none",
+                                         help="Run the agent under bubblewrap (bwrap), or not.")] = "none",
+    hide: Annotated[list[Path] | None, typer.Option("--hide", metavar="PATH", show_default=False,
+                                                    help="With --sandbox bwrap: a path the agent sees empty. "
+                                                         "Repeatable.")] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
@@ -700,6 +705,11 @@ def runner_command(
     argv += ["--workspace", str(workspace)] if workspace is not None else []
     argv += ["--cache", str(cache)] if cache is not None else []
     argv += ["--secrets-stdin"] if secrets_stdin else []
+    if sandbox not in runner.SANDBOXES:
+        raise errors.BadRequest(f'--sandbox must be {" or ".join(runner.SANDBOXES)} (got "{sandbox}")')
+    argv += ["--sandbox", sandbox]
+    for path in hide or ():
+        argv += ["--hide", str(path)]
     raise typer.Exit(runner.main(argv))
 
 

@@ -163,9 +163,11 @@ class LocalRuntime(Runtime):
 
         Only ``secrets`` named in ``spec.secret_env`` are passed on; others are ignored."""
         files = self.files(spec.run)
-        files.dir.parent.mkdir(parents=True, exist_ok=True)
+        # Logs, artifacts and runner records are this user's only (other users of the host included).
+        (self.root / "runs").mkdir(mode=0o700, parents=True, exist_ok=True)
+        files.dir.parent.mkdir(mode=0o700, exist_ok=True)
         try:
-            os.mkdir(files.dir)
+            os.mkdir(files.dir, 0o700)
         except FileExistsError:
             existing = self._existing_ref(spec.run, files)
             self._track(spec.run, files, existing)
