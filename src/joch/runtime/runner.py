@@ -35,9 +35,10 @@ to start on a directory that has one: a run attempt is executed once.
   they come from the runner's environment. A secret whose name cannot be an environment variable
   (empty, or with ``=`` or NUL in it) fails the run with ``StartError`` naming it.
 * **The sandbox** (``--sandbox bwrap``): the agent runs under bubblewrap in new PID, IPC and UTS
-  namespaces with the root file system read-only, its worktree, outputs and a private HOME and /tmp
-  writable, and the data directory (every other run's files, the mirrors, the store) hidden under
-  an empty tmpfs: it sees no ancestor process, so no environment or command line but its own.
+  namespaces with the root file system read-only, its worktree (and its repository's mirror, which
+  its commits go into), outputs and a private HOME and /tmp writable, and the ``--hide`` paths (the
+  data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
+  sees no ancestor process, so no environment or command line but its own (``sandboxed``).
   ``--sandbox none`` runs it as a plain child process.
 * **The deadline** (``timeout_seconds``) counts from the agent's start; preparing the workspace
   is bounded by the same length separately, so a hung clone cannot hold a run forever either.
