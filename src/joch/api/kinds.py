@@ -294,8 +294,19 @@ class PolicyStatus(ConditionedStatus):
 
 # --- runtime.joch.dev/AgentRun -------------------------------------------------------------------
 
+def _repository_url(url: str) -> str:
+    # What the runner would refuse only once the run started (runtime.workspace.url_problem): a
+    # "transport::address" picks a git remote helper (ext:: runs a command), "-x" reads as an option.
+    if url.startswith("-"):
+        raise ValueError(f'repository URL "{url}" cannot start with "-"')
+    if "::" in url.split("/", 1)[0]:
+        raise ValueError(f'repository URL "{url}" names a git transport helper; use https://, ssh://, git://, '
+                         "host:path or a path")
+    return url
+
+
 class GitCoordinates(Model):
-    url: Str = Field(min_length=1)
+    url: Annotated[Str, AfterValidator(_repository_url)] = Field(min_length=1)
     ref: Str = "HEAD"
     path: Str = "."
 

@@ -634,3 +634,20 @@ def test_secret_keys_follow_the_kubernetes_rule() -> None:
     assert set(found) == {"spec.data[bad key]", "spec.stringData[A=B]"}
     assert found["spec.stringData[A=B]"] == ('invalid key "A=B": a Secret key must consist of letters, digits, "-", '
                                              '"_" or "." (at most 253 characters)')
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("ext::sh -c touch% /tmp/x", 'repository URL "ext::sh -c touch% /tmp/x" names a git transport helper'),
+    ("-uhelp", 'repository URL "-uhelp" cannot start with "-"'),
+])
+def test_repository_urls_git_must_not_be_given_are_rejected(reader: MemoryReader, url: str, message: str) -> None:
+    reader.add(AGENT, "a", spec={"providerRef": {"name": "p"}})
+    doc = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "r"},
+           "spec": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "t"}},
+                    "execution": {"coordinates": {"git": {"url": url}}}}}
+    with pytest.raises(errors.Invalid) as caught:
+        admit(reader, doc, old=None)
+    assert [c.field for c in caught.value.causes] == ["spec.execution.coordinates.git.url"]
+    assert caught.value.causes[0].message.startswith(message)
+    doc["spec"]["execution"]["coordinates"]["git"]["url"] = "github.invalid:org/repo.git"  # scp-style: fine
+    admit(reader, doc, old=None)
