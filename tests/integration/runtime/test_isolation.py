@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from integration.runtime.helpers import Repo, RunnerRun, git_source, pid_alive, python_agent, spec, wait_for
+from integration.runtime.helpers import (
+    Repo,
+    RunnerRun,
+    git_source,
+    group_members,
+    pid_alive,
+    python_agent,
+    spec,
+    wait_for,
+)
 from joch.runtime import runner
 from joch.runtime.base import Output, RunId, RunState
 from joch.runtime.local import LocalRuntime
@@ -226,3 +235,19 @@ def test_joch_runner_takes_the_sandbox_options(make_run: Callable[..., RunnerRun
                            "--hide", str(r.files.dir)], env=r.env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert r.log() == "1\n"  # its parent is the sandbox's init: nothing above it is visible
+
+
+def test_a_sandboxed_run_is_cancelled_and_timed_out_like_any_other(sandboxed: LocalRuntime) -> None:
+    script = "sleep 60 & sleep 60"
+    ref = sandboxed.submit(spec(["sh", "-c", script], uid="iso-8", grace_seconds=1))
+    wait_for(lambda: sandboxed.status(ref).phase == "Running")
+    pid = sandboxed.status(ref).pid
+    assert pid is not None
+    wait_for(lambda: len(group_members(pid)) >= 3)  # bwrap, its init and the shell with its sleeps
+    sandboxed.cancel(ref)
+    state = finished(sandboxed, ref)
+    assert (state.phase, state.reason) == ("Cancelled", "Cancelled")
+    assert group_members(pid) == []
+    ref = sandboxed.submit(spec(["sh", "-c", script], uid="iso-9", timeout_seconds=1, grace_seconds=1))
+    state = finished(sandboxed, ref)
+    assert (state.phase, state.reason) == ("Failed", "DeadlineExceeded") and group_members(state.pid or 0) == []
