@@ -8,7 +8,7 @@ DATA_DIR ?= .joch
 PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck venv venv-dev lock postgres-up bench bench-runs clean
+.PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -35,7 +35,14 @@ lint: venv-dev
 typecheck: venv-dev
 	$(BIN)/mypy
 
-test: venv-dev postgres-up lint typecheck
+# bubblewrap sandboxes agents (joch server --sandbox); install it where apt is usable as root.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
+		else echo "note: bubblewrap (bwrap) is not installed: agents run unsandboxed, sandbox tests are skipped"; fi; }
+
+test: venv-dev postgres-up sandbox-tools lint typecheck
 	$(BIN)/pytest -q
 
 # `make lock` keeps every pin that still satisfies pyproject.toml; `make lock LOCK_FLAGS=--upgrade` takes the newest.

@@ -30,7 +30,9 @@ def free_port() -> int:
 
 def joch_server(data_dir: Path, port: int, log: Path) -> subprocess.Popen[str]:
     joch = Path(sys.executable).parent / "joch"
-    return subprocess.Popen([str(joch), "server", "--data-dir", str(data_dir), "--port", str(port)],
+    # --sandbox none: the agent counts its starts in a file under the test's /tmp, which a sandbox hides.
+    return subprocess.Popen([str(joch), "server", "--data-dir", str(data_dir), "--port", str(port),
+                             "--sandbox", "none"],
                             stdout=log.open("a"), stderr=subprocess.STDOUT, text=True, cwd=data_dir.parent)
 
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import posixpath
 import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, model_validator
 
 from joch.api.errors import NotFound
 from joch.api.meta import (
@@ -64,6 +65,28 @@ class CheckedSpec(Model):
         return iter(())
 
 
+ENV_NAME = re.compile(r"^[\x20-\x3c\x3e-\x7e]+$")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an agent's environment variable (Kubernetes' rule: printable ASCII
+    without ``=``; the operating system cannot carry a name with ``=`` in it), or None."""
+    if ENV_NAME.match(name):
+        return None
+    return (f'invalid environment variable name "{name}": use printable ASCII characters other than "=" '
+            "(e.g. API_TOKEN)")
+
+
+def path_problem(path: str, where: str) -> str | None:
+    """Why ``path`` cannot name a file below ``where`` (relative, and ``..`` may not leave it), or None."""
+    normal = posixpath.normpath(path.replace("\\", "/"))
+    if "\0" in path or posixpath.isabs(normal) or normal in (".", "..") or normal.startswith("../"):
+        return (f'path "{path}" must be relative to the {where} directory and stay inside it (no leading "/", '
+                'no ".." that leaves it)')
+    return None
+
+
 class EnvVar(Model):
     name: Str = Field(min_length=1)
     value: Str = ""
@@ -99,7 +122,7 @@ class AgentSecurity(Model):
     allowedServiceAccounts: list[Str] = Field(default_factory=list)
 
 
-class AgentSpec(Model):
+class AgentSpec(CheckedSpec):
     providerRef: LocalObjectReference
     description: Str | None = None
     modelRoute: Str | None = None
@@ -115,6 +138,11 @@ class AgentSpec(Model):
     security: AgentSecurity = Field(default_factory=AgentSecurity)
     requiresApproval: Bool = False
     maxConcurrentRuns: PositiveInt | None = None
+
+    def problems(self) -> Iterator[Problem]:
+        for i, env in enumerate(self.env):
+            if (problem := env_name_problem(env.name)) is not None:
+                yield (("env", i, "name"), problem, "FieldValueInvalid")
 
 
 class AgentStatus(ConditionedStatus):
@@ -172,6 +200,20 @@ class AgentProviderSpec(CheckedSpec):
                 yield (("outputArtifacts", i, "name"), f'duplicate artifact name "{output.name}" (spec.'
                        f"outputArtifacts[{first[output.name]}] has it already)", "FieldValueDuplicate")
             first.setdefault(output.name, i)
+        # Paths are checked here rather than when the run starts: a run must not fail on what
+        # admission could have said (the runtime checks them again, without trusting this).
+        for i, output in enumerate(self.outputArtifacts):
+            if (problem := path_problem(output.path, "outputs")) is not None:
+                yield (("outputArtifacts", i, "path"), problem, "FieldValueInvalid")
+        for i, item in enumerate(self.inputFiles):
+            if (problem := path_problem(item.path, "inputs")) is not None:
+                yield (("inputFiles", i, "path"), problem, "FieldValueInvalid")
+        for name in self.envTemplate:
+            if (problem := env_name_problem(name)) is not None:
+                yield (("envTemplate", name), problem, "FieldValueInvalid")
+        for i, env in enumerate(self.secretEnv):
+            if (problem := env_name_problem(env.name)) is not None:
+                yield (("secretEnv", i, "name"), problem, "FieldValueInvalid")
 
 
 class AgentProviderStatus(ConditionedStatus):
@@ -281,8 +323,19 @@ LOCAL_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
 directory of the manifest they read it from (see ``relative_local_path``)."""
 
 
+def _repository_url(url: str) -> str:
+    # What the runner would refuse only once the run started (runtime.workspace.url_problem): a
+    # "transport::address" picks a git remote helper (ext:: runs a command), "-x" reads as an option.
+    if url.startswith("-"):
+        raise ValueError(f'repository URL "{url}" cannot start with "-"')
+    if "::" in url.split("/", 1)[0]:
+        raise ValueError(f'repository URL "{url}" names a git transport helper; use https://, ssh://, git://, '
+                         "host:path or a path")
+    return url
+
+
 class GitCoordinates(Model):
-    url: Annotated[Str, Field(min_length=1), AfterValidator(_absolute_repository)]
+    url: Annotated[Str, Field(min_length=1), AfterValidator(_repository_url), AfterValidator(_absolute_repository)]
     ref: Str = "HEAD"
     path: Str = "."
 
@@ -389,18 +442,29 @@ def _base64(value: str) -> str:
 Base64 = Annotated[Str, AfterValidator(_base64)]
 
 
-class SecretSpec(Model):
+class SecretSpec(CheckedSpec):
     type: Str = "Opaque"
     data: dict[Str, Base64] = Field(default_factory=dict)
     stringData: dict[Str, Str] | None = None
+    _string_keys: set[str] = PrivateAttr(default_factory=set)
 
     @model_validator(mode="after")
     def _encode_string_data(self) -> SecretSpec:
         if self.stringData:
             encoded = {k: base64.b64encode(v.encode()).decode() for k, v in self.stringData.items()}
+            self._string_keys = set(self.stringData)
             self.data = {**self.data, **encoded}
         self.stringData = None  # write-only, as in Kubernetes: never stored, never shown
         return self
+
+    def problems(self) -> Iterator[Problem]:
+        # Kubernetes' rule for Secret keys; it also makes every key a valid environment variable name
+        # (AgentRun.spec.secrets passes each key of a Secret to the agent as one).
+        for key in self.data:
+            if not SECRET_KEY.match(key):
+                where = "stringData" if key in self._string_keys else "data"
+                yield ((where, key), f'invalid key "{key}": a Secret key must consist of letters, digits, "-", '
+                       '"_" or "." (at most 253 characters)', "FieldValueInvalid")
 
 
 class SecretStatus(Model):

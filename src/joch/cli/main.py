@@ -280,6 +280,12 @@ StoreOption = Annotated[
     typer.Option("--store", envvar="JOCH_STORE", metavar="URL", show_default=False,
                  help="Store URL (sqlite:///path or postgresql://...); default sqlite:///DATA_DIR/joch.db."),
 ]
+StoreFileOption = Annotated[
+    Path | None,
+    typer.Option("--store-file", envvar="JOCH_STORE_FILE", show_default=False,
+                 help="A file holding the store URL: keeps its password out of this process's command line and "
+                      "environment, which every process of the same user (agents too) can read."),
+]
 MaxRunsOption = Annotated[
     int, typer.Option("--max-concurrent-runs", metavar="N", help="Runs executing at once, in all namespaces."),
 ]
@@ -302,6 +308,11 @@ MaxArtifactBytesOption = Annotated[
                       help="A larger output artifact (or changes.patch) is not stored; the run lists it in "
                            "status.refusedArtifacts (bytes, or 512Mi, 1Gi; 0: no limit)."),
 ]
+SandboxOption = Annotated[
+    str, typer.Option("--sandbox", metavar="auto|bwrap|none",
+                      help="Run agents under bubblewrap: bwrap (refuse to start without it), auto (when it works, "
+                           "else warn), none."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -312,6 +323,7 @@ IdentityOption = Annotated[
 def server_command(
     data_dir: DataDirOption = Path(".joch"),
     store: StoreOption = None,
+    store_file: StoreFileOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
     apply_paths: Annotated[list[str] | None, typer.Option("--apply", metavar="PATH", show_default=False,
@@ -337,13 +349,16 @@ def server_command(
         "--allowed-origin", metavar="ORIGIN", show_default=False,
         help="A web origin (https://app.example.com) whose pages may use the API from a browser; "
              "pages from other origins are refused. Repeatable.")] = None,
+    sandbox: SandboxOption = "auto",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
+        sandbox=sandbox if controllers else "none", store_file=store_file,
     )
+    store = serving.store_source(store, store_file)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
                 allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or ())
@@ -353,12 +368,14 @@ def server_command(
 def controller_command(
     data_dir: DataDirOption = Path(".joch"),
     store: StoreOption = None,
+    store_file: StoreFileOption = None,
     max_concurrent_runs: MaxRunsOption = 10,
     max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
     lease_duration: LeaseDurationOption = 15.0,
     identity: IdentityOption = None,
     max_log_bytes: MaxLogBytesOption = "64Mi",
     max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
+    sandbox: SandboxOption = "auto",
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -368,8 +385,9 @@ def controller_command(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
+        sandbox=sandbox, store_file=store_file,
     )
-    serving.run_controllers(data_dir=data_dir, store=store, options=options)
+    serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options)
 
 
 @command("apply")
@@ -697,11 +715,33 @@ def artifacts_command(
 def runner_command(
     spec: Annotated[Path, typer.Option("--spec", metavar="PATH",
                                        help="The run's spec.json; its directory is the run directory.")],
+    workspace: Annotated[Path | None, typer.Option("--workspace", metavar="PATH", show_default=False,
+                                                   help="The workspace root (default: workspace/ in the run "
+                                                        "directory).")] = None,
+    cache: Annotated[Path | None, typer.Option("--cache", metavar="PATH", show_default=False,
+                                               help="The repository mirrors (default: mirrors/ in the run "
+                                                    "directory).")] = None,
+    secrets_stdin: Annotated[bool, typer.Option("--secrets-stdin", help="Read the secret values as one JSON "
+                                                "object from stdin instead of the environment.")] = False,
+    sandbox: Annotated[str, typer.Option("--sandbox", metavar="bwrap|none",
+                                         help="Run the agent under bubblewrap (bwrap), or not.")] = "none",
+    hide: Annotated[list[Path] | None, typer.Option("--hide", metavar="PATH", show_default=False,
+                                                    help="With --sandbox bwrap: a path the agent sees empty. "
+                                                         "Repeatable.")] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
 
-    raise typer.Exit(runner.main(["--spec", str(spec)]))
+    argv = ["--spec", str(spec)]
+    argv += ["--workspace", str(workspace)] if workspace is not None else []
+    argv += ["--cache", str(cache)] if cache is not None else []
+    argv += ["--secrets-stdin"] if secrets_stdin else []
+    if sandbox not in runner.SANDBOXES:
+        raise errors.BadRequest(f'--sandbox must be {" or ".join(runner.SANDBOXES)} (got "{sandbox}")')
+    argv += ["--sandbox", sandbox]
+    for path in hide or ():
+        argv += ["--hide", str(path)]
+    raise typer.Exit(runner.main(argv))
 
 
 def main() -> None:

@@ -7,9 +7,10 @@ user types is matched against those kinds' names as kubectl would (``run``, ``ru
 
 Decisions:
 
-* ``run --repo`` takes a URL (``scheme://…`` or scp-style ``user@host:path``) or a local directory,
-  which is sent as an absolute path: the run executes in the server's runtime, whose working
-  directory is not the user's.
+* ``run --repo`` takes a URL (``scheme://…`` or scp-style ``[user@]host:path``, which is git's rule:
+  a colon before the first slash) or a local directory, which is sent as an absolute path: the run
+  executes in the server's runtime, whose working directory is not the user's. What git reads as a
+  remote is never turned into a local path, even where a directory of that name exists here.
 * ``run --follow`` ends with the run, and its exit code says how the run ended: 0 ``Succeeded``,
   ``FAILED_EXIT_CODE`` (8) ``Failed``, ``CANCELLED_EXIT_CODE`` (9) ``Cancelled`` — codes above the
   error table's, so a script can tell "the run failed" from "joch could not ask" (1-7).
@@ -56,7 +57,7 @@ FAILED_EXIT_CODE = 8
 CANCELLED_EXIT_CODE = 9
 EXIT_CODES = {"Succeeded": 0, "Failed": FAILED_EXIT_CODE, "Cancelled": CANCELLED_EXIT_CODE}
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_SCP = re.compile(r"^[^/@:\s]+@[^/:\s]+:")
+_SCP = re.compile(r"^(?:[^/@:\s]+@)?[^/:\s]{2,}:")  # git's scp-like syntax; one letter is a Windows drive
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ client-go's proportions (15 : 10 : 2), so one flag cannot make an inconsistent t
 from __future__ import annotations
 
 import errno
+import os
 import re
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +34,39 @@ from urllib.parse import urlsplit
 
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
+
+
+def store_source(store: str | None, store_file: Path | None) -> str | None:
+    """The store URL from ``--store`` or ``--store-file`` (its first line).
+
+    Every process of the server's user can read the server's ``/proc/<pid>/cmdline`` and ``environ``
+    (its environment as it was started: unsetting a variable later does not change it), agents
+    included. A password in ``--store`` or ``JOCH_STORE`` is therefore warned about; a file (or
+    libpq's ``~/.pgpass``/``PGPASSFILE`` with a URL without a password) keeps it out of both."""
+    if store and store_file is not None:
+        raise errors.BadRequest("give the store URL once: --store (JOCH_STORE) or --store-file (JOCH_STORE_FILE)")
+    if store_file is not None:
+        try:
+            lines = store_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.BadRequest(f'cannot read --store-file "{store_file}": '
+                                    f"{getattr(exc, 'strerror', None) or exc}") from None
+        url = lines[0].strip() if lines else ""
+        if not url:
+            raise errors.BadRequest(f'--store-file "{store_file}" is empty: write the store URL on its first line')
+        return url
+    if store and _password(store):
+        print("warning: the store URL in --store/JOCH_STORE has a password, which every process of this user "
+              "(agents too) can read in /proc: use --store-file, or ~/.pgpass (PGPASSFILE) and a URL without it",
+              file=sys.stderr)
+    return store
+
+
+def _password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
 
 
 def store_url(*, data_dir: Path, store: str | None) -> str:
@@ -96,6 +131,7 @@ def parse_size(flag: str, text: str) -> int | None:
 def controller_options(
     *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
     lease_duration: float, identity: str | None, max_log_bytes: str = "64Mi", max_artifact_bytes: str = "1Gi",
+    sandbox: str = "none", store_file: Path | None = None,
 ) -> ControllerOptions:
     for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
                         ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
@@ -109,12 +145,40 @@ def controller_options(
     if log_limit is not None and log_limit < MIN_LOG_BYTES:
         raise errors.BadRequest(f"--max-log-bytes must be at least {MIN_LOG_BYTES} (1Ki), or 0 for no limit "
                                 f"(got {max_log_bytes})")
+    sandbox = _sandbox(sandbox)
     return ControllerOptions(
+        sandbox=sandbox, sandbox_hide=_secret_files(store_file),
         data_dir=data_dir, identity=identity or default_identity(), lease_duration=lease_duration,
         renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
         max_concurrent_runs=max_concurrent_runs, max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace,
         max_log_bytes=log_limit, max_artifact_bytes=parse_size("--max-artifact-bytes", max_artifact_bytes),
     )
+
+
+def _sandbox(choice: str) -> str:
+    """``--sandbox``: ``bwrap`` is checked now (a server that cannot keep that promise does not start);
+    ``auto`` becomes ``bwrap`` where bubblewrap works, else ``none`` with a warning."""
+    from joch.runtime.runner import sandbox_problem
+
+    if choice not in ("auto", "bwrap", "none"):
+        raise errors.BadRequest(f'--sandbox must be auto, bwrap or none (got "{choice}")')
+    if choice == "none":
+        return choice
+    problem = sandbox_problem()
+    if problem is None:
+        return "bwrap"
+    if choice == "bwrap":
+        raise errors.BadRequest(f"--sandbox bwrap: {problem}; install bubblewrap, or choose --sandbox auto or none")
+    print(f"warning: agents run without a sandbox ({problem}): they can read what this user can, other runs' "
+          "files and this server's environment included; --sandbox none silences this", file=sys.stderr)
+    return "none"
+
+
+def _secret_files(store_file: Path | None) -> tuple[Path, ...]:
+    """Files a sandboxed agent must not read besides the data dir: the store URL's file and libpq's
+    password file."""
+    candidates = [store_file, Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass")]
+    return tuple(path.resolve() for path in candidates if path is not None and path.exists())
 
 
 def run(
@@ -161,7 +225,7 @@ def run_controllers(*, data_dir: Path, store: str | None, options: ControllerOpt
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
     try:
-        runtime = LocalRuntime(options.data_dir)
+        runtime = LocalRuntime(options.data_dir, sandbox=options.sandbox, hide=options.sandbox_hide)
         try:
             with managing.running(opened, runtime, options) as manager:
                 with _stopping_on_signals(manager.request_stop):

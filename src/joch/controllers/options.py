@@ -41,3 +41,5 @@ class ControllerOptions:
     grace_seconds: float = 10.0  # SIGTERM → SIGKILL when a run is cancelled or times out
     max_log_bytes: int | None = 64 * MiB  # a run's log keeps the first and last halves of this (None: all)
     max_artifact_bytes: int | None = GiB  # a larger output artifact is refused (None: no limit)
+    sandbox: str = "none"  # the local runtime's: auto, bwrap or none (joch server's --sandbox, default auto)
+    sandbox_hide: tuple[Path, ...] = ()  # besides the data dir: what sandboxed agents must not read (--store-file)

@@ -41,7 +41,6 @@ import datetime as dt
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,6 +55,7 @@ from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
 from joch.runtime import disks
+from joch.runtime.workspace import scp_like
 from joch.store.base import Obj
 
 logger = logging.getLogger("joch.controllers.runs")
@@ -462,6 +462,12 @@ class RunController(Controller):
             if secret is None:
                 raise InvalidSpec("MissingSecret", f'Secret "{name}" not found in namespace "{namespace}"')
             for k, v in ((secret.get("spec") or {}).get("data") or {}).items():
+                # Admission rejects such keys now; a Secret stored before it did must still not
+                # reach the runner as a name the operating system cannot carry.
+                problem = kinds.env_name_problem(k)
+                if problem is not None:
+                    raise InvalidSpec("InvalidSecretKey", f'spec.secrets: Secret "{name}" key "{k}" cannot be passed '
+                                                          f"to the agent: {problem}; rename the key in the Secret")
                 values[k] = _decode(v)
         for env_name, secret_name, secret_key in invocation.secret_env:
             secret = self._read(kinds.SECRET, namespace, secret_name)
@@ -676,8 +682,9 @@ def _git(run: Obj) -> rt.GitSource | None:
 
 def _local_url(url: str) -> str:
     """A relative repository path names a directory relative to the controller's working directory
-    (the quickstart's ``url: .``); URLs and scp-style ``host:path`` are left alone."""
-    if "://" in url or os.path.isabs(url) or re.match(r"^[\w.-]+@[\w.-]+:", url):
+    (the quickstart's ``url: .``); URLs, scp-style ``[user@]host:path`` (git's rule, user or not) and
+    ``transport::address`` are left alone, for the runner to use or refuse."""
+    if "://" in url or os.path.isabs(url) or scp_like(url) or "::" in url:
         return url
     return os.path.abspath(url)
 

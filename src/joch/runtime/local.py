@@ -48,9 +48,16 @@ Decisions:
   likely died writing), not ``Lost``. When even that record cannot be written, the ending is kept in
   memory (the same answer every time), logged once, and written when space returns; the monitor
   logs a failure that repeats at every poll once, not every ``poll_interval``.
-* **Secrets** reach the runner only through its environment (handed to the fork server through its
-  pipe): not spec.json, ref.json or state.json. The runner inherits this process's environment
-  otherwise (the agent does too, minus the runner's own ``JOCH_RUNNER_*`` variables).
+* **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``runner.sandboxed`` says
+  what the agent sees): a PID namespace hides every other process, the data directory is an empty
+  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
+  as this user and can read what this user can; ``auto`` warns once about that at start.
+* **Nothing of the server's reaches a runner's environment or command line.** An agent can read
+  ``/proc/<pid>/environ`` and ``cmdline`` of its ancestors, so runners and the fork server start with
+  ``runner.runner_env`` (PATH, HOME, locale, proxies: no ``JOCH_STORE``), their settings are command
+  line options (paths), and secret values travel through a pipe: the fork server's request pipe (the
+  forked runner keeps them in memory) or, for a runner executed directly, its stdin. Never spec.json,
+  ref.json or state.json either.
 """
 
 from __future__ import annotations
@@ -114,9 +121,16 @@ class _Monitor:
 class LocalRuntime(Runtime):
     type = TYPE
 
-    def __init__(self, root: Path, *, poll_interval: float = 0.05) -> None:
+    def __init__(self, root: Path, *, poll_interval: float = 0.05, sandbox: str = "none",
+                 hide: tuple[Path, ...] = ()) -> None:
+        """``sandbox``: ``bwrap`` runs every agent under bubblewrap (``ValueError`` when it does not work
+        here), ``auto`` does so when it works and otherwise logs a warning and runs agents as plain
+        processes, ``none`` never sandboxes. ``hide``: paths the sandboxed agent sees empty, besides
+        ``root``."""
         self.root = Path(root).resolve()
         self.poll_interval = poll_interval
+        self.sandbox = resolve_sandbox(sandbox)
+        self.hide = (self.root, *(Path(h).resolve() for h in hide))
         self._lock = threading.Lock()
         self._submitting: set[Path] = set()
         self._monitor = _Monitor()
@@ -156,9 +170,11 @@ class LocalRuntime(Runtime):
 
         Only ``secrets`` named in ``spec.secret_env`` are passed on; others are ignored."""
         files = self.files(spec.run)
-        files.dir.parent.mkdir(parents=True, exist_ok=True)
+        # Logs, artifacts and runner records are this user's only (other users of the host included).
+        (self.root / "runs").mkdir(mode=0o700, parents=True, exist_ok=True)
+        files.dir.parent.mkdir(mode=0o700, exist_ok=True)
         try:
-            os.mkdir(files.dir)
+            os.mkdir(files.dir, 0o700)
         except FileExistsError:
             existing = self._existing_ref(spec.run, files)
             self._track(spec.run, files, existing)
@@ -172,20 +188,25 @@ class LocalRuntime(Runtime):
                 self._submitting.discard(files.dir)
 
     def _start(self, spec: RunnerSpec, files: runner.RunFiles, secrets: Mapping[str, str] | None) -> Ref:
-        env = {**os.environ, runner.ENV_WORKSPACE: str(self.workspace_root(spec.run)),
-               runner.ENV_CACHE: str(self.mirrors)}
-        env.update({name: value for name, value in (secrets or {}).items() if name in spec.secret_env})
+        env = runner.runner_env(os.environ)
+        args = ["--workspace", str(self.workspace_root(spec.run)), "--cache", str(self.mirrors)]
+        if self.sandbox == "bwrap":
+            args += ["--sandbox", "bwrap"]
+            for path in self.hide:
+                args += ["--hide", str(path)]
+        given = {name: value for name, value in (secrets or {}).items() if name in spec.secret_env}
         child: subprocess.Popen[bytes] | None = None
         pid: int | None
         try:
             runner.write_durably(files.spec, spec.to_json().encode())
             try:
-                pid, start = self._forks.spawn(spec=files.spec, log=files.dir / "runner.log", env=env)
+                pid, start = self._forks.spawn(spec=files.spec, log=files.dir / "runner.log", env=env, args=args,
+                                               secrets=given)
             except _NotStarted as exc:
                 if exc.reason:
                     logger.warning("local runtime: the runner fork server failed (%s); starting runners directly",
                                    exc.reason)
-                child = self._start_runner(files, env)
+                child = self._start_runner(files, env, args, given)
                 pid, start = child.pid, runner.process_start(child.pid)
         except _Unanswered:
             # The fork server took the request and died: a runner may exist. Starting another could run
@@ -201,13 +222,20 @@ class LocalRuntime(Runtime):
         return ref
 
     @staticmethod
-    def _start_runner(files: runner.RunFiles, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def _start_runner(files: runner.RunFiles, env: Mapping[str, str], args: list[str],
+                      secrets: Mapping[str, str]) -> subprocess.Popen[bytes]:
         with open(files.dir / "runner.log", "ab") as runner_log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "joch.runtime.runner", "--spec", str(files.spec)],
-                cwd=files.dir, env=env, stdin=subprocess.DEVNULL, stdout=runner_log, stderr=subprocess.STDOUT,
+            child = subprocess.Popen(
+                [sys.executable, "-m", "joch.runtime.runner", "--spec", str(files.spec), *args, "--secrets-stdin"],
+                cwd=files.dir, env=env, stdin=subprocess.PIPE, stdout=runner_log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True,
             )
+        # The secrets go through a pipe the runner reads at once: not its environment or command line
+        # (which the agent can read in /proc), not a file.
+        assert child.stdin is not None
+        with contextlib.suppress(BrokenPipeError), child.stdin:
+            child.stdin.write(json.dumps(dict(secrets)).encode())
+        return child
 
     def _existing_ref(self, run: RunId, files: runner.RunFiles) -> Ref:
         waited_until = time.monotonic() + _REF_WAIT
@@ -492,6 +520,23 @@ class LocalRuntime(Runtime):
         return self.files(RunId(namespace="", name="", uid=uid, attempt=int(attempt)))
 
 
+def resolve_sandbox(sandbox: str) -> str:
+    """``bwrap`` or ``none`` for a ``--sandbox`` choice; ``ValueError`` for ``bwrap`` where it cannot work."""
+    if sandbox == "none":
+        return sandbox
+    if sandbox not in ("auto", "bwrap"):
+        raise ValueError(f'--sandbox must be auto, bwrap or none (got "{sandbox}")')
+    problem = runner.sandbox_problem()
+    if problem is None:
+        return "bwrap"
+    if sandbox == "bwrap":
+        raise ValueError(f"--sandbox bwrap: {problem}; install it, or choose --sandbox auto or none")
+    logger.warning("local runtime: agents run without a sandbox: %s. They can read what this user can, "
+                   "including other runs' files and this server's environment (--sandbox none to silence this)",
+                   problem)
+    return "none"
+
+
 def _check_run(run: RunId) -> None:
     if not run.uid or run.uid in (".", "..") or "/" in run.uid or os.sep in run.uid or run.attempt < 1:
         raise ValueError(f"run uid {run.uid!r} and attempt {run.attempt} cannot name a run directory")
@@ -502,11 +547,17 @@ def _ref_id(run: RunId) -> str:
 
 
 def _runner_identity(ref: Ref, files: runner.RunFiles) -> tuple[int | None, int | None]:
-    """The runner's pid and start time from the reference, else from ``ref.json`` (a reference
-    stored before)."""
-    source = ref if isinstance(ref.get("runnerPid"), int) else (_read_json(files.dir / "ref.json") or {})
-    pid, start = source.get("runnerPid"), source.get("runnerStart")
-    return (pid if isinstance(pid, int) else None), (start if isinstance(start, int) else None)
+    """The runner's pid and start time as this runtime recorded them in ``ref.json`` when it started
+    it. Never the ones ``ref`` carries: a reference is kept in the run's status, which API clients can
+    write, and a pid taken from there would have the server signal whatever process it names."""
+    saved = _read_json(files.dir / "ref.json") or {}
+    pid, start = saved.get("runnerPid"), saved.get("runnerStart")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
+        return None, None
+    recorded = (runner.read_record(files.state) or {}).get("runner_pid")
+    if isinstance(recorded, int) and recorded != pid:
+        return None, None  # the runner's own record names another process
+    return pid, (start if isinstance(start, int) else None)
 
 
 def _recorded_runner(files: runner.RunFiles) -> tuple[int | None, int | None]:
@@ -568,7 +619,9 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 
 def _is_runner(pid: int, spec: Path, start: int | None) -> bool:
     """Whether ``pid`` is a live runner for ``spec`` (not a zombie, not a process that reused the pid):
-    the process that started at ``start``, or without one, a process whose command line names ``spec``."""
+    the process that started at ``start``, or without one, a process whose command line names ``spec``;
+    and in both cases one whose working directory is the run directory (every runner works there),
+    so that no pid and start time, wherever they came from, get another process signalled."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except FileNotFoundError:
@@ -583,6 +636,11 @@ def _is_runner(pid: int, spec: Path, start: int | None) -> bool:
         return True
     fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid ... starttime is the 20th
     if not fields or fields[0] in (b"Z", b"X"):
+        return False
+    try:
+        if os.readlink(f"/proc/{pid}/cwd") != str(spec.parent):
+            return False
+    except OSError:  # gone, or another user's: not our runner
         return False
     if start is not None:
         return len(fields) > 19 and int(fields[19]) == start
@@ -624,14 +682,16 @@ class _ForkServer:
         self._usable = hasattr(os, "fork") and runner.process_start(os.getpid()) is not None
         self._closed = False
 
-    def spawn(self, *, spec: Path, log: Path, env: Mapping[str, str]) -> tuple[int, int | None]:
+    def spawn(self, *, spec: Path, log: Path, env: Mapping[str, str], args: list[str],
+              secrets: Mapping[str, str]) -> tuple[int, int | None]:
         """The new runner's pid and start time; ``_NotStarted`` when no runner was started,
         ``_Unanswered`` when it is unknown whether one was."""
         with self._lock:
             if not self._usable or self._closed:
                 raise _NotStarted
-            forker = self._forker()
-            request = json.dumps({"spec": str(spec), "log": str(log), "env": dict(env)}).encode() + b"\n"
+            forker = self._forker(env)
+            request = json.dumps({"spec": str(spec), "log": str(log), "args": args, "env": dict(env),
+                                  "secrets": dict(secrets)}).encode() + b"\n"
             try:
                 if forker.proc.stdin is None:
                     raise BrokenPipeError
@@ -661,16 +721,18 @@ class _ForkServer:
             if self._current is not None:
                 self._discard(self._current)
 
-    def _forker(self) -> _Forker:
+    def _forker(self, env: Mapping[str, str]) -> _Forker:
         current = self._current
         if current is not None and current.proc.poll() is None:
             return current
         if current is not None:
             self._discard(current)
         try:
+            # Its environment is every forked runner's /proc/<pid>/environ: the runner's, not this
+            # server's (which may hold the store's password).
             proc = subprocess.Popen(
                 [sys.executable, "-m", "joch.runtime.runner", runner.FORK_SERVER], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, cwd="/", start_new_session=True, close_fds=True,
+                stdout=subprocess.PIPE, cwd="/", env=env, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
             self._usable = False

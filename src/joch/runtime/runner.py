@@ -14,9 +14,10 @@ A run attempt's directory holds what the runner reads and writes::
               log.tail         while the agent runs, the end of an over-long log (see "Limits")
 
 The run directory is the spec file's directory. The workspace root (the git worktree) is
-``$JOCH_RUNNER_WORKSPACE`` and the repository mirrors are below ``$JOCH_RUNNER_CACHE`` (by default
-``workspace/`` and ``mirrors/`` in the run directory); ``JOCH_RUNNER_*`` variables are the runner's
-own and never reach the agent.
+``--workspace`` and the repository mirrors are below ``--cache`` (by default ``workspace/`` and
+``mirrors/`` in the run directory). The runner's own configuration is on its command line, never in
+an environment variable: the agent's environment is built from names, and a Secret key that happened
+to be called like a runner setting must not be able to move the workspace or point git elsewhere.
 
 Steps, each durably recorded (write a temporary file, fsync, rename, fsync the directory) so a
 server that restarts finds the truth on disk: ``Preparing`` (checkout, input files) → ``Running``
@@ -26,17 +27,29 @@ to start on a directory that has one: a run attempt is executed once.
 
 * **The agent** is ``argv[0]`` looked up on the agent's PATH (with the directory of this Python's
   executable in front, so console scripts installed alongside joch are found), started in its own
-  session and process group, in ``Workspace.path``, with the runner's environment minus
-  ``JOCH_RUNNER_*`` and git's repository-location variables, plus ``spec.env``, plus the variables
-  named by ``spec.secret_env`` (their values come from the runner's own environment: secrets never
-  pass through a file).
+  session and process group, in ``Workspace.path``, with an allowlist of the runner's environment
+  (``PASSED_ENV``), plus ``spec.env``, plus the variables named by ``spec.secret_env``.
+* **Secret values** never pass through a file, and never through the runner's own environment when
+  the local runtime starts it: an agent can read ``/proc/<pid>/environ`` of its parent, and the
+  runner's environment holds nothing the agent was not given. With ``--secrets-stdin`` the runner
+  reads them as one JSON object from stdin (the local runtime writes them into a pipe; a forked
+  runner gets them in memory); without it (a container whose environment is the agent's anyway)
+  they come from the runner's environment. A secret whose name cannot be an environment variable
+  (empty, or with ``=`` or NUL in it) fails the run with ``StartError`` naming it.
+* **The sandbox** (``--sandbox bwrap``): the agent runs under bubblewrap in new PID, IPC and UTS
+  namespaces with the root file system read-only, its worktree (and its repository's mirror, which
+  its commits go into), outputs and a private HOME and /tmp writable, and the ``--hide`` paths (the
+  data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
+  sees no ancestor process, so no environment or command line but its own (``sandboxed``).
+  ``--sandbox none`` runs it as a plain child process.
 * **The deadline** (``timeout_seconds``) counts from the agent's start; preparing the workspace
   is bounded by the same length separately, so a hung clone cannot hold a run forever either.
   At the deadline, or when the runner gets SIGTERM or SIGINT (cancel), the agent's process group
   gets SIGTERM, then SIGKILL after ``grace_seconds``. Processes the agent leaves behind in its
   group when it exits get the same treatment: nothing in the agent's group outlives the record.
 * **Output** goes through a pipe the runner reads; every secret value of four or more characters
-  is replaced by ``***`` before it reaches the log, including one split across reads.
+  is replaced by ``***`` before it reaches the log, including one split across reads, and so are its
+  common encodings (``encodings``: base64, hex, percent-encoding, JSON escapes).
 * **After the agent ends,** each declared output (a regular file below ``outputs/``) is hard-linked
   into ``artifacts/`` with its sha256 and size (hashed in place: an artifact takes its size on disk
   once, not twice; copied only when it cannot be linked), and ``changes.patch`` records everything
@@ -72,6 +85,7 @@ that has done both once, and each forked runner is what ``--spec PATH`` in a new
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import json
@@ -84,6 +98,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,9 +117,6 @@ from joch.runtime.base import (
     Workspace,
 )
 
-ENV_WORKSPACE = "JOCH_RUNNER_WORKSPACE"
-ENV_CACHE = "JOCH_RUNNER_CACHE"
-INTERNAL_ENV_PREFIX = "JOCH_RUNNER_"
 PATCH = "changes.patch"
 PASSED_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
@@ -112,6 +124,9 @@ PASSED_ENV = frozenset({
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
 })
 """What the agent inherits from the runner's environment (besides ``LC_*``)."""
+RUNNER_ENV = PASSED_ENV | {"SSH_AUTH_SOCK", "PYTHONPATH"}
+"""What the local runtime passes to a runner (and its fork server) of its own environment (besides
+``LC_*``): what git and Python need, never the server's settings or credentials (``JOCH_STORE``)."""
 REDACTED = b"***"
 MIN_SECRET_LENGTH = 4
 _PR_SET_CHILD_SUBREAPER = 36
@@ -261,6 +276,66 @@ def write_durably(path: Path, data: bytes) -> None:
         os.close(directory)
 
 
+def runner_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a runtime starts a runner (or its fork server) with: ``RUNNER_ENV`` of
+    ``environ``. Everything else, the server's store URL and credentials above all, stays out: the
+    agent can read its parent's ``/proc/<pid>/environ``."""
+    return {k: v for k, v in environ.items() if k in RUNNER_ENV or k.startswith("LC_")}
+
+
+def valid_env_name(name: str) -> bool:
+    """What ``execve`` can carry as a name (Kubernetes allows the same: printable, no ``=``)."""
+    return bool(name) and "=" not in name and "\0" not in name
+
+
+# --- the sandbox -----------------------------------------------------------------------------------
+
+SANDBOXES = ("none", "bwrap")
+BWRAP = "bwrap"
+
+
+def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout, files: RunFiles, home: Path,
+              hide: Iterable[Path]) -> list[str]:
+    """The bubblewrap command line that runs ``executable`` with ``args`` as the agent.
+
+    New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
+    so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
+    root file system is read-only; writable are the worktree (and the mirror it commits into), the
+    run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
+    runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
+    and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
+    The network is the host's: agents call model APIs. ``--die-with-parent``: a runner that dies
+    takes its agent along, so no agent ever runs unsupervised."""
+    command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox
+    for path in hide:
+        command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
+    writable = [checkout.root, files.outputs, home]
+    if checkout.mirror is not None:
+        writable.append(checkout.mirror)
+    for path in writable:
+        command += ["--bind", str(path), str(path)]
+    command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
+    return command + args
+
+
+def sandbox_problem() -> str | None:
+    """Why bubblewrap cannot sandbox agents here (not installed, or no namespaces for this user), or None."""
+    found = shutil.which(BWRAP)
+    if found is None:
+        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        done = subprocess.run([found, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
+                               "--proc", "/proc", "--tmpfs", "/tmp", "true"],  # noqa: S108 - a fresh tmpfs in the sandbox
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{found} could not be run: {exc}"
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return f"{found} does not work here: {reason}"
+    return None
+
+
 # --- process groups -------------------------------------------------------------------------------
 
 
@@ -298,6 +373,41 @@ def signal_group(pgid: int, signum: int) -> None:
 
 
 # --- redaction ------------------------------------------------------------------------------------
+
+
+MIN_FRAGMENT_LENGTH = 8
+"""The shortest piece of an encoding redacted on its own: the middle of a base64 stream (below) is
+noise-like, and a short piece of it would match by chance."""
+
+
+def encodings(value: bytes) -> set[bytes]:
+    """The common encodings of a secret value that a tool may print instead of the value: base64
+    (standard and URL-safe, with and without padding), hex (both cases), percent-encoding (``%20``
+    and ``+`` for a space, both hex cases) and a JSON string's escaped form.
+
+    Base64 of the value inside a longer encoded text (an ``Authorization: Basic`` header, a config
+    blob) depends on where the value starts modulo 3 bytes: for each of the three alignments the
+    characters determined by the value alone are redacted too (as GitHub Actions' masker does)."""
+    forms: set[bytes] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(value)
+        forms.update((whole, whole.rstrip(b"=")))
+        for shift in (0, 1, 2):
+            shifted = encode(b"\0" * shift + value).rstrip(b"=")
+            head = -(-shift * 8 // 6)  # characters holding bits of what precedes the value
+            tail = 1 if (shift + len(value)) % 3 else 0       # a last character holding bits of what follows
+            fragment = shifted[head:len(shifted) - tail]
+            if len(fragment) >= MIN_FRAGMENT_LENGTH:
+                forms.add(fragment)
+    forms.update((value.hex().encode(), value.hex().upper().encode()))
+    for quote in (urllib.parse.quote, urllib.parse.quote_plus):
+        quoted = quote(value, safe="").encode()
+        forms.update((quoted, re.sub(rb"%[0-9A-F]{2}", lambda m: m.group().lower(), quoted)))
+    text = value.decode("utf-8", "surrogateescape")
+    for ascii_only in (True, False):
+        forms.add(json.dumps(text, ensure_ascii=ascii_only)[1:-1].encode("utf-8", "surrogateescape"))
+    forms.discard(value)
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
 
 
 class Redactor:
@@ -369,12 +479,19 @@ class _Ending:
 
 class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
+                 hide: Iterable[Path] = ()) -> None:
         self.spec = spec
         self.files = files
         self.root = root
         self.cache = cache
         self.environ = dict(environ)
+        # Without secrets of its own (a runner started by hand, or in a container), the runner's
+        # environment holds them.
+        source = self.environ if secrets is None else secrets
+        self.secret_values = {name: source[name] for name in spec.secret_env if name in source}
+        self.sandbox = sandbox
+        self.hide = tuple(hide)
         self.cancelled = False
         self._raise_on_signal = True
         self._base: str | None = None
@@ -473,11 +590,15 @@ class Runner:
         env = {k: v for k, v in self.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
         env.update(self.spec.env)
         for name in self.spec.secret_env:
-            if name in self.environ:
-                env[name] = self.environ[name]
+            if name in self.secret_values:
+                env[name] = self.secret_values[name]
             else:
                 print(f"joch runner: secret env {name} is not set; the agent runs without it", file=sys.stderr)
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH") or os.defpath])
+        bad = sorted(name for name in env if not valid_env_name(name))
+        if bad:
+            raise _StartError(f"cannot start the agent: {', '.join(repr(n) for n in bad)} cannot be the name of an "
+                              "environment variable (it must be non-empty, without '=' or NUL); rename the key")
         return env
 
     def secrets(self) -> list[bytes]:
@@ -486,13 +607,14 @@ class Runner:
         PEM key printed in pieces)."""
         found: set[bytes] = set()
         for name in self.spec.secret_env:
-            value = self.environ.get(name)
+            value = self.secret_values.get(name)
             if value is None:
                 continue
             for form in (value, value.strip(), *value.splitlines()):
                 form = form.strip() if form is not value else form
                 if form:
                     found.add(os.fsencode(form))
+                    found.update(encodings(os.fsencode(form)))
         return sorted(found, key=len, reverse=True)
 
     def _start(self, checkout: workspace.Checkout) -> subprocess.Popen[bytes]:
@@ -503,10 +625,17 @@ class Runner:
         executable = _which(name, env["PATH"], checkout.path)
         if executable is None:
             raise _StartError(_not_runnable(name, checkout.path))
+        argv = list(self.spec.argv)
+        if self.sandbox == "bwrap":
+            home = self.files.dir / "home"
+            home.mkdir(exist_ok=True)
+            env["HOME"] = str(home)
+            argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=home, hide=self.hide)
+            executable = argv[0]
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
-                list(self.spec.argv), executable=executable, cwd=checkout.path, env=env, stdin=subprocess.DEVNULL,
+                argv, executable=executable, cwd=checkout.path, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
@@ -926,12 +1055,34 @@ def _hashed(name: str, path: Path, relative: str) -> ArtifactRecord:
 # --- the command ----------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None = None) -> int:
+    """``joch runner``; ``secrets`` are the secret values when the caller has them in memory (a
+    forked runner), else they come from stdin (``--secrets-stdin``) or the environment."""
     parser = argparse.ArgumentParser(
         prog="joch runner", description="Run one agent run attempt described by a runner spec, and record it.")
     parser.add_argument("--spec", required=True, metavar="PATH",
                         help="the run's spec.json; its directory is the run directory")
+    parser.add_argument("--workspace", metavar="PATH", help="the workspace root (default: workspace/ in the run "
+                        "directory)")
+    parser.add_argument("--cache", metavar="PATH", help="the repository mirrors (default: mirrors/ in the run "
+                        "directory)")
+    parser.add_argument("--sandbox", choices=SANDBOXES, default="none",
+                        help="run the agent under bubblewrap (bwrap), or as a plain child process (none)")
+    parser.add_argument("--hide", action="append", default=[], metavar="PATH",
+                        help="with --sandbox bwrap: a directory the agent sees as empty (the data dir); repeatable")
+    parser.add_argument("--secrets-stdin", action="store_true",
+                        help="read the secret values as one JSON object from stdin, not from the environment")
     args = parser.parse_args(argv)
+    if args.secrets_stdin and secrets is None:
+        try:
+            given = json.loads(sys.stdin.buffer.read() or b"{}")
+        except ValueError as exc:
+            print(f"joch runner: --secrets-stdin: stdin is not a JSON object: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(given, dict):
+            print("joch runner: --secrets-stdin: stdin is not a JSON object", file=sys.stderr)
+            return 2
+        secrets = {str(k): str(v) for k, v in given.items()}
     files = RunFiles(Path(args.spec).absolute().parent)
     if files.state.exists():
         print(f"joch runner: {files.state} exists: this run attempt was executed already", file=sys.stderr)
@@ -945,10 +1096,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_state(files.state, RunState(phase="Failed", reason="StartError", message=message,
                                               finished_at=time.time()), runner_pid=os.getpid())
         return 2
-    environ = os.environ
-    root = Path(environ.get(ENV_WORKSPACE) or files.dir / "workspace")
-    cache = Path(environ.get(ENV_CACHE) or files.dir / "mirrors")
-    runner = Runner(spec, files, root=root, cache=cache, environ=environ)
+    root = Path(args.workspace or files.dir / "workspace")
+    cache = Path(args.cache or files.dir / "mirrors")
+    runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
+                    hide=[Path(h) for h in args.hide])
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
@@ -986,14 +1137,17 @@ def serve_forks() -> int:
     A runner's own work is small next to starting Python and importing what it needs, so the local
     runtime keeps one of these per server and asks it for runners instead of executing a new
     interpreter each time. Requests arrive on stdin, one JSON object per line: ``{"spec": PATH,
-    "log": PATH, "env": {...}}``. Each is answered on stdout with ``{"pid": N, "start": T}`` (``T``
-    is the process's start time, its identity should the pid be reused) or ``{"error": "..."}`` when
-    nothing was started; ``{"exited": N}`` reports a runner reaped. The first line is ``{"ready":
-    N}``. The end of stdin ends the fork server, never the runners: each is in its own session.
+    "log": PATH, "args": [...], "env": {...}, "secrets": {...}}`` (``args`` follow ``--spec``).
+    Each is answered on stdout with ``{"pid": N, "start": T}`` (``T`` is the process's start time,
+    its identity should the pid be reused) or ``{"error": "..."}`` when nothing was started;
+    ``{"exited": N}`` reports a runner reaped. The first line is ``{"ready": N}``. The end of stdin
+    ends the fork server, never the runners: each is in its own session.
 
     A forked runner is what ``main(["--spec", PATH])`` in a new interpreter would be: cwd the run
     directory, stdin ``/dev/null``, stdout and stderr appended to ``log``, ``env`` its whole
-    environment (secrets arrive in it through the pipe, never a file), default signal handling. This
+    environment, default signal handling; ``secrets`` arrive through the pipe and stay in its memory
+    (never a file, nor an environment: a forked process's ``/proc/<pid>/environ`` is the one this
+    fork server was executed with, which is why the runtime starts it with ``runner_env``). This
     process stays single-threaded, which is what makes forking it safe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's terminal is not ours to obey
     wake_r, wake_w = os.pipe()
@@ -1037,20 +1191,31 @@ def _fork_runner(line: bytes, inherited: tuple[int, ...]) -> str:
     try:
         request = json.loads(line)
         spec, log, env = str(request["spec"]), str(request["log"]), {str(k): str(v) for k, v in request["env"].items()}
+        args = [str(a) for a in request.get("args") or ()]
+        secrets = {str(k): str(v) for k, v in (request.get("secrets") or {}).items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return json.dumps({"error": f"not a runner request: {exc}"})
     sys.stdout.flush()
     sys.stderr.flush()
     try:
+        # The runner is born in its run directory: the runtime tells a runner from another process
+        # by its working directory, from the moment it has the pid.
+        os.chdir(os.path.dirname(spec))
+    except OSError as exc:
+        return json.dumps({"error": f"no run directory for {spec}: {exc}"})
+    try:
         pid = os.fork()
     except OSError as exc:
+        os.chdir("/")
         return json.dumps({"error": f"could not fork a runner: {exc}"})
     if pid == 0:
-        _become_runner(spec, log, env, inherited)
+        _become_runner(spec, log, env, inherited, args=args, secrets=secrets)
+    os.chdir("/")
     return json.dumps({"pid": pid, "start": process_start(pid)})
 
 
-def _become_runner(spec: str, log: str, env: dict[str, str], inherited: tuple[int, ...]) -> NoReturn:
+def _become_runner(spec: str, log: str, env: dict[str, str], inherited: tuple[int, ...], *,
+                   args: list[str], secrets: dict[str, str]) -> NoReturn:
     code = 1
     try:
         os.setsid()
@@ -1068,7 +1233,7 @@ def _become_runner(spec: str, log: str, env: dict[str, str], inherited: tuple[in
         os.chdir(os.path.dirname(spec))
         os.environ.clear()
         os.environ.update(env)
-        code = main(["--spec", spec])
+        code = main(["--spec", spec, *args], secrets=secrets)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - whatever happens, this process must not return to the loop

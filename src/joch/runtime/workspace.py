@@ -31,9 +31,10 @@ in ``GitSource.path`` inside the worktree, which must exist at that commit and m
 
 Git runs with options and environment that user configuration cannot turn against us: no hooks, no
 fsmonitor daemon, no pager or colour, no terminal prompt (a credential that is not configured fails
-instead of waiting for a person), and none of the ``GIT_DIR``-like variables that would point git at
-another repository. Agents commit, so a worktree whose git has no identity gets a neutral one in the
-mirror's config.
+instead of waiting for a person), an explicit transport allow-list (``ALLOWED_PROTOCOLS``: no
+``ext::``), and none of the ``GIT_DIR``-like variables that would point git at another repository.
+Agents commit, so a worktree whose git has no identity gets a neutral one in the mirror's config.
+A repository is a URL, an scp-style ``[user@]host:path`` or an absolute path (``url_problem``).
 
 A run without a repository gets an empty directory as its workspace root.
 """
@@ -101,11 +102,39 @@ def subpath(root: Path, path: str) -> Path:
     return root if normal == "." else root / normal
 
 
+ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
+"""The transports git may use for a run's repository (``GIT_ALLOW_PROTOCOL``): set explicitly rather
+than left to git's defaults and the user's ``protocol.*.allow`` configuration, so ``ext::`` (which runs
+a command) and ``fd::`` never work, whatever a URL or a config file says."""
+
+
 def clean_env(base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` without the variables that would point git elsewhere, and without prompts."""
+    """``base`` without the variables that would point git elsewhere, without prompts, and with the
+    transports limited to ``ALLOWED_PROTOCOLS``."""
     env = {k: v for k, v in base.items() if k not in LOCATION_VARS}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GCM_INTERACTIVE="never")
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", GCM_INTERACTIVE="never", GIT_ALLOW_PROTOCOL=ALLOWED_PROTOCOLS)
     return env
+
+
+def url_problem(url: str) -> str | None:
+    """Why git must not be given ``url``, or None: a URL (``scheme://``), an scp-style ``[user@]host:path``
+    (a colon before any slash, as git reads it) or an absolute local path. A relative path would be
+    relative to wherever the runner happens to run git, and a ``transport::`` address picks a remote
+    helper (``ext::`` runs a command)."""
+    if url.startswith("-"):
+        return f'repository URL "{url}" cannot start with "-"'
+    if "::" in url.split("/", 1)[0]:
+        return f'repository URL "{url}" names a git transport helper; use https://, ssh://, git:// or a path'
+    if "://" in url or os.path.isabs(url) or scp_like(url):
+        return None
+    return f'repository "{url}" is neither a URL nor an absolute path'
+
+
+def scp_like(url: str) -> bool:
+    """Whether git reads ``url`` as scp-style ``[user@]host:path``: a colon before any slash (a single
+    letter before it is a Windows drive). ``github.invalid:org/repo.git`` is one, with no user."""
+    colon, slash = url.find(":"), url.find("/")
+    return colon > 1 and (slash < 0 or colon < slash) and "::" not in url[:colon + 2]
 
 
 def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float | None = None) -> Checkout:
@@ -120,6 +149,9 @@ def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float |
     if git.ref.startswith("-") or not git.ref.strip():
         raise WorkspaceError(f'invalid ref "{git.ref}" for {git.url}')
     path = subpath(root, git.path)  # rejected before any network traffic
+    problem = url_problem(git.url)
+    if problem is not None:
+        raise WorkspaceError(problem)
     mirror = mirror_path(cache, git.url)
     base = None
     if _FULL_SHA.fullmatch(git.ref) and (mirror / "HEAD").is_file():  # a commit fetched before: no fetch

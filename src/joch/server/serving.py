@@ -82,7 +82,7 @@ def serve(
         if controllers is not None:
             from joch.runtime.local import LocalRuntime
 
-            runtime = LocalRuntime(controllers.data_dir)
+            runtime = LocalRuntime(controllers.data_dir, sandbox=controllers.sandbox, hide=controllers.sandbox_hide)
         app = create_app(store, options=options, runtime=runtime)
         # Start-up built tens of thousands of long-lived objects (routes, schemas, validators);
         # moving them out of the collector's reach keeps full collections short while a request

@@ -59,9 +59,13 @@ class RunnerRun:
     files: runner.RunFiles
     workspace_root: Path
     env: dict[str, str]
+    cache: Path
+
+    def options(self) -> list[str]:
+        return ["--workspace", str(self.workspace_root), "--cache", str(self.cache)]
 
     def command(self) -> list[str]:
-        return [PYTHON, "-m", "joch.runtime.runner", "--spec", str(self.files.spec)]
+        return [PYTHON, "-m", "joch.runtime.runner", "--spec", str(self.files.spec), *self.options()]
 
     def start(self) -> subprocess.Popen[bytes]:
         return subprocess.Popen(self.command(), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -144,8 +148,6 @@ def run_files_factory(tmp_path: Path) -> Callable[..., RunnerRun]:
         files.dir.mkdir()
         files.spec.write_text(s.to_json())
         root = tmp_path / f"workspace-{count}"
-        full = {**os.environ, runner.ENV_WORKSPACE: str(root), runner.ENV_CACHE: str(tmp_path / "mirrors"),
-                **(env or {})}
-        return RunnerRun(files, root, full)
+        return RunnerRun(files, root, {**os.environ, **(env or {})}, tmp_path / "mirrors")
 
     return make

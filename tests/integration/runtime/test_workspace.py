@@ -169,3 +169,34 @@ def test_write_changes_snapshots_without_touching_the_agents_index(tmp_path: Pat
     assert after.stdout == before == " M README.md\n?? new.txt\n"
     text = patch.read_text()
     assert "+changed" in text and "+++ b/new.txt" in text
+
+
+def test_git_transports_are_an_explicit_allow_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A user configuration that enables ext:: and rewrites an https URL to it: git's defaults would
+    # run the command; the runner's allow-list does not.
+    home, marker = tmp_path / "home", tmp_path / "pwned"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f'[protocol "ext"]\n\tallow = always\n'
+                                     f'[url "ext::sh -c touch% {marker}% >&2% #"]\n\tinsteadOf = https://evil.invalid/\n')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    with pytest.raises(workspace.WorkspaceError, match=r"could not clone https://evil\.invalid/repo\.git"):
+        prepare(tmp_path, GitSource(url="https://evil.invalid/repo.git"))
+    assert not marker.exists()
+    assert workspace.clean_env({})["GIT_ALLOW_PROTOCOL"] == "file:git:http:https:ssh"
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("ext::sh -c touch% /tmp/x", "names a git transport helper"),
+    ("relative/repo", "is neither a URL nor an absolute path"),
+    ("-uhelp", 'cannot start with "-"'),
+])
+def test_repository_addresses_git_must_not_be_given(tmp_path: Path, url: str, message: str) -> None:
+    with pytest.raises(workspace.WorkspaceError, match=message):
+        prepare(tmp_path, GitSource(url=url))
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize("url", ["github.invalid:org/repo.git", "git@github.com:o/r.git", "host:repo"])
+def test_scp_style_urls_are_read_as_git_reads_them(url: str) -> None:
+    assert workspace.scp_like(url) and workspace.url_problem(url) is None

@@ -631,3 +631,58 @@ def test_absolute_paths_and_urls_are_accepted(reader: MemoryReader, url: str) ->
     reader.add(AGENT, "coder")
     obj = admit_yaml(reader, RUN_YAML + f"  execution: {{coordinates: {{git: {{url: '{url}'}}}}}}\n").obj
     assert obj["spec"]["execution"]["coordinates"]["git"]["url"] == url
+
+
+def _causes(doc: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(errors.Invalid) as caught:
+        admit(MemoryReader(), doc, old=None)
+    return {c.field: c.message for c in caught.value.causes}
+
+
+@pytest.mark.parametrize("path", ["../escape.md", "/etc/passwd", "a/../../b", "..", "."])
+def test_provider_input_and_output_paths_stay_inside_their_directories(path: str) -> None:
+    doc = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+           "spec": {"binary": "x", "outputArtifacts": [{"name": "out", "path": path}],
+                    "inputFiles": [{"path": "ok/task.md", "content": "c"}, {"path": path, "content": "c"}]}}
+    found = _causes(doc)
+    assert set(found) == {"spec.inputFiles[1].path", "spec.outputArtifacts[0].path"}
+    assert found["spec.inputFiles[1].path"] == (f'path "{path}" must be relative to the inputs directory and stay '
+                                                'inside it (no leading "/", no ".." that leaves it)')
+
+
+def test_environment_variable_names_cannot_hold_an_equals_sign() -> None:
+    provider = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+                "spec": {"binary": "x", "envTemplate": {"A=B": "1", "GOOD": "2"},
+                         "secretEnv": [{"name": "T=1", "secretRef": {"name": "s", "key": "k"}}]}}
+    found = _causes(provider)
+    assert set(found) == {"spec.envTemplate[A=B]", "spec.secretEnv[0].name"}
+    assert found["spec.secretEnv[0].name"].startswith('invalid environment variable name "T=1": use printable ASCII')
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a"},
+             "spec": {"providerRef": {"name": "p"}, "env": [{"name": "X=Y", "value": "v"}]}}
+    assert set(_causes(agent)) == {"spec.env[0].name"}
+
+
+def test_secret_keys_follow_the_kubernetes_rule() -> None:
+    doc = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "s"},
+           "spec": {"data": {"bad key": "eA==", "tls.crt": "eA=="}, "stringData": {"A=B": "x", "JOCH_X": "y"}}}
+    found = _causes(doc)
+    assert set(found) == {"spec.data[bad key]", "spec.stringData[A=B]"}
+    assert found["spec.stringData[A=B]"] == ('invalid key "A=B": a Secret key must consist of letters, digits, "-", '
+                                             '"_" or "." (at most 253 characters)')
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("ext::sh -c touch% /tmp/x", 'repository URL "ext::sh -c touch% /tmp/x" names a git transport helper'),
+    ("-uhelp", 'repository URL "-uhelp" cannot start with "-"'),
+])
+def test_repository_urls_git_must_not_be_given_are_rejected(reader: MemoryReader, url: str, message: str) -> None:
+    reader.add(AGENT, "a", spec={"providerRef": {"name": "p"}})
+    doc = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "r"},
+           "spec": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "t"}},
+                    "execution": {"coordinates": {"git": {"url": url}}}}}
+    with pytest.raises(errors.Invalid) as caught:
+        admit(reader, doc, old=None)
+    assert [c.field for c in caught.value.causes] == ["spec.execution.coordinates.git.url"]
+    assert caught.value.causes[0].message.startswith(message)
+    doc["spec"]["execution"]["coordinates"]["git"]["url"] = "github.invalid:org/repo.git"  # scp-style: fine
+    admit(reader, doc, old=None)

@@ -45,9 +45,17 @@ def test_a_run_with_everything() -> None:
 
 
 @pytest.mark.parametrize("url", ["https://github.com/o/r.git", "ssh://git@h/o/r", "file:///srv/r.git",
-                                 "git@github.com:o/r.git"])
+                                 "git@github.com:o/r.git", "github.invalid:org/repo.git"])
 def test_urls_are_kept_as_given(url: str) -> None:
     assert runs.repo_url(url) == url
+
+
+def test_an_scp_style_url_without_a_user_is_a_url_even_where_a_directory_has_its_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "github.invalid:org/repo.git").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert runs.repo_url("github.invalid:org/repo.git") == "github.invalid:org/repo.git"
+    assert runs.repo_url("./github.invalid:org/repo.git") == str(tmp_path / "github.invalid:org/repo.git")
 
 
 @pytest.mark.parametrize(("new", "message"), [

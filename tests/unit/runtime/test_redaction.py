@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from joch.runtime.runner import Redactor
+from joch.runtime.base import RunId, RunnerSpec
+from joch.runtime.runner import MIN_FRAGMENT_LENGTH, Redactor, RunFiles, Runner, encodings
 
 
 def redact(secrets: list[bytes], chunks: list[bytes]) -> bytes:
@@ -44,3 +46,44 @@ def test_random_chunkings_match_one_pass() -> None:
 def test_short_values_and_no_secrets_pass_through() -> None:
     assert redact([b"abc", b""], [b"abc abc"]) == b"abc abc"
     assert redact([], [b"anything", b" at all"]) == b"anything at all"
+
+
+def test_common_encodings_of_a_secret_are_redacted() -> None:
+    import base64
+    import json
+    import urllib.parse
+
+    secret = "s3cr/t+val ue?é"
+    value = secret.encode()
+    printed = [
+        base64.b64encode(value), base64.b64encode(value).rstrip(b"="), base64.urlsafe_b64encode(value),
+        base64.urlsafe_b64encode(value).rstrip(b"="), value.hex().encode(), value.hex().upper().encode(),
+        urllib.parse.quote(secret, safe="").encode(), urllib.parse.quote_plus(secret).encode(),
+        urllib.parse.quote(secret, safe="").lower().encode(), json.dumps(secret)[1:-1].encode(),
+        json.dumps(secret, ensure_ascii=False)[1:-1].encode(),
+    ]
+    for form in printed:
+        assert redact([value, *encodings(value)], [b"<" + form + b">"]) == b"<***>", form
+
+
+@pytest.mark.parametrize("before", [b"", b"u", b"us", b"user:"])
+def test_a_secret_inside_a_longer_base64_text_is_redacted(before: bytes) -> None:
+    import base64
+
+    value = b"hunter2-password"
+    blob = base64.b64encode(before + value + b"@host")  # e.g. an Authorization: Basic header
+    out = redact([value, *encodings(value)], [blob])
+    assert b"***" in out
+    for size in range(MIN_FRAGMENT_LENGTH, len(blob)):  # no piece of the value's own encoding is left
+        for start in range(len(out) - size + 1):
+            assert out[start:start + size] not in base64.b64encode(value), out
+
+
+def test_the_runner_redacts_the_encodings_of_its_secrets() -> None:
+    spec = RunnerSpec(run=RunId("ns", "n", "u"), argv=("true",), secret_env=("TOKEN",))
+    r = Runner(spec, RunFiles(Path("/nonexistent")), root=Path("/nonexistent"), cache=Path("/nonexistent"),
+               environ={}, secrets={"TOKEN": "tok-0123456789\n"})
+    forms = r.secrets()
+    assert b"tok-0123456789" in forms and b"746f6b2d30313233343536373839" in forms
+    assert b"dG9rLTAxMjM0NTY3ODk=" in forms  # base64 of the stripped value
+    assert all(len(form) >= 4 for form in forms)
