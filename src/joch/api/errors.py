@@ -138,10 +138,24 @@ class UnsupportedMediaType(JochError):
     exit_code = 2
 
 
+class TooManyRequests(JochError):
+    """Come back later: ``details.retryAfterSeconds`` (and the ``Retry-After`` header) says when."""
+
+    reason = "TooManyRequests"
+    code = 429
+    exit_code = 7
+
+
 class ServiceUnavailable(JochError):
     reason = "ServiceUnavailable"
     code = 503
     exit_code = 7
+
+
+def retry_after(error: JochError, seconds: int) -> JochError:
+    """``error`` telling the client when to try again, as the apiserver's ``retryAfterSeconds``."""
+    error.extra["retryAfterSeconds"] = seconds
+    return error
 
 
 class Internal(JochError):
@@ -154,7 +168,8 @@ _BY_REASON: dict[tuple[str, int], type[JochError]] = {
     (cls.reason, cls.code): cls
     for cls in (
         BadRequest, Invalid, Unauthorized, Forbidden, NotFound, MethodNotAllowed, AlreadyExists,
-        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, ServiceUnavailable, Internal,
+        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, TooManyRequests, ServiceUnavailable,
+        Internal,
     )
 }
 

@@ -51,6 +51,12 @@ class ServerOptions:
     """``watch_expired`` picks what a watch from a compacted resourceVersion gets (see
     ``joch.server.watch``): ``"event"`` (Kubernetes: a 200 stream whose only event is an ERROR
     carrying a 410 ``Expired`` Status) or ``"status"`` (a plain 410 Status before any streaming).
+
+    Limits (``joch.server.limits``): ``max_watches`` open watch streams at once, past which a watch
+    is a 429 (None: derived from the open-file limit); ``watch_buffer_events`` and
+    ``watch_buffer_bytes`` unread by one watcher, past which it is ended with a 410 (see
+    ``joch.store.feed``); ``max_apply_documents`` objects and ``max_apply_bytes`` of body in one
+    ``/v1/resources/apply`` or ``create``, which is one write transaction (413 past either).
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -59,4 +65,7 @@ class ServerOptions:
     watch_expired: Literal["event", "status"] = "event"
     max_body_bytes: int = 3 * MiB
     max_apply_bytes: int = 64 * MiB
+    max_watches: int | None = None
+    watch_buffer_events: int = 10_000
+    watch_buffer_bytes: int = 32 * MiB
     version: VersionInfo = field(default_factory=VersionInfo.current)

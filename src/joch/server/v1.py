@@ -32,7 +32,7 @@ from joch.admission import apply as admission
 from joch.admission import documents
 from joch.api import errors, kinds
 from joch.api.registry import Registry
-from joch.server import params, resources, sse, wire
+from joch.server import limits, params, resources, sse, wire
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType, KindHandlers
 from joch.server.schemas import KindSchemas
@@ -61,8 +61,10 @@ def apply_body(result: admission.ApplyResult, dry_run: bool) -> dict[str, Any]:
 
 
 def install(
-    app: FastAPI, store: Store, options: ServerOptions, registry: Registry, schemas: KindSchemas
+    app: FastAPI, store: Store, options: ServerOptions, registry: Registry, schemas: KindSchemas,
+    slots: limits.WatchSlots | None = None,
 ) -> None:
+    slots = slots or limits.WatchSlots(options.max_watches or limits.default_max_watches())
     read_manifests = wire.body_reader(options.max_apply_bytes)
     read_body = wire.body_reader(options.max_body_bytes)
 
@@ -108,9 +110,9 @@ def install(
         openapi_extra=manifest_body,
     )
 
-    agents = KindHandlers(kinds.AGENT, store, options)
-    runs = KindHandlers(kinds.AGENT_RUN, store, options)
-    approvals = KindHandlers(kinds.APPROVAL, store, options)
+    agents = KindHandlers(kinds.AGENT, store, options, slots)
+    runs = KindHandlers(kinds.AGENT_RUN, store, options, slots)
+    approvals = KindHandlers(kinds.APPROVAL, store, options, slots)
     app.add_api_route("/v1/namespaces/{namespace}/agents", resources.lister(agents),
                       methods=["GET"], tags=TAGS, summary="List agents",
                       responses=schemas.responses(200, schemas.list(kinds.AGENT), "an AgentList"))
@@ -167,8 +169,7 @@ def install(
             params.check_namespace(namespace), label_selector, field_selector,
             last_event_id or resource_version, False,
         )
-        return sse.respond(store, info, watch_options, timeout_seconds=timeout,
-                           heartbeat=options.sse_heartbeat_interval)
+        return sse.respond(store, info, watch_options, timeout_seconds=timeout, options=options, slots=slots)
 
     sse_doc = schemas.responses(200, None, "Server-Sent Events")
     sse_doc[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}

@@ -17,6 +17,9 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
 * ``watch(resource_version=R)`` replays every change after R in revision order, then follows;
   R older than the compaction horizon raises ``Gone``. Without R it first emits the current
   objects as ADDED, then follows. BOOKMARK events carry only ``metadata.resourceVersion``.
+* A watch whose consumer falls behind by more than its buffer (``WatchOptions.buffer_events`` or
+  ``buffer_bytes``) while following live ends with an ERROR event carrying a 410 ``Expired``
+  Status, as if its revision had been compacted: list again.
 * Every write and its change-log row commit in one transaction (``transaction()`` groups several
   writes: all of them commit or none does).
 """
@@ -69,6 +72,10 @@ class WatchOptions:
     resource_version: str | None = None
     allow_bookmarks: bool = False
     bookmark_interval: float = 10.0  # seconds without an event before a BOOKMARK is sent
+    # What the watch holds for a consumer that has not read it yet; past either bound a consumer
+    # that follows live is ended with a 410 ``Expired`` ERROR event (None: the store's default).
+    buffer_events: int | None = None
+    buffer_bytes: int | None = None
 
 
 class Watch(abc.ABC):
