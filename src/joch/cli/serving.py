@@ -23,6 +23,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -92,16 +93,41 @@ def controller_options(
     )
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """The ``joch server`` flags that bound what one request or client may take (see
+    ``joch.server.options.ServerOptions``); ``max_watches`` None derives it from the fd limit."""
+
+    max_watches: int | None = None
+    watch_buffer_events: int = 10_000
+    max_apply_documents: int = 1000
+    max_apply_bytes: int = 16 * 1024 * 1024
+
+    def check(self) -> None:
+        for flag, value in (("--max-watches", self.max_watches), ("--watch-buffer-events", self.watch_buffer_events),
+                            ("--max-apply-documents", self.max_apply_documents),
+                            ("--max-apply-bytes", self.max_apply_bytes)):
+            if value is not None and value < 1:
+                raise errors.BadRequest(f"{flag} must be at least 1 (got {value})")
+
+
 def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
-    controllers: ControllerOptions | None = None,
+    controllers: ControllerOptions | None = None, limits: ServerLimits | None = None,
 ) -> None:
+    limits = limits or ServerLimits()
+    limits.check()
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
     from joch import server  # lazy: only this command needs the web stack
 
+    options = server.ServerOptions(
+        max_watches=limits.max_watches, watch_buffer_events=limits.watch_buffer_events,
+        max_apply_documents=limits.max_apply_documents, max_apply_bytes=limits.max_apply_bytes,
+    )
     try:
-        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers)
+        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
+                     options=options)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 

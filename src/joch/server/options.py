@@ -64,7 +64,8 @@ class ServerOptions:
     sse_heartbeat_interval: float = 15.0
     watch_expired: Literal["event", "status"] = "event"
     max_body_bytes: int = 3 * MiB
-    max_apply_bytes: int = 64 * MiB
+    max_apply_bytes: int = 16 * MiB  # about half a second of admission and writes under the lock
+    max_apply_documents: int = 1000   # likewise (an apply validates and writes inside its transaction)
     max_watches: int | None = None
     watch_buffer_events: int = 10_000
     watch_buffer_bytes: int = 32 * MiB

@@ -10,7 +10,9 @@
   ``created``), through ``admission.create_documents``: ``generateName`` is honoured, and a document
   whose object exists already is a 409 ``AlreadyExists`` naming it, with nothing written.
 * Both take ``application/yaml`` or ``application/json`` (or no ``Content-Type``); other types
-  are a 415. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
+  are a 415. Each request is one write transaction, so its size is capped: more than
+  ``ServerOptions.max_apply_documents`` objects or ``max_apply_bytes`` of body is a 413 naming the
+  limit and the ``joch server`` flag that sets it. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
 * ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions[/{name}]`` (AgentRuns; ``POST``
   creates one), ``approvals[/{name}]``: the same list/get answers as the ``/apis`` routes. The run
   routes beyond the object (``executions/{name}/log``, ``approvals/{name}/decide``,
@@ -65,7 +67,7 @@ def install(
     slots: limits.WatchSlots | None = None,
 ) -> None:
     slots = slots or limits.WatchSlots(options.max_watches or limits.default_max_watches())
-    read_manifests = wire.body_reader(options.max_apply_bytes)
+    read_manifests = wire.body_reader(options.max_apply_bytes, "--max-apply-bytes")
     read_body = wire.body_reader(options.max_body_bytes)
 
     def manifests(body: bytes, content_type: str | None, verb: str) -> list[documents.Document]:
@@ -73,6 +75,12 @@ def install(
         docs = documents.load_documents(wire.decode_text(body), wire.BODY)
         if not docs:
             raise errors.BadRequest(f"the request body holds no objects to {verb}")
+        if len(docs) > options.max_apply_documents:
+            # One request is one transaction, which holds the write lock while it admits and writes
+            # every object: thousands of them would stall every other writer for seconds.
+            raise errors.RequestEntityTooLarge(
+                f"the request holds {len(docs)} objects; one {verb} takes at most {options.max_apply_documents} "
+                "(joch server --max-apply-documents): split the manifests into several requests")
         return docs
 
     def apply(

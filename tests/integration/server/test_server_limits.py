@@ -100,3 +100,28 @@ def _dechunk(raw: bytes) -> str:
             break
         out, body = out + rest[:size], rest[size + 2:]
     return out.decode()
+
+
+def _manifests(count: int) -> str:
+    return "\n---\n".join(
+        f"apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {{name: p{i}, namespace: default}}\n"
+        "spec: {binary: x}" for i in range(count))
+
+
+def test_an_apply_past_the_document_or_byte_cap_is_413_naming_the_flag_and_writes_nothing(
+    server_with: Callable[[ServerOptions], LiveServer],
+) -> None:
+    server = server_with(ServerOptions(max_apply_documents=5, max_apply_bytes=4096))
+    yaml = {"Content-Type": "application/yaml"}
+    for route in ("/v1/resources/apply", "/v1/resources/create"):
+        many = server.http.post(route, content=_manifests(6), headers=yaml)
+        assert many.status_code == 413 and is_status(many.json(), 413, "RequestEntityTooLarge")
+        assert many.json()["message"] == (
+            f"the request holds 6 objects; one {route.rsplit('/', 1)[1]} takes at most 5 "
+            "(joch server --max-apply-documents): split the manifests into several requests")
+        large = server.http.post(route, content=_manifests(5) + "\n# " + "x" * 5000, headers=yaml)
+        assert large.status_code == 413
+        assert large.json()["message"] == (
+            "the request body is larger than the limit of 4096 bytes (joch server --max-apply-bytes)")
+    assert server.http.get(server.path("ap")).json()["items"] == []
+    assert server.http.post("/v1/resources/apply", content=_manifests(5), headers=yaml).status_code == 200
