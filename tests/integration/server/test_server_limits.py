@@ -125,3 +125,15 @@ def test_an_apply_past_the_document_or_byte_cap_is_413_naming_the_flag_and_write
             "the request body is larger than the limit of 4096 bytes (joch server --max-apply-bytes)")
     assert server.http.get(server.path("ap")).json()["items"] == []
     assert server.http.post("/v1/resources/apply", content=_manifests(5), headers=yaml).status_code == 200
+
+
+def test_a_megabyte_label_value_is_not_echoed_back_at_length(server: LiveServer) -> None:
+    value = "a" * 1_000_000
+    obj = {**provider("p"), "metadata": {"name": "p", "namespace": "default", "labels": {"app": value}}}
+    single = server.http.post(server.path("ap"), json=obj)
+    batch = server.http.post("/v1/resources/apply", json=obj)
+    for answer in (single, batch):
+        assert answer.status_code == 422 and len(answer.content) < 10_000
+    cause = single.json()["details"]["causes"][0]
+    assert cause["field"] == "metadata.labels.app"
+    assert cause["message"].startswith(f'"{"a" * 100}… (999900 more characters)" is not a valid label value')
