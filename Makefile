@@ -7,7 +7,7 @@ DATA_DIR ?= .joch
 PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck unit postgres-up bench bench-runs clean
+.PHONY: run test lint typecheck unit postgres-up bench bench-runs bench-watch-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ bench: $(STAMP) postgres-up
 
 bench-runs: $(STAMP)
 	$(BIN)/python bench/run_bench.py
+
+bench-watch-memory: $(STAMP)
+	$(BIN)/python bench/watch_memory.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)

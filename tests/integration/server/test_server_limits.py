@@ -84,6 +84,34 @@ def test_a_stuck_watch_client_is_cut_off_with_410_and_frees_its_buffer(
     assert "fell behind" in last["object"]["message"]
 
 
+def test_a_stuck_event_stream_client_is_cut_off_with_an_error_event(
+    server_with: Callable[[ServerOptions], LiveServer],
+) -> None:
+    server = server_with(ServerOptions(watch_buffer_events=20, sse_heartbeat_interval=60))
+    store = server.store
+    assert isinstance(store, SqlStore)
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(f"GET /v1/resources/watch?kind=agentproviders HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        wait_for(lambda: store.feed.subscribers_count() == 1)
+        for i in range(100):
+            store.create(_kind(), provider(f"p{i}", 100_000))
+        wait_for(lambda: store.feed.subscribers_count() == 0)
+        sock.settimeout(10)
+        received = b""
+        while not received.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(1 << 20)
+            assert chunk, "the server closed the connection without ending the stream"
+            received += chunk
+    frames = [f for f in _dechunk(received).split("\n\n") if f.strip()]
+    last = dict(line.split(": ", 1) for line in frames[-1].splitlines())
+    assert last["event"] == "ERROR" and "id" not in last  # a reconnecting EventSource resumes after the last id
+    status = json.loads(last["data"])
+    assert is_status(status, 410, "Expired") and "fell behind" in status["message"]
+
+
 def _kind() -> Any:
     from joch.api.kinds import AGENT_PROVIDER
 
