@@ -109,3 +109,17 @@ def test_sqlite_out_of_descriptors_is_service_unavailable(tmp_path: object) -> N
     status = json.loads(done.stdout.strip().splitlines()[-1])
     assert status["code"] == 503 and status["details"]["retryAfterSeconds"] == exhaustion.RETRY_AFTER_SECONDS
     assert "out of file descriptors" in status["message"]
+
+
+def test_the_soft_descriptor_limit_is_raised_to_the_hard_one_capped() -> None:
+    script = textwrap.dedent("""
+        import resource
+        from joch.server import limits
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        print(limits.raise_fd_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    returned, now, hard = (int(v) for v in done.stdout.split())
+    expected = min(hard, limits.FD_LIMIT_CAP) if hard != -1 else limits.FD_LIMIT_CAP
+    assert returned == now == max(expected, min(256, hard))
