@@ -8,7 +8,7 @@ DATA_DIR ?= .joch
 PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
-.PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs clean
+.PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs bench-watch-memory clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -58,6 +58,9 @@ bench: venv-dev postgres-up
 
 bench-runs: venv-dev
 	$(BIN)/python bench/run_bench.py
+
+bench-watch-memory: venv-dev
+	$(BIN)/python bench/watch_memory.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)

@@ -114,8 +114,13 @@ class Document:
         name = None
         if isinstance(metadata, dict):
             name = metadata.get("name") or metadata.get("generateName")
-        what = f"{kind if isinstance(kind, str) else '?'}/{name if isinstance(name, str) else '?'}"
+        what = f"{_short(kind) if isinstance(kind, str) else '?'}/{_short(name) if isinstance(name, str) else '?'}"
         return f"{self.ref} ({what} in {self.where})"
+
+
+def _short(text: str, limit: int = 100) -> str:
+    """A kind or name as a label quotes it: every cause repeats the label, so never at length."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 def load_documents(text: str, source: str = STDIN) -> list[Document]:

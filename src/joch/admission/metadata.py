@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from joch.admission.diagnostics import causes_from_validation, format_path
+from joch.admission.diagnostics import causes_from_validation, clip, format_path
 from joch.admission.documents import RawScalars
 from joch.api.errors import Cause
 from joch.api.meta import DEFAULT_NAMESPACE, DNS1123_LABEL, DNS1123_SUBDOMAIN, ObjectMeta
@@ -90,7 +90,7 @@ def namespace_problem(value: str) -> str | None:
         return None
     suggestion = _suggest(value, label=True)
     example = f' (e.g. "{suggestion}")' if suggestion else ""
-    return f'"{value}" is not a valid namespace: it must be {_LABEL_RULE}{example}'
+    return f'"{clip(value)}" is not a valid namespace: it must be {_LABEL_RULE}{example}'
 
 
 def _subdomain(field: str, value: str, shown: str) -> Iterator[Cause]:
@@ -99,7 +99,7 @@ def _subdomain(field: str, value: str, shown: str) -> Iterator[Cause]:
         if suggestion and shown.endswith("-") and value != shown:  # a generateName prefix
             suggestion += "-"
         example = f' (e.g. "{suggestion}")' if suggestion else ""
-        yield Cause(field, f'"{shown}" is not a valid name: it must be {_SUBDOMAIN_RULE}{example}')
+        yield Cause(field, f'"{clip(shown)}" is not a valid name: it must be {_SUBDOMAIN_RULE}{example}')
 
 
 def _namespace(kind: KindInfo, value: Any) -> Iterator[Cause]:
@@ -107,7 +107,7 @@ def _namespace(kind: KindInfo, value: Any) -> Iterator[Cause]:
         return
     if not kind.namespaced:
         yield Cause("metadata.namespace",
-                    f"{kind.kind} is cluster-scoped; remove metadata.namespace (got \"{value}\")",
+                    f"{kind.kind} is cluster-scoped; remove metadata.namespace (got \"{clip(value)}\")",
                     "FieldValueForbidden")
         return
     problem = namespace_problem(value)
@@ -118,7 +118,7 @@ def _namespace(kind: KindInfo, value: Any) -> Iterator[Cause]:
 def _resource_version(value: Any) -> Iterator[Cause]:
     if isinstance(value, str) and value and not (value.isascii() and value.isdigit()):
         yield Cause("metadata.resourceVersion",
-                    f'"{value}" is not a resourceVersion: it must be the decimal revision the server '
+                    f'"{clip(value)}" is not a resourceVersion: it must be the decimal revision the server '
                     'returned (e.g. "42"); remove it to write without a precondition')
 
 
@@ -131,7 +131,7 @@ def _labels(labels: Any) -> Iterator[Cause]:
         path = format_path(("metadata", "labels", key))
         yield from _qualified(path, key)
         if isinstance(value, str) and value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
-            yield Cause(path, f'"{value}" is not a valid label value: it must be empty or at most 63 '
+            yield Cause(path, f'"{clip(value)}" is not a valid label value: it must be empty or at most 63 '
                         "letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
 
 
@@ -162,7 +162,7 @@ def _qualified(field: str, key: str) -> Iterator[Cause]:
     prefix, slash, name = key.rpartition("/")
     bad_prefix = slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix))
     if bad_prefix or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        yield Cause(field, f'"{key}" is not valid: it must be {_QUALIFIED_RULE}')
+        yield Cause(field, f'"{clip(key)}" is not valid: it must be {_QUALIFIED_RULE}')
 
 
 def _suggest(value: str, *, label: bool = False) -> str | None:

@@ -3,12 +3,19 @@
 Each error knows the Kubernetes ``Status`` it becomes (``reason`` and HTTP ``code``) and the exit
 code the CLI uses, so the server and the CLI never guess. ``Invalid`` carries one ``Cause`` per
 problem so a user sees every error in a document at once, each with its field path.
+
+A ``Status`` never carries more than ``MAX_STATUS_TEXT`` characters in any one string: messages
+and paths echo what the user sent (a name, a key, a kind), and a megabyte-long value must not come
+back as a multi-megabyte error. Admission clips the values it quotes to far less; this is the
+backstop for every other echo.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+MAX_STATUS_TEXT = 4096
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,8 @@ class JochError(Exception):
         }
         if details:
             status["details"] = details
-        return status
+        clipped: dict[str, Any] = _clipped(status)
+        return clipped
 
 
 class BadRequest(JochError):
@@ -138,6 +146,14 @@ class UnsupportedMediaType(JochError):
     exit_code = 2
 
 
+class TooManyRequests(JochError):
+    """Come back later: ``details.retryAfterSeconds`` (and the ``Retry-After`` header) says when."""
+
+    reason = "TooManyRequests"
+    code = 429
+    exit_code = 7
+
+
 class ServiceUnavailable(JochError):
     reason = "ServiceUnavailable"
     code = 503
@@ -153,17 +169,36 @@ class InsufficientStorage(JochError):
     exit_code = 7
 
 
+def retry_after(error: JochError, seconds: int) -> JochError:
+    """``error`` telling the client when to try again, as the apiserver's ``retryAfterSeconds``."""
+    error.extra["retryAfterSeconds"] = seconds
+    return error
+
+
 class Internal(JochError):
     reason = "InternalError"
     code = 500
     exit_code = 1
 
 
+def _clipped(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) <= MAX_STATUS_TEXT:
+            return value
+        return f"{value[:MAX_STATUS_TEXT]}… ({len(value) - MAX_STATUS_TEXT} more characters)"
+    if isinstance(value, dict):
+        return {key: _clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped(item) for item in value]
+    return value
+
+
 _BY_REASON: dict[tuple[str, int], type[JochError]] = {
     (cls.reason, cls.code): cls
     for cls in (
         BadRequest, Invalid, Unauthorized, Forbidden, NotFound, MethodNotAllowed, AlreadyExists,
-        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, ServiceUnavailable, InsufficientStorage,
+        Conflict, Gone, RequestEntityTooLarge, UnsupportedMediaType, TooManyRequests, ServiceUnavailable,
+        InsufficientStorage,
         Internal,
     )
 }

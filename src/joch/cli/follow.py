@@ -1,7 +1,9 @@
 """``joch run --follow``: a run's phase and log as they change, until the run ends.
 
 Two streams feed one queue, each read by a daemon thread: the watch of the run
-(``?watch=1&fieldSelector=metadata.name=NAME``, which first sends the run as it is now) and its log
+(``?watch=1&fieldSelector=metadata.name=NAME``, which first sends the run as it is now; watched
+again from the current state when the server ends it, and after ``Retry-After`` when the server
+has no watch to spare, a 429) and its log
 (``/log?follow=true``). The main thread owns the display and reads the queue with a short timeout,
 so the elapsed time ticks while nothing happens. A log is requested only once the watch shows a
 ``runtimeRef``, one attempt after the other (a retried run gets a new reference; each is followed
@@ -43,6 +45,7 @@ TAIL_LINES = 10
 TICK_SECONDS = 0.25
 DRAIN_SECONDS = 10.0
 REWATCH_SECONDS = 1.0
+MAX_RETRY_AFTER = 30.0
 
 Kind = Literal["run", "deleted", "log", "log-end", "log-error", "error"]
 
@@ -265,17 +268,22 @@ class Follower:
         path = runs.RUNS.path(namespace=self.namespace)
         params = {"watch": "1", "fieldSelector": f"metadata.name={self.name}"}
         while True:
-            for event in self.client.stream(path, params):
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    break  # e.g. an expired revision: watch again from the current state
-                if kind == "DELETED":
-                    self.updates.put(Update("deleted", obj))
-                    return
-                if kind in ("ADDED", "MODIFIED"):
-                    self.updates.put(Update("run", obj))
-                    if runs.phase_of(obj) in runs.FINISHED:
+            try:
+                for event in self.client.stream(path, params):
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        break  # an expired revision, a watch that fell behind: watch again from now
+                    if kind == "DELETED":
+                        self.updates.put(Update("deleted", obj))
                         return
+                    if kind in ("ADDED", "MODIFIED"):
+                        self.updates.put(Update("run", obj))
+                        if runs.phase_of(obj) in runs.FINISHED:
+                            return
+            except errors.TooManyRequests as exc:  # the server's watches are all taken: wait, as told
+                retry = exc.extra.get("retryAfterSeconds")
+                time.sleep(min(float(retry), MAX_RETRY_AFTER) if isinstance(retry, int | float) else REWATCH_SECONDS)
+                continue
             time.sleep(REWATCH_SECONDS)  # the server ended the stream (restarting?): watch again
 
     def _log(self, attempt: int | None) -> None:

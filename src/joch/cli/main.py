@@ -350,6 +350,16 @@ def server_command(
         help="A web origin (https://app.example.com) whose pages may use the API from a browser; "
              "pages from other origins are refused. Repeatable.")] = None,
     sandbox: SandboxOption = "auto",
+    max_watches: Annotated[int | None, typer.Option(
+        "--max-watches", show_default=False,
+        help="Open watch streams served at once; more are refused with 429 (default: from the open-file limit).",
+    )] = None,
+    watch_buffer_events: Annotated[int, typer.Option(
+        "--watch-buffer-events", help="Events a watcher may leave unread before it is cut off (410).")] = 10_000,
+    max_apply_documents: Annotated[int, typer.Option(
+        "--max-apply-documents", help="Objects in one apply or create request (413 past it).")] = 1000,
+    max_apply_bytes: Annotated[int, typer.Option(
+        "--max-apply-bytes", help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
@@ -359,9 +369,11 @@ def server_command(
         sandbox=sandbox if controllers else "none", store_file=store_file,
     )
     store = serving.store_source(store, store_file)
+    limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
+                                  max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or ())
+                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits)
 
 
 @command("controller")

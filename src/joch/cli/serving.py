@@ -29,6 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -181,17 +182,39 @@ def _secret_files(store_file: Path | None) -> tuple[Path, ...]:
     return tuple(path.resolve() for path in candidates if path is not None and path.exists())
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """The ``joch server`` flags that bound what one request or client may take (see
+    ``joch.server.options.ServerOptions``); ``max_watches`` None derives it from the fd limit."""
+
+    max_watches: int | None = None
+    watch_buffer_events: int = 10_000
+    max_apply_documents: int = 1000
+    max_apply_bytes: int = 16 * 1024 * 1024
+
+    def check(self) -> None:
+        for flag, value in (("--max-watches", self.max_watches), ("--watch-buffer-events", self.watch_buffer_events),
+                            ("--max-apply-documents", self.max_apply_documents),
+                            ("--max-apply-bytes", self.max_apply_bytes)):
+            if value is not None and value < 1:
+                raise errors.BadRequest(f"{flag} must be at least 1 (got {value})")
+
+
 def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
     controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
-    allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None,
+    allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None, limits: ServerLimits | None = None,
 ) -> None:
+    limits = limits or ServerLimits()
+    limits.check()
     from joch import server  # lazy: only this command needs the web stack
     from joch.server import guard
 
     options = server.ServerOptions(
         allowed_hosts=_checked("--allowed-host", allowed_hosts, guard.normalize_host),
         allowed_origins=_checked("--allowed-origin", allowed_origins, guard.normalize_origin),
+        max_watches=limits.max_watches, watch_buffer_events=limits.watch_buffer_events,
+        max_apply_documents=limits.max_apply_documents, max_apply_bytes=limits.max_apply_bytes,
     )
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)

@@ -18,10 +18,20 @@ Design decisions:
   that names nothing; the renderer refuses first, naming the template and pointing to input files,
   which may be up to 1 MiB each. Output is streamed, so a loop cannot build a gigabyte before the
   check, and the obvious single expressions that could (``"x" * 10**10``, ``10**10**10``,
-  ``"{:999999999}".format(1)``, ``center(10**9)``) are refused before they run. That is a guard
-  against mistakes, not a bound: memory built inside ``{% set %}`` blocks or macros, and CPU time,
-  are not limited. Templates are written by whoever may edit AgentProviders — who can run any
-  binary on the runtime anyway — not by the agent or the implementation text, which are only data.
+  ``"{:999999999}".format(1)``, ``center(10**9)``) are refused before they run.
+* **Memory is bounded while rendering, not after.** Rendering runs in the server's controllers, so
+  a template must not be able to take the process's memory: ``{% set x = x ~ x %}`` nine times
+  over a 1 MiB string allocated 512 MiB (1.7 GB at peak) well within the time budget. Every way a
+  template builds a value goes through the sandbox — operators (``+ * % ~``), calls, filters,
+  the joins behind ``{% set %}`` blocks, macros and ``~`` (installed into each compiled template,
+  ``_Template``) and output (``finalize``) — and each is checked *before* it allocates where the
+  result could outgrow its inputs (a repeat, a join, ``replace``, ``indent``, a format) and
+  after otherwise: no value may exceed ``_MAX_INTERMEDIATE`` characters (counting what a list or
+  mapping would print), and one rendering may build at most ``MAX_RENDER_WORK`` characters in all,
+  so a template cannot keep many large values alive either. CPU time has its own budget
+  (``_time_budget``). Templates are written by whoever may edit AgentProviders, not by the agent or
+  the implementation text, which are only data; the bounds keep a mistake, or a hostile provider,
+  from taking the server down.
 * ``check_templates`` is the compile-time half: it parses every template and resolves what can be
   known without a run — top-level names, fields of the fixed-shape context values, includes — so
   the Agent controller reports a broken provider (``Ready=False``, reason ``TemplateError``) before
@@ -55,7 +65,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 from jinja2 import nodes
@@ -79,6 +89,7 @@ MAX_ARGUMENT_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: one argv element, or on
 MAX_COMMAND_BYTES = 1024 * 1024  # argv and env together, well below ARG_MAX's usual 2 MiB
 MAX_FILE_BYTES = 1024 * 1024     # one rendered input file
 MAX_RENDER_SECONDS = 2.0         # one template's rendering
+MAX_RENDER_WORK = 16 * 1024 * 1024  # characters one rendering may build in all, intermediates included
 _MAX_INTERMEDIATE = MAX_FILE_BYTES  # any string, repeat count or width built inside a template
 _MAX_POWER_BITS = 64 * 1024
 _FORMAT_WIDTH = re.compile(r"%[-#0 +]*\d{7,}|%[-#0 +]*\d*\.\d{7,}|\{[^{}]*:[^{}]*\d{7,}[^{}]*\}")
@@ -257,6 +268,7 @@ def _time_budget(seconds: float) -> Iterator[None]:
 
 
 def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> str:
+    work = _WORK.set(_Work())
     try:
         template = _compile(source)
         size = 0
@@ -272,6 +284,9 @@ def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> st
                 parts.append(chunk)
     except TemplateError:
         raise
+    except _TooLarge as exc:
+        raise TemplateError(path, f"{exc}; a provider template should only assemble text (long text belongs "
+                            "in the context, e.g. implementation.text, not built by the template)") from None
     except _TooSlow:
         raise TemplateError(path, f"took longer than {MAX_RENDER_SECONDS:g} s to render (a loop too many?); "
                             "a provider template should only assemble text") from None
@@ -287,6 +302,8 @@ def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> st
     except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError,
             MemoryError) as exc:
         raise TemplateError(path, f"{type(exc).__name__}: {exc}") from None
+    finally:
+        _WORK.reset(work)
     text = "".join(parts)
     encoded = len(text.encode("utf-8", "surrogatepass"))
     if encoded > limit:
@@ -416,37 +433,163 @@ class _Undefined(StrictUndefined):
 
 # --- the sandbox ---------------------------------------------------------------------------------
 
+class _TooLarge(SecurityError):
+    """A value the template would build is too large (see "Memory is bounded" above)."""
+
+
+class _Work:
+    """What one rendering has built so far, in characters (``MAX_RENDER_WORK``)."""
+
+    __slots__ = ("built",)
+
+    def __init__(self) -> None:
+        self.built = 0
+
+
+_WORK: contextvars.ContextVar[_Work | None] = contextvars.ContextVar("joch_template_work", default=None)
+
+
+def _weight(value: Any, limit: int = _MAX_INTERMEDIATE) -> int:
+    """Characters ``value`` stands for: a string's length, what a list or mapping would print
+    (each item at least 1). Stops counting past ``limit``, so it costs at most ``limit`` steps even
+    for a list that holds one large string a million times."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str | bytes):
+            total += max(1, len(item))
+        elif isinstance(item, dict):
+            total += 0 if item else 1  # its keys and values count, at least 1 each
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            total += 0 if item else 1
+            stack.extend(item)
+        else:
+            total += 1
+        if total > limit:
+            return total
+    return total
+
+
+def _ensure(estimate: int, what: str) -> None:
+    if estimate > _MAX_INTERMEDIATE:
+        raise _TooLarge(f"{what} would build more than {_size(_MAX_INTERMEDIATE)} of text")
+
+
+def _built(value: Any, what: str = "a value") -> Any:
+    """Account for a value the template has just built; refuse it past either bound."""
+    weight = _weight(value)
+    _ensure(weight, what)
+    work = _WORK.get()
+    if work is not None and weight > 1:
+        work.built += weight
+        if work.built > MAX_RENDER_WORK:
+            raise _TooLarge(f"the template built more than {_size(MAX_RENDER_WORK)} of text in all")
+    return value
+
+
+def _bounded_concat(parts: Any) -> str:
+    items = list(parts)
+    _ensure(sum(len(p) for p in items), "joining the output of a block or macro")
+    return cast(str, _built(_CONCAT(items), "joining the output of a block or macro"))
+
+
+def _bounded_str_join(seq: Any) -> str:
+    items = list(seq)
+    _ensure(sum(_weight(item) for item in items), "joining with ~")
+    return cast(str, _built(_STR_JOIN(items), "joining with ~"))
+
+
+def _bounded_markup_join(seq: Any) -> str:
+    items = list(seq)
+    _ensure(sum(_weight(item) for item in items), "joining with ~")
+    return cast(str, _built(_MARKUP_JOIN(items), "joining with ~"))
+
+
+_CONCAT, _STR_JOIN, _MARKUP_JOIN = "".join, jinja2.runtime.str_join, jinja2.runtime.markup_join
+
+
+class _Template(jinja2.Template):
+    """A compiled template whose joins are the bounded ones: the generated module calls
+    ``concat``, ``str_join`` and ``markup_join`` by their global names, bound here."""
+
+    @classmethod
+    def _from_namespace(
+        cls, environment: jinja2.Environment, namespace: Any, globals: Any,
+    ) -> jinja2.Template:
+        namespace.update(concat=_bounded_concat, str_join=_bounded_str_join, markup_join=_bounded_markup_join)
+        return super()._from_namespace(environment, namespace, globals)
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
     """The immutable sandbox, plus refusals of single expressions that would build huge values."""
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
+    template_class = _Template
+    concat = staticmethod(_bounded_concat)  # what a {% set %} block's root function joins with
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         _check_binop(operator, left, right)
-        return super().call_binop(context, operator, left, right)
+        return _built(super().call_binop(context, operator, left, right), f"{operator!r}")
 
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_arguments(getattr(obj, "__name__", "the call"), args, kwargs)
-        return super().call(context, obj, *args, **kwargs)
+        name = getattr(obj, "__name__", None) or getattr(obj, "name", None) or "the call"
+        _check_arguments(name, args, kwargs)
+        _check_method(obj, args, kwargs)
+        return _built(super().call(context, obj, *args, **kwargs), name)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
-        if wrapped is not None:
-            _check_format(value.__self__)
-        return wrapped
+        if wrapped is None:
+            return None
+        text: str = value.__self__
+        _check_format(text)
+
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            given = (*args, *kwargs.values())
+            _ensure(len(text) + (text.count("{") + 1) * sum(_weight(v) for v in given), "format")
+            return cast(str, _built(wrapped(*args, **kwargs), "format"))
+
+        return bounded
 
 
 def _check_binop(operator: str, left: Any, right: Any) -> None:
     if operator == "*":
         for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, str | list | tuple) and _is_int(n) and len(seq) * n > _MAX_INTERMEDIATE:
-                raise SecurityError(f"repeating a value of length {len(seq)} {n} times is too large")
+            if isinstance(seq, str | list | tuple) and _is_int(n) and (weight := _weight(seq)) * n > _MAX_INTERMEDIATE:
+                raise SecurityError(f"repeating a value of length {weight} {n} times is too large")
     elif operator == "**":
         if _is_int(left) and _is_int(right) and abs(left) > 1 and right > 0:
             if abs(left).bit_length() * right > _MAX_POWER_BITS:
                 raise SecurityError(f"{left} ** {right} is too large")
+    elif operator == "+" and isinstance(left, str | list | tuple) and isinstance(right, str | list | tuple):
+        _ensure(_weight(left) + _weight(right), "adding these values")
     elif operator == "%" and isinstance(left, str):
         _check_format(left)
+        _ensure(len(left) + _weight(right) * max(1, left.count("%")), "formatting with %")
+
+
+def _check_method(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Methods of a string whose result can outgrow the string and its arguments by far."""
+    text = getattr(obj, "__self__", None)
+    if not isinstance(text, str):
+        return
+    name = getattr(obj, "__name__", "")
+    given = (*args, *kwargs.values())
+    if name == "replace" and len(args) >= 2 and isinstance(args[0], str):
+        _ensure(len(text) + (text.count(args[0]) + 1) * _weight(args[1]), "replace")
+    elif name == "join" and args:
+        items = list(args[0]) if isinstance(args[0], list | tuple | str) else []
+        _ensure(sum(_weight(i) for i in items) + len(items) * len(text), "join")
+    elif name == "expandtabs":
+        size = next((v for v in given if _is_int(v)), 8)
+        _ensure(len(text) + text.count("\t") * max(0, size), "expandtabs")
+    elif name == "translate" and args:
+        table = args[0]
+        largest = max((_weight(v) for v in table.values()), default=1) if isinstance(table, dict) else 1
+        _ensure(len(text) * max(1, largest), "translate")
 
 
 def _check_arguments(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
@@ -470,15 +613,38 @@ def _guarded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         _check_arguments(f"the {name} filter", args[skip:], kwargs)
-        if name == "format" and len(args) >= skip and isinstance(args[skip - 1], str):
-            _check_format(args[skip - 1])
-        return func(*args, **kwargs)
+        if len(args) >= skip:
+            _check_filter(name, args[skip - 1], args[skip:], kwargs)
+        return _built(func(*args, **kwargs), f"the {name} filter")
 
     return guarded
 
 
+def _check_filter(name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Filters whose result can outgrow their input and arguments by far, checked before they run."""
+    given = (*args, *kwargs.values())
+    if name == "format" and isinstance(value, str):
+        _check_format(value)
+        _ensure(len(value) + (value.count("%") + 1) * sum(_weight(v) for v in given), "the format filter")
+    elif name == "join" and isinstance(value, list | tuple):
+        separator = args[0] if args else kwargs.get("d", "")
+        _ensure(sum(_weight(i) for i in value) + len(value) * _weight(separator), "the join filter")
+    elif name == "replace" and isinstance(value, str) and len(args) >= 2 and isinstance(args[0], str):
+        _ensure(len(value) + (value.count(args[0]) + 1) * _weight(args[1]), "the replace filter")
+    elif name in ("indent", "wordwrap") and isinstance(value, str):
+        pieces = value.count("\n") + 1 if name == "indent" else len(value) + 1
+        largest = max((_weight(v) if isinstance(v, str) else v if _is_int(v) else 1 for v in given), default=4)
+        _ensure(len(value) + pieces * largest, f"the {name} filter")
+
+
+def _finalize(value: Any) -> Any:
+    """Every ``{{ … }}`` before it becomes text: a list or mapping prints everything it holds."""
+    _ensure(_weight(value), "printing this value")
+    return value
+
+
 def _environment() -> _Sandbox:
-    env = _Sandbox(undefined=_Undefined, autoescape=False, keep_trailing_newline=True)
+    env = _Sandbox(undefined=_Undefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize)
     env.filters = {name: _guarded_filter(name, f) for name, f in env.filters.items()}
     del env.globals["lipsum"]  # lipsum(n=…) builds text of any size, and no command needs it
     return env

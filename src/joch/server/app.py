@@ -16,7 +16,7 @@ from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
-from joch.server import discovery, errors, guard, health, resources, runs, schemas, v1
+from joch.server import discovery, errors, guard, health, limits, resources, runs, schemas, v1
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 
@@ -36,13 +36,15 @@ def create_app(
     app.state.store = store
     app.state.options = options
     app.state.runtime = runtime  # where run logs and artifacts are read (``runs``); None: not served
+    slots = limits.WatchSlots(options.max_watches or limits.default_max_watches())
+    app.state.watch_slots = slots
     errors.install(app)
     health.install(app, store)
     discovery.install(app, registry, options)
     kind_schemas = schemas.for_registry(registry)
     for kind in registry:
-        resources.install(app, kind, store, options, kind_schemas)
-    v1.install(app, store, options, registry, kind_schemas)
+        resources.install(app, kind, store, options, kind_schemas, slots)
+    v1.install(app, store, options, registry, kind_schemas, slots)
     runs.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
     app.add_middleware(guard.Guard, options=options)

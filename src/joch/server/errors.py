@@ -1,6 +1,7 @@
 """Every failure leaves the server as a Kubernetes ``Status`` body; this is the one place mapping.
 
-* ``JochError`` → its own ``to_status()`` and ``code`` (the hierarchy already knows both).
+* ``JochError`` → its own ``to_status()`` and ``code`` (the hierarchy already knows both); one
+  whose details carry ``retryAfterSeconds`` (429, 503) also gets a ``Retry-After`` header.
 * FastAPI's ``RequestValidationError`` (a query parameter of the wrong type) → 400 ``BadRequest``
   with one cause per parameter; Kubernetes answers 400 for malformed requests, not 422, which Joch
   reserves for an object that fails admission.
@@ -8,6 +9,8 @@
 * An ``OSError`` for a full disk (``ENOSPC``, ``EDQUOT``) that no layer below mapped → 507
   ``InsufficientStorage`` naming the file, logged as one line: it is the operator's to fix, not a bug.
   (The store maps its own full disk to ``InsufficientStorage`` with the database's path.)
+* An ``OSError`` for want of file descriptors (``EMFILE``, ``ENFILE``) → 503 with ``Retry-After``,
+  logged once a minute (``joch.store.exhaustion``): the condition passes when connections end.
 * Anything else → 500 ``InternalError`` whose message names only the request; the traceback goes
   to the server log, never to the client. Routes use ``StatusRoute``, which turns such an error
   into the 500 itself: Starlette's outermost error middleware would answer the same body but then
@@ -31,6 +34,7 @@ from starlette.responses import Response
 
 from joch.api import errors
 from joch.server import wire
+from joch.store import exhaustion
 
 logger = logging.getLogger("joch.server")
 
@@ -43,7 +47,11 @@ _BY_CODE: dict[int, type[errors.JochError]] = {
 
 
 def status_response(error: errors.JochError) -> Response:
-    return wire.json_response(error.to_status(), status_code=error.code)
+    response = wire.json_response(error.to_status(), status_code=error.code)
+    retry = error.extra.get("retryAfterSeconds")
+    if isinstance(retry, int):
+        response.headers["Retry-After"] = str(retry)
+    return response
 
 
 async def _joch_error(_: Request, exc: Exception) -> Response:
@@ -125,6 +133,8 @@ class StatusRoute(APIRoute):
                 full = _disk_full(request, exc)
                 if full is not None:
                     return full
+                if exhaustion.is_exhausted(exc):  # out of descriptors: 503, Retry-After, logged once
+                    return status_response(exhaustion.unavailable(f"{request.method} {request.url.path}"))
                 logger.exception("unhandled error in %s %s", request.method, request.url.path)
                 return _internal(request)
 

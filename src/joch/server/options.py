@@ -56,6 +56,12 @@ class ServerOptions:
     ``allowed_origins`` configure ``joch.server.guard``: which ``Host`` names are answered besides
     ``localhost``, IP addresses and the bind host (``*``: any), and which web origins may use the
     API from a browser.
+
+    Limits (``joch.server.limits``): ``max_watches`` open watch streams at once, past which a watch
+    is a 429 (None: derived from the open-file limit); ``watch_buffer_events`` and
+    ``watch_buffer_bytes`` unread by one watcher, past which it is ended with a 410 (see
+    ``joch.store.feed``); ``max_apply_documents`` objects and ``max_apply_bytes`` of body in one
+    ``/v1/resources/apply`` or ``create``, which is one write transaction (413 past either).
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -63,7 +69,11 @@ class ServerOptions:
     sse_heartbeat_interval: float = 15.0
     watch_expired: Literal["event", "status"] = "event"
     max_body_bytes: int = 3 * MiB
-    max_apply_bytes: int = 64 * MiB
+    max_apply_bytes: int = 16 * MiB  # about half a second of admission and writes under the lock
+    max_apply_documents: int = 1000   # likewise (an apply validates and writes inside its transaction)
+    max_watches: int | None = None
+    watch_buffer_events: int = 10_000
+    watch_buffer_bytes: int = 32 * MiB
     version: VersionInfo = field(default_factory=VersionInfo.current)
     bind_host: str = "127.0.0.1"
     allowed_hosts: tuple[str, ...] = ()

@@ -43,7 +43,7 @@ from joch.admission import merge
 from joch.api import errors
 from joch.api.meta import now
 from joch.api.registry import KindInfo
-from joch.server import params, tables, watch, wire
+from joch.server import limits, params, tables, watch, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
 from joch.store.base import ListResult, Obj, Store
@@ -61,10 +61,13 @@ def list_body(kind: KindInfo, result: ListResult) -> dict[str, Any]:
 class KindHandlers:
     """What each verb does for one kind; the route functions only unpack the request."""
 
-    def __init__(self, kind: KindInfo, store: Store, options: ServerOptions) -> None:
+    def __init__(
+        self, kind: KindInfo, store: Store, options: ServerOptions, slots: limits.WatchSlots | None = None,
+    ) -> None:
         self.kind = kind
         self.store = store
         self.options = options
+        self.slots = slots or limits.WatchSlots(options.max_watches or limits.default_max_watches())
         self.tables = tables.KindTables(kind)
 
     def list(
@@ -76,7 +79,7 @@ class KindHandlers:
             options = params.watch_options(namespace, labels, fields, resource_version, bookmarks)
             transform = self.tables.watch_transform(table) if table else None
             return watch.respond(self.store, self.kind, options, timeout_seconds=timeout,
-                                 options=self.options, transform=transform)
+                                 options=self.options, slots=self.slots, transform=transform)
         result = self.store.list(self.kind, params.list_options(namespace, labels, fields, limit, token))
         if table:
             return wire.json_response(self.tables.for_list(result, table))
@@ -196,8 +199,11 @@ def request_body(schema: dict[str, Any], *media: str) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {m: {"schema": schema} for m in media}}}
 
 
-def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, schemas: KindSchemas) -> None:
-    h = KindHandlers(kind, store, options)
+def install(
+    app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, schemas: KindSchemas,
+    slots: limits.WatchSlots | None = None,
+) -> None:
+    h = KindHandlers(kind, store, options, slots)
     base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
     scope: Scope = namespace_scope if kind.namespaced else _cluster
     collection = f"{base}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"{base}/{kind.plural}"

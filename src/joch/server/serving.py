@@ -23,6 +23,12 @@ There is no authentication yet. ``joch.server.guard`` keeps web pages out on any
 an address other than loopback anyone who can connect can create runs, and so run commands as
 this user: ``serve`` says so in a WARNING at start, naming the ways to restrict it.
 
+Resources: ``serve`` raises the process's soft open-file limit to the hard one first (see
+``joch.server.limits``; the default ``max_watches`` then follows the raised limit). Should the
+process still run out of descriptors, ``accept()`` failing is reported once a minute as one line,
+not as a traceback per attempt (asyncio retries it every second by itself), and requests that
+cannot open what they need answer 503 with ``Retry-After`` (``joch.store.exhaustion``).
+
 SIGINT and SIGTERM stop the server gracefully and ``serve`` then *returns* (so the store is closed
 and ``joch server`` exits 0). uvicorn itself re-raises the signal after its shutdown, which turns
 Ctrl-C into a ``KeyboardInterrupt`` traceback and SIGTERM into a kill that skips closing the
@@ -31,6 +37,7 @@ store; ``_Server`` keeps uvicorn's handlers but not the re-raise.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import getpass
 import logging
@@ -53,10 +60,10 @@ from joch.api.meta import DEFAULT_NAMESPACE
 from joch.controllers import manager as managing
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
-from joch.server import guard
+from joch.server import guard, limits
 from joch.server.app import create_app
 from joch.server.options import ServerOptions
-from joch.store import open_store
+from joch.store import exhaustion, open_store
 from joch.store.base import Store
 
 logger = logging.getLogger("joch.server")
@@ -72,6 +79,7 @@ def serve(
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warn_if_exposed(host, port)
+    limits.raise_fd_limit()
     store = open_store(store_url)
     runtime: Runtime | None = None
     try:
@@ -137,6 +145,10 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._store = store
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(_loop_exception)
+        await super().startup(sockets)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._store.stop_watches()
         await super().shutdown(sockets)
@@ -152,6 +164,20 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+_accept_failed = exhaustion.ThrottledLog(logger)
+
+
+def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """asyncio's handler, except for ``accept()`` out of descriptors: one line a minute instead of a
+    traceback per retry (asyncio retries by itself)."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exhaustion.is_exhausted(exc):
+        _accept_failed.warning(f"cannot accept connections: {exc.strerror or exc}; open connections must end "
+                               "first (raise the open-file limit, ulimit -n, or lower --max-watches)")
+        return
+    loop.default_exception_handler(context)
 
 
 def apply_manifests(store: Store, paths: Sequence[str], options: ServerOptions) -> admission.ApplyResult:

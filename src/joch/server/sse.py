@@ -18,6 +18,12 @@ stops reconnecting, whereas an ERROR event followed by the end of the stream wou
 reconnect with the same stale ``Last-Event-ID`` forever. A revision compacted while the stream
 replays still ends it with an ``ERROR`` event (no ``id``) carrying the 410 Status. Bookmarks are
 not requested: the ``id`` of every event already is the resume point.
+
+A client that leaves more than ``ServerOptions.watch_buffer_events`` unread is cut off the same
+way: an ``ERROR`` event carrying a 410 Status that says it fell behind, then the end. An
+``EventSource`` reconnects with the ``Last-Event-ID`` of the last event it got, which the change log
+still holds, so it resumes where it stopped; past ``max_watches`` open streams the reconnection is a
+429 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -26,13 +32,13 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 
 from joch.api import errors
 from joch.api.registry import KindInfo
-from joch.server import wire
-from joch.server.watch import follow
+from joch.server import limits, wire
+from joch.server.options import ServerOptions
+from joch.server.watch import follow, open_watch, streaming
 from joch.store.base import Store, Watch, WatchOptions
 
 logger = logging.getLogger("joch.server")
@@ -43,13 +49,11 @@ HEARTBEAT = b": heartbeat\n\n"
 
 def respond(
     store: Store, kind: KindInfo | None, watch_options: WatchOptions, *, timeout_seconds: int | None,
-    heartbeat: float,
+    options: ServerOptions, slots: limits.WatchSlots,
 ) -> StreamingResponse:
-    watch = store.watch(kind, watch_options)
-    return StreamingResponse(
-        _stream(watch, timeout=timeout_seconds, heartbeat=heartbeat),
-        media_type="text/event-stream", headers=HEADERS, background=BackgroundTask(watch.close),
-    )
+    watch, end = open_watch(store, kind, watch_options, options, slots)
+    return streaming(_stream(watch, timeout=timeout_seconds, heartbeat=options.sse_heartbeat_interval), end,
+                     media_type="text/event-stream", headers=HEADERS)
 
 
 def frame(event_type: str, data: object, event_id: int | None = None) -> bytes:

@@ -10,7 +10,9 @@
   ``created``), through ``admission.create_documents``: ``generateName`` is honoured, and a document
   whose object exists already is a 409 ``AlreadyExists`` naming it, with nothing written.
 * Both take ``application/yaml`` or ``application/json``; other types and none are a 415.
-  ``?namespace=`` must be a DNS-1123 label (400 otherwise).
+  Each request is one write transaction, so its size is capped: more than
+  ``ServerOptions.max_apply_documents`` objects or ``max_apply_bytes`` of body is a 413 naming the
+  limit and the ``joch server`` flag that sets it. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
 * ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions[/{name}]`` (AgentRuns; ``POST``
   creates one), ``approvals[/{name}]``: the same list/get answers as the ``/apis`` routes. The run
   routes beyond the object (``executions/{name}/log``, ``approvals/{name}/decide``,
@@ -32,7 +34,7 @@ from joch.admission import apply as admission
 from joch.admission import documents
 from joch.api import errors, kinds
 from joch.api.registry import Registry
-from joch.server import params, resources, sse, wire
+from joch.server import limits, params, resources, sse, wire
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType, KindHandlers
 from joch.server.schemas import KindSchemas
@@ -61,9 +63,11 @@ def apply_body(result: admission.ApplyResult, dry_run: bool) -> dict[str, Any]:
 
 
 def install(
-    app: FastAPI, store: Store, options: ServerOptions, registry: Registry, schemas: KindSchemas
+    app: FastAPI, store: Store, options: ServerOptions, registry: Registry, schemas: KindSchemas,
+    slots: limits.WatchSlots | None = None,
 ) -> None:
-    read_manifests = wire.body_reader(options.max_apply_bytes)
+    slots = slots or limits.WatchSlots(options.max_watches or limits.default_max_watches())
+    read_manifests = wire.body_reader(options.max_apply_bytes, "--max-apply-bytes")
     read_body = wire.body_reader(options.max_body_bytes)
 
     def manifests(body: bytes, content_type: str | None, verb: str) -> list[documents.Document]:
@@ -71,6 +75,12 @@ def install(
         docs = documents.load_documents(wire.decode_text(body), wire.BODY)
         if not docs:
             raise errors.BadRequest(f"the request body holds no objects to {verb}")
+        if len(docs) > options.max_apply_documents:
+            # One request is one transaction, which holds the write lock while it admits and writes
+            # every object: thousands of them would stall every other writer for seconds.
+            raise errors.RequestEntityTooLarge(
+                f"the request holds {len(docs)} objects; one {verb} takes at most {options.max_apply_documents} "
+                "(joch server --max-apply-documents): split the manifests into several requests")
         return docs
 
     def apply(
@@ -108,9 +118,9 @@ def install(
         openapi_extra=manifest_body,
     )
 
-    agents = KindHandlers(kinds.AGENT, store, options)
-    runs = KindHandlers(kinds.AGENT_RUN, store, options)
-    approvals = KindHandlers(kinds.APPROVAL, store, options)
+    agents = KindHandlers(kinds.AGENT, store, options, slots)
+    runs = KindHandlers(kinds.AGENT_RUN, store, options, slots)
+    approvals = KindHandlers(kinds.APPROVAL, store, options, slots)
     app.add_api_route("/v1/namespaces/{namespace}/agents", resources.lister(agents),
                       methods=["GET"], tags=TAGS, summary="List agents",
                       responses=schemas.responses(200, schemas.list(kinds.AGENT), "an AgentList"))
@@ -167,8 +177,7 @@ def install(
             params.check_namespace(namespace), label_selector, field_selector,
             last_event_id or resource_version, False,
         )
-        return sse.respond(store, info, watch_options, timeout_seconds=timeout,
-                           heartbeat=options.sse_heartbeat_interval)
+        return sse.respond(store, info, watch_options, timeout_seconds=timeout, options=options, slots=slots)
 
     sse_doc = schemas.responses(200, None, "Server-Sent Events")
     sse_doc[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}

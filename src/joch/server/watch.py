@@ -25,6 +25,10 @@ Decisions:
 * After an ERROR event (such as a revision compacted while replaying) the stream ends.
 * ``Accept: ...;as=Table`` (``kubectl get -w``): ``respond`` is handed a ``transform`` that turns
   each event's object into a one-row Table (``tables.WatchTables``); the framing is unchanged.
+* Limits (``joch.server.limits``): past ``ServerOptions.max_watches`` open streams a new watch is a
+  429 ``TooManyRequests`` Status with ``Retry-After``. A watcher that leaves more than
+  ``watch_buffer_events`` (or ``watch_buffer_bytes``) unread while following live is ended with
+  an ERROR event carrying a 410 ``Expired`` Status, and lists again.
 * ``timeoutSeconds`` ends the stream cleanly (a complete chunked body) at the deadline; absent or
   0 means no deadline.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
@@ -42,7 +47,7 @@ from starlette.responses import Response, StreamingResponse
 
 from joch.api import errors
 from joch.api.registry import KindInfo
-from joch.server import wire
+from joch.server import limits, wire
 from joch.server.options import ServerOptions
 from joch.store.base import Store, Watch, WatchEvent, WatchOptions
 
@@ -98,20 +103,60 @@ def with_bookmarks(watch_options: WatchOptions, interval: float) -> WatchOptions
     return watch_options
 
 
+def with_buffer(watch_options: WatchOptions, options: ServerOptions) -> WatchOptions:
+    watch_options.buffer_events = options.watch_buffer_events
+    watch_options.buffer_bytes = options.watch_buffer_bytes
+    return watch_options
+
+
+def open_watch(
+    store: Store, kind: KindInfo | None, watch_options: WatchOptions, options: ServerOptions,
+    slots: limits.WatchSlots,
+) -> tuple[Watch, Callable[[], None]]:
+    """The store watch and the function that ends it and gives its slot back (429 past the cap)."""
+    release = slots.acquire()
+    try:
+        watch = store.watch(kind, with_buffer(watch_options, options))
+    except BaseException:
+        release()
+        raise
+
+    def end() -> None:
+        watch.close()
+        release()
+
+    return watch, end
+
+
 def respond(
     store: Store, kind: KindInfo, watch_options: WatchOptions, *, timeout_seconds: int | None,
-    options: ServerOptions, transform: Transform | None = None,
+    options: ServerOptions, slots: limits.WatchSlots, transform: Transform | None = None,
 ) -> Response:
     try:
-        watch = store.watch(kind, with_bookmarks(watch_options, options.bookmark_interval))
+        watch, end = open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval),
+                                options, slots)
     except errors.Gone as exc:
         if options.watch_expired == "status":
             raise
         return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
-    return StreamingResponse(
-        _stream(watch, kind, timeout=timeout_seconds, transform=transform), media_type=wire.JSON,
-        background=BackgroundTask(watch.close),
-    )
+    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform), end, media_type=wire.JSON)
+
+
+def streaming(body: AsyncIterator[bytes], end: Callable[[], None], **kwargs: Any) -> StreamingResponse:
+    """A ``StreamingResponse`` that calls ``end`` once, however the stream stops: finished, cancelled
+    on disconnect, or never started because the client left first (Starlette then runs neither the
+    body nor the background task, and a watch slot would leak for good)."""
+
+    async def guarded() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in body:
+                yield chunk
+        finally:
+            end()
+
+    stream = guarded()
+    weakref.finalize(stream, end)
+    return StreamingResponse(stream, background=BackgroundTask(end), **kwargs)
 
 
 async def _single(line: bytes) -> AsyncIterator[bytes]:

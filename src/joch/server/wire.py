@@ -64,25 +64,29 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def body_reader(limit: int) -> Callable[[Request], Awaitable[bytes]]:
+def body_reader(limit: int, flag: str | None = None) -> Callable[[Request], Awaitable[bytes]]:
+    """Reads a body of at most ``limit`` bytes; a larger one is a 413 naming the limit (and the
+    ``joch server`` flag that sets it, when there is one)."""
+
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(limit)
+            raise _too_large(limit, flag)
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _too_large(limit)
+                raise _too_large(limit, flag)
             chunks.append(chunk)
         return b"".join(chunks)
 
     return read_body
 
 
-def _too_large(limit: int) -> errors.RequestEntityTooLarge:
-    return errors.RequestEntityTooLarge(f"the request body is larger than the limit of {limit} bytes")
+def _too_large(limit: int, flag: str | None) -> errors.RequestEntityTooLarge:
+    where = f" (joch server {flag})" if flag else ""
+    return errors.RequestEntityTooLarge(f"the request body is larger than the limit of {limit} bytes{where}")
 
 
 def decode_text(body: bytes) -> str:

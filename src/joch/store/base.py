@@ -20,6 +20,9 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
   For a kind whose ``history`` is ``latest`` only each object's newest change is kept, so a replay
   gives its latest state (``sql`` explains the semantics); a DELETED event leaves out the kind's
   ``sensitive`` fields.
+* A watch whose consumer falls behind by more than its buffer (``WatchOptions.buffer_events`` or
+  ``buffer_bytes``) while following live ends with an ERROR event carrying a 410 ``Expired``
+  Status, as if its revision had been compacted: list again.
 * Every write and its change-log row commit in one transaction (``transaction()`` groups several
   writes: all of them commit or none does).
 * A write that fails because the disk is full raises ``InsufficientStorage`` naming the disk (never
@@ -74,6 +77,10 @@ class WatchOptions:
     resource_version: str | None = None
     allow_bookmarks: bool = False
     bookmark_interval: float = 10.0  # seconds without an event before a BOOKMARK is sent
+    # What the watch holds for a consumer that has not read it yet; past either bound a consumer
+    # that follows live is ended with a 410 ``Expired`` ERROR event (None: the store's default).
+    buffer_events: int | None = None
+    buffer_bytes: int | None = None
 
 
 class Watch(abc.ABC):

@@ -21,6 +21,21 @@ beyond it is known to follow a change this watch never saw (``Filter.decode``).
 
 Compaction: a subscription replaying below the compaction horizon ends with an ERROR event carrying
 a 410 ``Expired`` Status, as a Kubernetes watch does.
+
+Slow consumers: each subscription buffers at most ``BufferLimits.events`` events and
+``BufferLimits.bytes`` of change bodies that its consumer has not taken yet. A consumer that is
+still replaying loses nothing when its buffer overflows: the buffer is dropped and the replay,
+which reads the log up to its end, delivers those changes again. A consumer that is following
+live and falls that far behind (a stuck HTTP client, a handler that blocks) is ended, as the
+apiserver ends an unresponsive watcher: its buffer is freed at once, it leaves the feed, and its
+next event is an ERROR carrying a 410 ``Expired`` Status, after which clients list again (or, with
+a resume point such as an SSE id, resume from the last event they got; the change log still holds
+what they missed). Without the bound, five stuck watchers held every change of a 100,000-write
+burst, decoded, five times over.
+
+Buffered changes are kept as the feed read them: one body string shared by every subscription,
+decoded only when the consumer takes it (a subscription with a label or field selector decodes
+on arrival, to decide whether the change concerns it at all).
 """
 
 from __future__ import annotations
@@ -44,6 +59,8 @@ log = logging.getLogger(__name__)
 Wake = Callable[[], None]
 _REPLAY_PAGE = 500
 _COMPACT_EVERY = 30.0
+DEFAULT_BUFFER_EVENTS = 10_000
+DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 
 
 class Change(NamedTuple):
@@ -71,6 +88,10 @@ class Filter:
         if self.kind is not None and change.kind != self.kind:
             return False
         return self.namespace is None or change.namespace == self.namespace
+
+    @property
+    def selects(self) -> bool:
+        return bool(self.labels or self.fields)
 
     def decode(self, change: Change, after: int) -> WatchEvent | None:
         """The event for ``change`` as this watch sees it, or None (the body is parsed per watch,
@@ -117,16 +138,31 @@ def gone_status(message: str) -> Obj:
     return errors.Gone(message).to_status()
 
 
+@dataclass(frozen=True)
+class BufferLimits:
+    """How much a subscription holds for a consumer that has not read it yet (see the module
+    docstring): at most ``events`` events and ``bytes`` of change bodies."""
+
+    events: int = DEFAULT_BUFFER_EVENTS
+    bytes: int = DEFAULT_BUFFER_BYTES
+
+
+Buffered = Change | WatchEvent  # a change not decoded yet, or an event a selector already decoded
+
+
 class Subscription(Watch):
     def __init__(
         self, feed: Feed, flt: Filter, *, after: int | None, bookmarks: bool, bookmark_interval: float,
-        bookmark_template: Obj,
+        bookmark_template: Obj, limits: BufferLimits | None = None,
     ) -> None:
         self._feed = feed
+        self._limits = limits or BufferLimits()
+        self._buffered_bytes = 0
         self._filter = flt
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: collections.deque[WatchEvent] = collections.deque()
+        self._queue: collections.deque[tuple[Buffered, int]] = collections.deque()  # (item, body size)
+        self._dropped = False  # the buffer was dropped during the replay: read the log once more
         self._ready: collections.deque[WatchEvent] = collections.deque()
         self._last = after if after is not None else -1
         self._replaying = after is not None
@@ -144,24 +180,60 @@ class Subscription(Watch):
     # --- fed by the feed thread ------------------------------------------------------------------
 
     def offer(self, change: Change, after: int) -> None:
-        try:
-            event = self._filter.decode(change, after)
-        except Exception:  # one undecodable body must not wedge the feed for every watch
-            log.exception("watch: cannot decode change %s; ending this watch", change.revision)
-            self.expire(errors.Internal(f"cannot decode change {change.revision}").to_status(), change.revision)
+        if not self._filter.match_key(change):
             return
-        if event is None:
-            return
+        item: Buffered = change
+        if self._filter.selects:
+            try:
+                event = self._filter.decode(change, after)
+            except Exception:  # one undecodable body must not wedge the feed for every watch
+                log.exception("watch: cannot decode change %s; ending this watch", change.revision)
+                self._undecodable(change)
+                return
+            if event is None:
+                return
+            item = event
         with self._cond:
-            self._queue.append(event)
+            if self._error is not None or self._closed:
+                return  # ended: nothing more is delivered, so nothing more is kept
+            if not self._replaying and change.revision <= self._last:
+                return  # the replay delivered it already (the feed can lag behind a replay)
+            self._queue.append((item, len(change.body)))
+            self._buffered_bytes += len(change.body)
+            overflow = (len(self._queue) > self._limits.events or self._buffered_bytes > self._limits.bytes)
+            if overflow and self._replaying:
+                # The replay reads the log to its end, these changes included: drop, do not end.
+                self._queue.clear()
+                self._buffered_bytes = 0
+                self._dropped = True
+                overflow = False
             self._cond.notify_all()
+        if overflow:
+            self._fell_behind(change.revision)
+            return
         self._wake_async()
 
+    def _fell_behind(self, revision: int) -> None:
+        limits = self._limits
+        log.warning("watch: a consumer fell more than %d events or %d bytes behind; ending its watch",
+                    limits.events, limits.bytes)
+        self.expire(gone_status(
+            f"the watch fell behind: its consumer left more than {limits.events} events or "
+            f"{limits.bytes} bytes unread; list again (or resume from the last event received) and "
+            "watch from there"), revision)
+        self._feed.unsubscribe(self)
+
+    def _undecodable(self, change: Change) -> None:
+        self.expire(errors.Internal(f"cannot decode change {change.revision}").to_status(), change.revision)
+
     def expire(self, status: Obj, revision: int) -> None:
-        """End the watch with an ERROR event carrying ``status`` (delivered before anything else)."""
+        """End the watch with an ERROR event carrying ``status`` (delivered before anything else;
+        what was buffered is dropped)."""
         with self._cond:
             if self._error is None:
                 self._error = WatchEvent("ERROR", status, revision)
+            self._queue.clear()
+            self._buffered_bytes = 0
             self._cond.notify_all()
         self._wake_async()
 
@@ -194,6 +266,8 @@ class Subscription(Watch):
                 self._replay_page()
 
     def _replay_page(self) -> None:
+        with self._lock:
+            self._dropped = False
         after = self._last
         compacted, changes = self._feed.read_changes(after, self._filter.kind, _REPLAY_PAGE)
         if compacted > self._last:
@@ -211,7 +285,9 @@ class Subscription(Watch):
         if changes:
             self._last = changes[-1].revision
         if len(changes) < _REPLAY_PAGE:
-            self._replaying = False
+            with self._lock:
+                # A buffer dropped after this page was read may hold changes past its end.
+                self._replaying = self._dropped
 
     def _poll(self, *, replay: bool = True) -> WatchEvent | None:
         """Next event without waiting. With ``replay`` it reads the database while replaying;
@@ -235,14 +311,32 @@ class Subscription(Watch):
                     return None
                 self._replay_step()
                 continue
-            with self._lock:
-                while self._queue:
-                    event = self._queue.popleft()
-                    if event.revision > self._last:
-                        self._last = event.revision
-                        self._last_emit = time.monotonic()
-                        return event
-            return None
+            item = self._take()
+            if item is None:
+                return None
+            if isinstance(item, WatchEvent):
+                return item
+            try:
+                # Only a selecting filter reads ``after``, and it decoded on arrival (``offer``).
+                decoded = self._filter.decode(item, item.revision)
+            except Exception:
+                log.exception("watch: cannot decode change %s; ending this watch", item.revision)
+                self._undecodable(item)
+                continue
+            if decoded is not None:
+                return decoded
+
+    def _take(self) -> Buffered | None:
+        """The next buffered item after the last revision delivered, which it becomes."""
+        with self._lock:
+            while self._queue:
+                item, size = self._queue.popleft()
+                self._buffered_bytes -= size
+                if item.revision > self._last:
+                    self._last = item.revision
+                    self._last_emit = time.monotonic()
+                    return item
+        return None
 
     def _bookmark_due(self) -> WatchEvent | None:
         if not self._bookmarks or self._replaying:
@@ -340,10 +434,10 @@ class Feed:
             self._event.set()
 
     def subscribe(self, flt: Filter, *, after: int | None, bookmarks: bool, bookmark_interval: float,
-                  bookmark_template: Obj) -> Subscription:
+                  bookmark_template: Obj, limits: BufferLimits | None = None) -> Subscription:
         self._ensure_started()
         sub = Subscription(self, flt, after=after, bookmarks=bookmarks, bookmark_interval=bookmark_interval,
-                           bookmark_template=bookmark_template)
+                           bookmark_template=bookmark_template, limits=limits)
         with self._lock:
             idle = not self._subs
         current = self._current() if idle else None

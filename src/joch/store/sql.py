@@ -614,10 +614,14 @@ class SqlStore(Store):
         )
         interval = opts.bookmark_interval
         bookmark = feeds.bookmark_object(kind.api_version, kind.kind) if kind else feeds.bookmark_object("", "")
+        limits = feeds.BufferLimits(
+            events=opts.buffer_events or feeds.DEFAULT_BUFFER_EVENTS,
+            bytes=opts.buffer_bytes or feeds.DEFAULT_BUFFER_BYTES,
+        )
         rv = opts.resource_version
         if rv in (None, "", "0"):
             sub = self.feed.subscribe(flt, after=None, bookmarks=opts.allow_bookmarks,
-                                      bookmark_interval=interval, bookmark_template=bookmark)
+                                      bookmark_interval=interval, bookmark_template=bookmark, limits=limits)
             try:
                 if kind is None:
                     sub.start_live(self.current_revision(), [])
@@ -645,7 +649,7 @@ class SqlStore(Store):
                 "resourceVersion and watch from there",
             )
         return self.feed.subscribe(flt, after=after, bookmarks=opts.allow_bookmarks,
-                                   bookmark_interval=interval, bookmark_template=bookmark)
+                                   bookmark_interval=interval, bookmark_template=bookmark, limits=limits)
 
     def storage_problem(self) -> str | None:
         return self.backend.storage_problem()

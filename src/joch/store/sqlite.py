@@ -25,7 +25,7 @@ from pathlib import Path
 
 from joch.api import errors
 from joch.api.meta import now
-from joch.store import migrations
+from joch.store import exhaustion, migrations
 from joch.store.sql import Backend, Conn
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -129,7 +129,12 @@ class SqliteBackend(Backend):
         try:
             conn = self._readers.get_nowait()
         except queue.Empty:
-            conn = self._connect()
+            try:
+                conn = self._connect()
+            except sqlite3.OperationalError:
+                if exhaustion.confirm():
+                    raise exhaustion.unavailable("opening a database connection") from None
+                raise
             conn.execute("PRAGMA query_only=1")
             with self._readers_lock:  # not the write lock: a read never waits for a write
                 self._all_readers.append(conn)

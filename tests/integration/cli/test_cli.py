@@ -663,3 +663,20 @@ def test_apply_sends_a_relative_repository_path_resolved_against_the_manifest(jo
     run = next(d for d in yaml.safe_load(applied.out)["items"] if d["kind"] == "AgentRun")
     assert run["spec"]["execution"]["coordinates"]["git"]["url"] == str(tmp_path.resolve())
     assert joch.ok("apply", "-f", str(tmp_path / "m")).out.splitlines()[-1] == "agentrun.runtime.joch.dev/r unchanged"
+
+
+def test_an_apply_past_the_servers_document_cap_is_one_line_and_writes_nothing(joch, tmp_path) -> None:
+    many = tmp_path / "many.yaml"
+    many.write_text("\n---\n".join(
+        f"apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {{name: p{i}}}\nspec: {{binary: x}}"
+        for i in range(1001)))
+    result = joch("apply", "-f", str(many))
+    assert result.code == 2
+    assert result.err == ("error: the request holds 1001 objects; one apply takes at most 1000 "
+                          "(joch server --max-apply-documents): split the manifests into several requests\n")
+    assert joch.ok("get", "agentproviders").out == ""
+
+
+def test_server_limit_flags_below_one_are_refused_in_one_line(joch) -> None:
+    result = joch("server", "--max-watches", "0")
+    assert result.code == 2 and result.err == "error: --max-watches must be at least 1 (got 0)\n"

@@ -260,3 +260,29 @@ def test_an_informer_resumes_across_changes_the_log_no_longer_holds(
     assert informer.get("default", "a") == latest_a and informer.get("default", "c") is None
     assert recorder.take() == [("ADDED", None, "a"), ("MODIFIED", "a", "a"), ("ADDED", None, "b")]
     assert informer.relists == 0
+
+
+def test_an_informer_that_falls_behind_its_watch_buffer_relists_and_converges(
+    store: Store, informers: Callable[..., Informer], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_watch = store.watch
+
+    def small_buffer(kind: kinds.KindInfo | None, options: WatchOptions | None = None) -> Watch:
+        options = options or WatchOptions()
+        options.buffer_events = 5
+        return real_watch(kind, options)
+
+    monkeypatch.setattr(store, "watch", small_buffer)
+    informer = informers()
+    release = threading.Event()
+    informer.add_handler(lambda change, old, new: release.wait(10) if name(new) == "first" else None)
+    informer.start()
+    assert informer.wait_for_sync(10)
+    create(store, "first")  # its handler blocks: the informer stops reading its watch
+    wait_until(lambda: informer.get("default", "first") is not None, what="the blocking event")
+    for i in range(30):
+        create(store, f"p{i}")
+    release.set()
+    # The watch was ended with a 410 when its buffer overflowed; the informer lists again.
+    wait_until(lambda: informer.relists >= 1, what="a relist after the watch fell behind")
+    wait_until(lambda: cache_matches_store(store, informer), what="the cache to converge")

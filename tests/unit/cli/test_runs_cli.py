@@ -335,3 +335,27 @@ def test_describe_finds_events_by_the_involved_uid_label_and_falls_back_to_scann
     unlabelled = EventsClient([], [by_hand])
     assert reading._events_for(unlabelled, obj, "default") == [by_hand]  # type: ignore[arg-type]
     assert unlabelled.asked == [{"labelSelector": "events.joch.dev/involved-uid=u-1"}, None]
+
+
+class BusyThenServing(FakeClient):
+    """A server whose watches are all taken at first (429 with ``Retry-After: 0``), then one that
+    cuts the watch off as fallen behind (an ERROR event carrying a 410), then serves it."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__(events, [])
+        self.watches = 0
+
+    def stream(self, path: str, params: dict[str, str]) -> Iterator[dict[str, Any]]:
+        self.watches += 1
+        if self.watches == 1:
+            raise errors.retry_after(errors.TooManyRequests("too many open watches"), 0)
+        if self.watches == 2:
+            yield {"type": "ERROR", "object": errors.Gone("the watch fell behind").to_status()}
+            return
+        yield from super().stream(path, params)
+
+
+def test_follow_waits_out_a_429_and_watches_again_after_a_watch_is_cut_off() -> None:
+    client = BusyThenServing([event("ADDED", "Failed", reason="InvalidSpec")])
+    ended = follow.follow(client, "default", "r", display=Recorder())  # type: ignore[arg-type]
+    assert runs.phase_of(ended) == "Failed" and client.watches == 3
