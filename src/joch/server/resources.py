@@ -120,12 +120,8 @@ class KindHandlers:
     ) -> Response:
         preconditions: dict[str, str] = {}
         if body.strip():
-            delete_options = wire.decode_object(body, content_type, allow_yaml=False)
-            given = delete_options.get("preconditions") or {}
-            if not isinstance(given, dict):
-                raise errors.BadRequest("DeleteOptions.preconditions must be an object")
-            preconditions = {k: str(v) for k, v in given.items() if k in ("uid", "resourceVersion") and v}
-            dry_run = dry_run or "All" in (delete_options.get("dryRun") or [])
+            preconditions, all_dry = delete_options(wire.decode_object(body, content_type, allow_yaml=False))
+            dry_run = dry_run or all_dry
         if dry_run:
             return wire.json_response(self._delete_preview(namespace, name, preconditions))
         deleted = self.store.delete(
@@ -180,6 +176,28 @@ class KindHandlers:
         if metadata.get("finalizers") and not metadata.get("deletionTimestamp"):
             return {**current, "metadata": {**metadata, "deletionTimestamp": now()}}
         return current
+
+
+def delete_options(body: dict[str, Any]) -> tuple[dict[str, str], bool]:
+    """The ``preconditions`` (uid, resourceVersion) and whether ``dryRun`` is ``["All"]`` of a
+    ``DeleteOptions`` body; a field of the wrong type is a 400, as the apiserver's decoder has it."""
+    given = body.get("preconditions")
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        raise errors.BadRequest("DeleteOptions.preconditions must be an object")
+    preconditions: dict[str, str] = {}
+    for key in ("uid", "resourceVersion"):
+        value = given.get(key)
+        if value is not None and not isinstance(value, str):
+            shown = wire.dumps(value).decode()
+            raise errors.BadRequest(f"DeleteOptions.preconditions.{key} must be a string, not {shown}")
+        if value:
+            preconditions[key] = value
+    dry_run = body.get("dryRun")
+    dry_run = [] if dry_run is None else dry_run
+    if not isinstance(dry_run, list) or not all(isinstance(v, str) for v in dry_run):
+        raise errors.BadRequest('DeleteOptions.dryRun must be a list of strings (["All"])')
+    return preconditions, "All" in dry_run
 
 
 # Async on purpose: FastAPI runs a sync dependency in the threadpool, a hop per request for nothing.

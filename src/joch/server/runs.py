@@ -303,7 +303,7 @@ def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
     decision = body.get("decision")
     if decision is None:
         causes.append(Cause("decision", 'Required value: "approve" or "deny"', "FieldValueRequired"))
-    elif decision not in DECISIONS:
+    elif not isinstance(decision, str) or decision not in DECISIONS:
         causes.append(Cause("decision", f'Unsupported value: {_json(decision)}: supported values: "approve", "deny"',
                             "FieldValueNotSupported"))
     for field, limit in (("reason", 1024), ("decidedBy", 253)):
