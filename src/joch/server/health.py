@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from joch.api import errors
 from joch.server import wire
+from joch.server.schemas import error_responses
 from joch.store.base import Store
 
 logger = logging.getLogger("joch.server")
@@ -34,4 +35,4 @@ def install(app: FastAPI, store: Store) -> None:
 
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"], summary="Liveness")
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"], summary="Readiness",
-                      responses={503: {"description": "the store does not answer"}})
+                      responses=error_responses((503, "the store does not answer")))

@@ -221,23 +221,26 @@ def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, 
     collection = f"{base}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"{base}/{kind.plural}"
     item = f"{collection}/{{name}}"
     read_body = wire.body_reader(options.max_body_bytes)
-    object_ref, list_ref = schemas.object(kind), schemas.list(kind)
+    object_ref = schemas.object(kind)
     object_body = request_body(object_ref, wire.JSON, "application/yaml")
     patch_body = request_body({"type": "object"}, wire.MERGE_PATCH)
     tags: list[str | Enum] = [kind.api_version]
     resource = kind.resource
 
-    def add(path: str, endpoint: Callable[..., Response], method: str, verb: str, ref: dict[str, str],
-            status_code: int = 200, extra: dict[str, Any] | None = None) -> None:
+    def add(path: str, endpoint: Callable[..., Response], method: str, verb: str,
+            status_code: int = 200, extra: dict[str, Any] | None = None,
+            responses: dict[int | str, Any] | None = None) -> None:
         app.add_api_route(
             path, endpoint, methods=[method], name=f"{verb}:{resource}", tags=tags,
             summary=f"{verb} {kind.kind}", status_code=status_code, openapi_extra=extra,
-            responses=schemas.responses(status_code, ref, f"the {kind.kind}"),
+            responses=responses or schemas.responses(status_code, object_ref, f"the {kind.kind}",
+                                                     body=method != "GET"),
         )
 
-    add(collection, lister(h, scope), "GET", "list", list_ref)
+    add(collection, lister(h, scope), "GET", "list", responses=schemas.list_responses(kind))
     if kind.namespaced:
-        add(f"{base}/{kind.plural}", lister(h, _cluster), "GET", "listAllNamespaces", list_ref)
+        add(f"{base}/{kind.plural}", lister(h, _cluster), "GET", "listAllNamespaces",
+            responses=schemas.list_responses(kind))
 
     def create(
         namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
@@ -281,14 +284,14 @@ def install(app: FastAPI, kind: KindInfo, store: Store, options: ServerOptions, 
     ) -> Response:
         return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run))
 
-    add(collection, create, "POST", "create", object_ref, 201, object_body)
-    add(item, read, "GET", "read", object_ref)
-    add(item, replace, "PUT", "replace", object_ref, extra=object_body)
-    add(item, patch, "PATCH", "patch", object_ref, extra=patch_body)
-    add(item, delete, "DELETE", "delete", object_ref)
-    add(f"{item}/status", read, "GET", "readStatus", object_ref)
-    add(f"{item}/status", replace_status, "PUT", "replaceStatus", object_ref, extra=object_body)
-    add(f"{item}/status", patch_status, "PATCH", "patchStatus", object_ref, extra=patch_body)
+    add(collection, create, "POST", "create", 201, object_body)
+    add(item, read, "GET", "read", responses=schemas.read_responses(kind))
+    add(item, replace, "PUT", "replace", extra=object_body)
+    add(item, patch, "PATCH", "patch", extra=patch_body)
+    add(item, delete, "DELETE", "delete")
+    add(f"{item}/status", read, "GET", "readStatus", responses=schemas.read_responses(kind))
+    add(f"{item}/status", replace_status, "PUT", "replaceStatus", extra=object_body)
+    add(f"{item}/status", patch_status, "PATCH", "patchStatus", extra=patch_body)
 
 
 def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Response]:

@@ -37,6 +37,7 @@ from joch.store.base import Store, Watch, WatchOptions
 
 logger = logging.getLogger("joch.server")
 
+MEDIA_TYPE = "text/event-stream"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 HEARTBEAT = b": heartbeat\n\n"
 
@@ -48,7 +49,7 @@ def respond(
     watch = store.watch(kind, watch_options)
     return StreamingResponse(
         _stream(watch, timeout=timeout_seconds, heartbeat=heartbeat),
-        media_type="text/event-stream", headers=HEADERS, background=BackgroundTask(watch.close),
+        media_type=MEDIA_TYPE, headers=HEADERS, background=BackgroundTask(watch.close),
     )
 
 
