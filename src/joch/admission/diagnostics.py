@@ -21,6 +21,11 @@ Design decisions:
 * Values are echoed clipped (``clip``): a message or a path quotes at most ``MAX_ECHO`` characters
   of what the user sent and says how many it left out. A 1 MB label value once came back twice in
   a 2 MB 422 (and, through a batch's per-document details, several times over).
+* A NUL character is refused in every key and every string, wherever it is: PostgreSQL text
+  cannot hold one, and a name or a label with one could be stored by one backend and not another.
+  ``scan`` reports it, so every write through admission (objects, status, decisions) refuses it
+  with a 422 at the field's path. Paths and messages show it, like any unprintable character, as
+  an escape (``\u0000``), never raw.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ _TYPE_ERRORS = {
     "list_type": "a list", "int_from_float": "an integer",
 }
 _SCALAR_WORDS = frozenset({"an integer", "a number", "a boolean", "a boolean (true or false)"})
+_NUL = "\x00"
+_NUL_PROBLEM = "contains a NUL character (\\u0000), which cannot be stored; remove it"
 _BOOL_HINT = "YAML 1.1 reads unquoted on/off/yes/no as booleans"
 _NUMBER_HINT = "YAML reads unquoted {text} as a number"
 
@@ -63,7 +70,7 @@ def format_path(path: Iterable[Hashable]) -> str:
         elif isinstance(seg, str) and len(seg) <= MAX_ECHO and _IDENTIFIER.match(seg):
             out += f".{seg}" if out else seg
         else:
-            out += f"[{clip(_scalar_text(seg))}]"
+            out += f"[{clip(printable(_scalar_text(seg)))}]"
     return out
 
 
@@ -72,6 +79,13 @@ def clip(text: str, limit: int = MAX_ECHO) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def printable(text: str) -> str:
+    """``text`` with unprintable characters (NUL, line breaks) as ``\\uXXXX`` escapes."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 def show(value: Any) -> str:
@@ -83,7 +97,7 @@ def show(value: Any) -> str:
     if isinstance(value, int | float):
         return f"number {value}"
     if isinstance(value, str):
-        return f'"{value[:60]}…"' if len(value) > 60 else f'"{value}"'
+        return f'"{printable(value[:60])}…"' if len(value) > 60 else f'"{printable(value)}"'
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
@@ -275,7 +289,8 @@ class Scan:
 
 
 def scan(obj: Any, *, raw: RawScalars) -> Scan:
-    """Mapping keys that are not strings and values JSON cannot hold, anywhere in ``obj``."""
+    """Mapping keys that are not strings, values JSON cannot hold and NUL characters, anywhere in
+    ``obj``."""
     found = list(_scan(obj, (), raw))
     return Scan(causes=[cause for cause, _ in found],
                 value_fields=frozenset(cause.field for cause, is_key in found if not is_key))
@@ -287,6 +302,9 @@ def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[tuple[Cause,
         for key, child in value.items():
             if not isinstance(key, str):
                 yield _key_cause(key, (*path, key), raw), True
+            elif _NUL in key:
+                yield Cause(format_path((*path, key)), f"the key {show(key)} {_NUL_PROBLEM}",
+                            "FieldValueInvalid"), True
             yield from _scan(child, (*path, key), raw)
     elif isinstance(value, list):
         for i, child in enumerate(value):
@@ -299,6 +317,10 @@ def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[tuple[Cause,
             f'quote the value ("{text}")',
             "FieldValueTypeInvalid",
         ), False
+    elif isinstance(value, str):
+        if _NUL in value:
+            yield Cause(format_path(_as_written(path, raw)), f"{show(value)} {_NUL_PROBLEM}",
+                        "FieldValueInvalid"), False
     elif isinstance(value, float) and not math.isfinite(value):
         yield Cause(format_path(_as_written(path, raw)),
                     f"got {value}, which JSON cannot represent; quote it if you meant text",

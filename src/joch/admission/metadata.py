@@ -11,6 +11,12 @@ use a ``resourceVersion`` or ``uid`` the input carries as a precondition. A ``re
 must therefore look like one (a decimal revision): anything else is a mistake to report, not a
 precondition that fails with a 409.
 
+``envelope_causes`` is the part of this a request body must pass before anything reads it: the
+identity fields (``apiVersion``, ``kind``, and the strings of ``metadata`` that name the object and
+its version) have their types, and ``metadata`` is a mapping. The server checks it where it parses
+every object body, so a handler never indexes into a list where a mapping belongs; everything
+else is left to admission, which reports every problem at once.
+
 An invalid name gets a suggestion only when one can be made that is itself valid (``a..b`` →
 ``a-b``, ``Ünïcode`` → ``unicode``); otherwise the rule alone is stated. A namespaced object without a namespace
 gets ``default``; a cluster-scoped object must not name one. Empty maps and lists are dropped so an
@@ -25,12 +31,12 @@ import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from joch.admission.diagnostics import causes_from_validation, clip, format_path
 from joch.admission.documents import RawScalars
 from joch.api.errors import Cause
-from joch.api.meta import DEFAULT_NAMESPACE, DNS1123_LABEL, DNS1123_SUBDOMAIN, ObjectMeta
+from joch.api.meta import DEFAULT_NAMESPACE, DNS1123_LABEL, DNS1123_SUBDOMAIN, ObjectMeta, Str
 from joch.api.registry import KindInfo
 
 USER_FIELDS = ("name", "generateName", "namespace", "labels", "annotations", "finalizers",
@@ -44,6 +50,33 @@ _LABEL_RULE = ("a lowercase RFC 1123 label: lowercase letters, digits and '-', "
                "starting and ending with a letter or digit, at most 63 characters")
 _QUALIFIED_RULE = ("a qualified name: an optional DNS subdomain prefix and '/', then at most 63 "
                    "letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+
+
+class _Identity(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Str | None = None
+    generateName: Str | None = None
+    namespace: Str | None = None
+    uid: Str | None = None
+    resourceVersion: Str | None = None
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    apiVersion: Str | None = None
+    kind: Str | None = None
+    metadata: _Identity | None = None
+
+
+def envelope_causes(obj: dict[str, Any], *, raw: RawScalars | None = None) -> list[Cause]:
+    """Problems with the types of ``obj``'s identity fields (module docstring); [] when usable."""
+    try:
+        _Envelope.model_validate(obj)
+    except ValidationError as exc:
+        return causes_from_validation(exc, model=_Envelope, prefix=(), raw=raw or RawScalars(), given=obj)
+    return []
 
 
 def normalize_metadata(

@@ -33,6 +33,7 @@ from joch.api import errors
 from joch.api.registry import KindInfo, Registry
 from joch.server import wire
 from joch.server.options import ServerOptions
+from joch.server.schemas import error_responses
 
 # What the apiserver answers (kubectl asks with "...spec.v2@v1.0+protobuf", which Go cannot parse
 # as a response media type).
@@ -128,6 +129,8 @@ def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
             )
         return Response(body, media_type=wire.JSON)
 
-    app.add_api_route("/apis/{group}", get_group, methods=["GET"], tags=tags, summary="An API group")
+    unknown = error_responses((404, "No such API group (or version)"))
+    app.add_api_route("/apis/{group}", get_group, methods=["GET"], tags=tags, summary="An API group",
+                      responses=unknown)
     app.add_api_route("/apis/{group}/{version}", get_group_version, methods=["GET"], tags=tags,
-                      summary="The resources of a group version")
+                      summary="The resources of a group version", responses=unknown)

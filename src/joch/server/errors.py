@@ -16,6 +16,9 @@
   into the 500 itself: Starlette's outermost error middleware would answer the same body but then
   re-raise, and the ASGI server would log the traceback a second time. The app-level handler stays
   as the backstop for failures outside a route.
+* A path parameter with a NUL character (``/agents/a%00b``) is a 404 before the handler runs: no
+  object, namespace or artifact can have such a name (admission refuses NUL in every string), and
+  PostgreSQL could not even be asked.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
+from joch.admission.diagnostics import printable
 from joch.api import errors
 from joch.server import wire
 from joch.store import exhaustion
@@ -123,6 +127,9 @@ class StatusRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
+            if any("\x00" in value for value in request.path_params.values() if isinstance(value, str)):
+                shown = printable(request.url.path)
+                raise errors.NotFound(f"the server could not find the requested resource ({shown})")
             try:
                 return await handler(request)
             except _MAPPED:

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from joch.api import errors
 from joch.server import wire
+from joch.server.schemas import error_responses
 from joch.store.base import Store
 
 logger = logging.getLogger("joch.server")
@@ -64,7 +65,7 @@ def install(app: FastAPI, store: Store) -> None:
 
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"], summary="Liveness")
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"], summary="Readiness",
-                      responses={503: {"description": "the store does not answer, or a disk is full"}})
+                      responses=error_responses((503, "the store does not answer, or a disk is full")))
 
 
 def _storage_problem(app: FastAPI, store: Store) -> str | None:

@@ -123,12 +123,8 @@ class KindHandlers:
     ) -> Response:
         preconditions: dict[str, str] = {}
         if body.strip():
-            delete_options = wire.decode_object(body, content_type, allow_yaml=False)
-            given = delete_options.get("preconditions") or {}
-            if not isinstance(given, dict):
-                raise errors.BadRequest("DeleteOptions.preconditions must be an object")
-            preconditions = {k: str(v) for k, v in given.items() if k in ("uid", "resourceVersion") and v}
-            dry_run = dry_run or "All" in (delete_options.get("dryRun") or [])
+            preconditions, all_dry = delete_options(wire.decode_object(body, content_type, allow_yaml=False))
+            dry_run = dry_run or all_dry
         if dry_run:
             return wire.json_response(self._delete_preview(namespace, name, preconditions))
         deleted = self.store.delete(
@@ -185,6 +181,28 @@ class KindHandlers:
         return current
 
 
+def delete_options(body: dict[str, Any]) -> tuple[dict[str, str], bool]:
+    """The ``preconditions`` (uid, resourceVersion) and whether ``dryRun`` is ``["All"]`` of a
+    ``DeleteOptions`` body; a field of the wrong type is a 400, as the apiserver's decoder has it."""
+    given = body.get("preconditions")
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        raise errors.BadRequest("DeleteOptions.preconditions must be an object")
+    preconditions: dict[str, str] = {}
+    for key in ("uid", "resourceVersion"):
+        value = given.get(key)
+        if value is not None and not isinstance(value, str):
+            shown = wire.dumps(value).decode()
+            raise errors.BadRequest(f"DeleteOptions.preconditions.{key} must be a string, not {shown}")
+        if value:
+            preconditions[key] = value
+    dry_run = body.get("dryRun")
+    dry_run = [] if dry_run is None else dry_run
+    if not isinstance(dry_run, list) or not all(isinstance(v, str) for v in dry_run):
+        raise errors.BadRequest('DeleteOptions.dryRun must be a list of strings (["All"])')
+    return preconditions, "All" in dry_run
+
+
 # Async on purpose: FastAPI runs a sync dependency in the threadpool, a hop per request for nothing.
 async def namespace_scope(namespace: Annotated[str, Path(description="the object's namespace")]) -> str | None:
     return params.check_namespace(namespace, where="the namespace in the URL")
@@ -209,23 +227,26 @@ def install(
     collection = f"{base}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"{base}/{kind.plural}"
     item = f"{collection}/{{name}}"
     read_body = wire.body_reader(options.max_body_bytes)
-    object_ref, list_ref = schemas.object(kind), schemas.list(kind)
+    object_ref = schemas.object(kind)
     object_body = request_body(object_ref, wire.JSON, "application/yaml")
     patch_body = request_body({"type": "object"}, wire.MERGE_PATCH)
     tags: list[str | Enum] = [kind.api_version]
     resource = kind.resource
 
-    def add(path: str, endpoint: Callable[..., Response], method: str, verb: str, ref: dict[str, str],
-            status_code: int = 200, extra: dict[str, Any] | None = None) -> None:
+    def add(path: str, endpoint: Callable[..., Response], method: str, verb: str,
+            status_code: int = 200, extra: dict[str, Any] | None = None,
+            responses: dict[int | str, Any] | None = None) -> None:
         app.add_api_route(
             path, endpoint, methods=[method], name=f"{verb}:{resource}", tags=tags,
             summary=f"{verb} {kind.kind}", status_code=status_code, openapi_extra=extra,
-            responses=schemas.responses(status_code, ref, f"the {kind.kind}"),
+            responses=responses or schemas.responses(status_code, object_ref, f"the {kind.kind}",
+                                                     body=method != "GET"),
         )
 
-    add(collection, lister(h, scope), "GET", "list", list_ref)
+    add(collection, lister(h, scope), "GET", "list", responses=schemas.list_responses(kind))
     if kind.namespaced:
-        add(f"{base}/{kind.plural}", lister(h, _cluster), "GET", "listAllNamespaces", list_ref)
+        add(f"{base}/{kind.plural}", lister(h, _cluster), "GET", "listAllNamespaces",
+            responses=schemas.list_responses(kind))
 
     def create(
         namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
@@ -269,14 +290,14 @@ def install(
     ) -> Response:
         return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run))
 
-    add(collection, create, "POST", "create", object_ref, 201, object_body)
-    add(item, read, "GET", "read", object_ref)
-    add(item, replace, "PUT", "replace", object_ref, extra=object_body)
-    add(item, patch, "PATCH", "patch", object_ref, extra=patch_body)
-    add(item, delete, "DELETE", "delete", object_ref)
-    add(f"{item}/status", read, "GET", "readStatus", object_ref)
-    add(f"{item}/status", replace_status, "PUT", "replaceStatus", object_ref, extra=object_body)
-    add(f"{item}/status", patch_status, "PATCH", "patchStatus", object_ref, extra=patch_body)
+    add(collection, create, "POST", "create", 201, object_body)
+    add(item, read, "GET", "read", responses=schemas.read_responses(kind))
+    add(item, replace, "PUT", "replace", extra=object_body)
+    add(item, patch, "PATCH", "patch", extra=patch_body)
+    add(item, delete, "DELETE", "delete")
+    add(f"{item}/status", read, "GET", "readStatus", responses=schemas.read_responses(kind))
+    add(f"{item}/status", replace_status, "PUT", "replaceStatus", extra=object_body)
+    add(f"{item}/status", patch_status, "PATCH", "patchStatus", extra=patch_body)
 
 
 def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Response]:

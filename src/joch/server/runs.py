@@ -78,7 +78,7 @@ from joch.server import resources, wire
 from joch.server import watch as watching
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType
-from joch.server.schemas import KindSchemas
+from joch.server.schemas import UNAVAILABLE, KindSchemas, error_responses
 from joch.store.base import Obj, Store, WatchOptions
 
 logger = logging.getLogger("joch.server")
@@ -303,7 +303,7 @@ def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
     decision = body.get("decision")
     if decision is None:
         causes.append(Cause("decision", 'Required value: "approve" or "deny"', "FieldValueRequired"))
-    elif decision not in DECISIONS:
+    elif not isinstance(decision, str) or decision not in DECISIONS:
         causes.append(Cause("decision", f'Unsupported value: {_json(decision)}: supported values: "approve", "deny"',
                             "FieldValueNotSupported"))
     for field, limit in (("reason", 1024), ("decidedBy", 253)):
@@ -390,27 +390,27 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
     def manifest(name: str, namespace: str | None = Depends(scope)) -> Response:
         return h.manifest(namespace or "", name)
 
-    log_doc = _media(schemas.responses(200, None, "the run's log (streamed with follow=true)"), TEXT)
+    log_doc = schemas.responses(200, {"type": "string"}, "the run's log (streamed with follow=true)",
+                                media_type=TEXT)
+    log_doc.update(error_responses(UNAVAILABLE))
     for path in (f"{RUNS}/{{name}}/log", "/v1/namespaces/{namespace}/executions/{name}/log"):
         app.add_api_route(path, log, methods=["GET"], tags=TAGS, summary="Read or follow a run's log",
-                          responses=log_doc, name=f"log:{path}")
+                          responses=log_doc, name=f"log:{path}", response_class=Response)
     app.add_api_route(f"{RUNS}/{{name}}/artifacts", artifacts, methods=["GET"], tags=TAGS,
                       summary="List a run's artifacts", responses=schemas.responses(200, None, "an ArtifactList"))
+    artifact_doc = schemas.responses(200, None, "the artifact's bytes", media_type=OCTETS)
+    artifact_doc.update(error_responses(UNAVAILABLE))
     app.add_api_route(f"{RUNS}/{{name}}/artifacts/{{artifact}}", artifact, methods=["GET"], tags=TAGS,
-                      summary="Download a run's artifact",
-                      responses=_media(schemas.responses(200, None, "the artifact's bytes"), OCTETS))
+                      summary="Download a run's artifact", responses=artifact_doc, response_class=Response)
     decision_body = {"requestBody": {"required": True, "content": {wire.JSON: {"schema": {
         "type": "object", "required": ["decision"],
         "properties": {"decision": {"type": "string", "enum": sorted(DECISIONS)}, "reason": {"type": "string"},
                        "decidedBy": {"type": "string", "default": ANONYMOUS}}}}}}}
     app.add_api_route("/v1/namespaces/{namespace}/approvals/{name}/decide", decide, methods=["POST"], tags=TAGS,
                       summary="Approve or deny an approval (once)", openapi_extra=decision_body,
-                      responses=schemas.responses(200, schemas.object(kinds.APPROVAL), "the decided Approval"))
+                      responses=schemas.responses(200, schemas.object(kinds.APPROVAL), "the decided Approval",
+                                                  body=True))
     app.add_api_route("/v1/namespaces/{namespace}/agents/{name}/manifest", manifest, methods=["GET"], tags=TAGS,
                       summary="The agent's compiled manifest (422 listing the problems if it does not compile)",
                       responses=schemas.responses(200, None, "a CompiledAgentManifest"))
 
-
-def _media(doc: dict[int | str, Any], media_type: str) -> dict[int | str, Any]:
-    doc[200]["content"] = {media_type: {"schema": {"type": "string", "format": "binary"}}}
-    return doc

@@ -43,6 +43,7 @@ from joch.store.base import Store, Watch, WatchOptions
 
 logger = logging.getLogger("joch.server")
 
+MEDIA_TYPE = "text/event-stream"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 HEARTBEAT = b": heartbeat\n\n"
 
@@ -53,7 +54,7 @@ def respond(
 ) -> StreamingResponse:
     watch, end = open_watch(store, kind, watch_options, options, slots)
     return streaming(_stream(watch, timeout=timeout_seconds, heartbeat=options.sse_heartbeat_interval), end,
-                     media_type="text/event-stream", headers=HEADERS)
+                     media_type=MEDIA_TYPE, headers=HEADERS)
 
 
 def frame(event_type: str, data: object, event_id: int | None = None) -> bytes:

@@ -37,7 +37,7 @@ from joch.api.registry import Registry
 from joch.server import limits, params, resources, sse, wire
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType, KindHandlers
-from joch.server.schemas import KindSchemas
+from joch.server.schemas import SERVER_SENT_EVENTS, KindSchemas
 from joch.store.base import Store
 
 LastEventId = Annotated[str | None, Header(alias="last-event-id", description="resume after this id")]
@@ -109,12 +109,12 @@ def install(
     }}}
     app.add_api_route(
         "/v1/resources/apply", apply, methods=["POST"], tags=TAGS, summary="Apply manifests atomically",
-        responses=schemas.responses(200, None, "an ApplyResult"), openapi_extra=manifest_body,
+        responses=schemas.responses(200, None, "an ApplyResult", body=True), openapi_extra=manifest_body,
     )
     app.add_api_route(
         "/v1/resources/create", create, methods=["POST"], tags=TAGS, status_code=201,
         summary="Create manifests atomically (generateName honoured; existing objects are a 409)",
-        responses=schemas.responses(201, None, "an ApplyResult, every item created"),
+        responses=schemas.responses(201, None, "an ApplyResult, every item created", body=True),
         openapi_extra=manifest_body,
     )
 
@@ -123,7 +123,7 @@ def install(
     approvals = KindHandlers(kinds.APPROVAL, store, options, slots)
     app.add_api_route("/v1/namespaces/{namespace}/agents", resources.lister(agents),
                       methods=["GET"], tags=TAGS, summary="List agents",
-                      responses=schemas.responses(200, schemas.list(kinds.AGENT), "an AgentList"))
+                      responses=schemas.list_responses(kinds.AGENT))
 
     def get_agent(name: str, namespace: str | None = Depends(resources.namespace_scope)) -> Response:
         return agents.get(namespace, name)
@@ -133,7 +133,7 @@ def install(
                       responses=schemas.responses(200, schemas.object(kinds.AGENT), "the Agent"))
     app.add_api_route("/v1/namespaces/{namespace}/executions", resources.lister(runs),
                       methods=["GET"], tags=TAGS, summary="List executions (AgentRuns)",
-                      responses=schemas.responses(200, schemas.list(kinds.AGENT_RUN), "an AgentRunList"))
+                      responses=schemas.list_responses(kinds.AGENT_RUN))
 
     def create_execution(
         namespace: str | None = Depends(resources.namespace_scope), body: bytes = Depends(read_body),
@@ -143,12 +143,12 @@ def install(
 
     app.add_api_route("/v1/namespaces/{namespace}/executions", create_execution, methods=["POST"],
                       tags=TAGS, summary="Create an execution (AgentRun)", status_code=201,
-                      responses=schemas.responses(201, schemas.object(kinds.AGENT_RUN), "the AgentRun"),
+                      responses=schemas.responses(201, schemas.object(kinds.AGENT_RUN), "the AgentRun", body=True),
                       openapi_extra=resources.request_body(schemas.object(kinds.AGENT_RUN), wire.JSON,
                                                            "application/yaml"))
     app.add_api_route("/v1/namespaces/{namespace}/approvals", resources.lister(approvals),
                       methods=["GET"], tags=TAGS, summary="List approvals",
-                      responses=schemas.responses(200, schemas.list(kinds.APPROVAL), "an ApprovalList"))
+                      responses=schemas.list_responses(kinds.APPROVAL))
 
     def get_execution(name: str, namespace: str | None = Depends(resources.namespace_scope)) -> Response:
         return runs.get(namespace, name)
@@ -179,10 +179,10 @@ def install(
         )
         return sse.respond(store, info, watch_options, timeout_seconds=timeout, options=options, slots=slots)
 
-    sse_doc = schemas.responses(200, None, "Server-Sent Events")
-    sse_doc[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+    sse_doc = schemas.responses(200, SERVER_SENT_EVENTS, "Server-Sent Events: the current objects as ADDED "
+                                "(without resourceVersion, or 0), then every change", media_type=sse.MEDIA_TYPE)
     app.add_api_route("/v1/resources/watch", watch_resources, methods=["GET"], tags=TAGS,
-                      summary="Watch resources (Server-Sent Events)",
+                      summary="Watch resources (Server-Sent Events)", response_class=Response,
                       responses=sse_doc)
     app.add_api_route("/v1/resources", watch_resources, methods=["WATCH"], include_in_schema=False,
                       name="watch:v1-resources")

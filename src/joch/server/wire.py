@@ -18,6 +18,11 @@ guess: those are the bodies a web page can send cross-origin without a CORS pref
 CLI always say ``application/json``. PATCH accepts ``application/merge-patch+json`` only and names it in the 415
 otherwise (strategic merge and server-side apply are Kubernetes built-in-type features).
 
+Every object body is checked for the shape a handler relies on before it reads anything
+(``metadata.envelope_causes``: ``apiVersion`` and ``kind`` strings, ``metadata`` a mapping whose
+name, namespace, uid and resourceVersion are strings): a 422 ``Invalid`` naming each field, for
+every route that takes a body, instead of an ``AttributeError`` in whichever handler met it first.
+
 JSON bodies are held to the document loader's limits before and after parsing: nesting deeper
 than ``documents.MAX_DEPTH`` is a 400 naming the line (Python's JSON parser recurses, so a body of
 100,000 ``[`` would otherwise be a ``RecursionError``), and a lone UTF-16 surrogate escape
@@ -33,7 +38,7 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import Response
 
-from joch.admission import documents
+from joch.admission import documents, metadata
 from joch.api import errors
 
 JSON = "application/json"
@@ -43,7 +48,9 @@ BODY = "request body"
 
 
 def dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    # A lone surrogate quoted back in an error message cannot be UTF-8: as ``\\udXXX`` it is the
+    # JSON escape of itself, where a strict encode would fail the response.
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
 def json_response(body: Any, *, status_code: int = 200, warnings: Iterable[str] = ()) -> Response:
@@ -117,9 +124,13 @@ def decode_object(body: bytes, content_type: str | None, *, allow_yaml: bool = T
         raise unsupported(kind, "application/json or application/yaml" if allow_yaml else JSON)
     if not body.strip():
         raise errors.BadRequest("the request body is empty: send the object as JSON")
-    value = _load_yaml(decode_text(body)) if yaml_body else _load_json(decode_text(body))
+    value, raw = _load_yaml(decode_text(body)) if yaml_body else (_load_json(decode_text(body)), None)
     if not isinstance(value, dict):
         raise errors.BadRequest(f"the request body must be a JSON object, not {type(value).__name__}")
+    causes = metadata.envelope_causes(value, raw=raw)
+    if causes:
+        shown = ", ".join(f"{c.field}: {c.message}" for c in causes)
+        raise errors.Invalid(f"the request body is invalid: {shown}", causes=causes)
     return value
 
 
@@ -155,7 +166,7 @@ def _load_json(text: str) -> Any:
     return value
 
 
-def _load_yaml(text: str) -> Any:
+def _load_yaml(text: str) -> tuple[Any, documents.RawScalars]:
     # Admission's loader: duplicate keys and alias bombs are refused as they are for `apply`.
     docs = documents.load_documents(text, BODY)
     if len(docs) != 1:
@@ -163,7 +174,7 @@ def _load_yaml(text: str) -> Any:
             f"the request body holds {len(docs)} objects; send exactly one "
             "(POST /v1/resources/apply takes several)"
         )
-    return docs[0].obj
+    return docs[0].obj, docs[0].raw
 
 
 def require_merge_patch(content_type: str | None) -> None:

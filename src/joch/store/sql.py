@@ -36,6 +36,11 @@ How long the change log keeps what (``KindInfo.history`` and ``KindInfo.sensitiv
 * Auto-compaction (``history``) counts the change rows that are kept, not revisions: a Lease
   renewed every two seconds costs the log one row, so it does not push user objects' changes
   past the horizon.
+
+* **A key with a NUL character names nothing.** Postgres text cannot hold NUL (the statement fails),
+  SQLite can; admission refuses NUL in every string, so no stored object has one in its name or
+  namespace. Lookups by such a key are answered here without asking the database — not found, an
+  empty list, a continue token that is not ours — so both dialects answer alike whoever calls.
 """
 
 from __future__ import annotations
@@ -150,6 +155,11 @@ class Backend(abc.ABC):
     def close(self) -> None: ...
 
 
+def _nameable(*keys: str | None) -> bool:
+    """Whether these keys (names, namespaces) can name a stored object: no NUL (module docstring)."""
+    return not any(key and "\x00" in key for key in keys)
+
+
 def object_key(kind: KindInfo, namespace: str | None) -> str:
     if not kind.namespaced:
         return ""
@@ -242,6 +252,8 @@ class _Tx(Writer):
 
     def _load(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
         key = (kind.key, namespace, name)
+        if not _nameable(namespace, name):
+            return None
         if key in self._seen:
             body = self._seen[key]
         else:
@@ -300,6 +312,9 @@ class _Tx(Writer):
                                          "FieldValueRequired")],
                 )
             name = self._generate_name(kind, ns, prefix)
+        if not _nameable(ns, name):  # admission refuses it first; this keeps Postgres from failing
+            raise errors.Invalid(f"{kind.kind}: metadata.name and metadata.namespace must not contain NUL",
+                                 kind=kind.kind, causes=[errors.Cause("metadata.name", "must not contain NUL")])
         m.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
         m.pop("deletionTimestamp", None)
         if kind.namespaced:
@@ -382,9 +397,12 @@ def _encode_continue(revision: int, namespace: str, name: str) -> str:
 def _decode_continue(token: str) -> tuple[int, str, str]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        return int(data["rv"]), str(data["ns"]), str(data["n"])
+        decoded = int(data["rv"]), str(data["ns"]), str(data["n"])
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise errors.BadRequest(f"invalid continue token {token!r}: pass the token a list returned") from exc
+    if not _nameable(decoded[1], decoded[2]):
+        raise errors.BadRequest(f"invalid continue token {token!r}: pass the token a list returned")
+    return decoded
 
 
 def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
@@ -400,6 +418,10 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
         first_revision, ns_after, name_after = _decode_continue(opts.continue_token)
         after = (ns_after, name_after)
     where, params = _list_filter(kind, namespace, fields)
+    if where is None:
+        (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+        list_revision = first_revision if first_revision is not None else int(revision)
+        return ListResult(items=[], resource_version=str(list_revision), continue_token=None)
     items: list[Obj] = []
     more = False
     (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
@@ -434,15 +456,23 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
 
 def _list_filter(
     kind: KindInfo, namespace: str | None, fields: tuple[selectors.Requirement, ...]
-) -> tuple[str, list[Any]]:
+) -> tuple[str | None, list[Any]]:
+    """The WHERE clause and its parameters; None when nothing can match (a key with NUL)."""
     where, params = ["kind = ?"], [kind.key]
     if namespace is not None:
+        if not _nameable(namespace):
+            return None, []
         where.append("namespace = ?")
         params.append(namespace)
     for req in fields:
+        value = req.values[0]
+        if not _nameable(value):
+            if req.op == "=":
+                return None, []
+            continue  # every stored key differs from it
         column = "name" if req.key == "metadata.name" else "namespace"
         where.append(f"{column} {'=' if req.op == '=' else '<>'} ?")
-        params.append(req.values[0])
+        params.append(value)
     return " AND ".join(where), params
 
 
@@ -491,6 +521,8 @@ class SqlStore(Store):
 
     def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
         ns = object_key(kind, namespace)
+        if not _nameable(ns, name):
+            raise _not_found(kind, ns, name)
         with self.backend.read() as conn:
             row = conn.execute(
                 "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
@@ -589,19 +621,24 @@ class SqlStore(Store):
             for r in rows
         ]
 
-    def _snapshot(self, kind: KindInfo, namespace: str | None) -> tuple[int, builtins.list[str]]:
-        ns = namespace if kind.namespaced else None
+    def _snapshot(self, kind: KindInfo | None, namespace: str | None) -> tuple[int, builtins.list[str]]:
+        """The current revision and the bodies a watch from "now" starts with: the objects of
+        ``kind`` (of every kind when None) in ``namespace`` (everywhere when None), in one snapshot."""
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind.key)
+        if namespace:
+            if not _nameable(namespace):
+                return self.current_revision(), []
+            where.append("namespace = ?")
+            params.append(namespace)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
         with self.backend.read() as conn:
             (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
-            if ns:
-                rows = conn.execute(
-                    "SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? ORDER BY namespace, name",
-                    (kind.key, ns),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    "SELECT body FROM joch_objects WHERE kind = ? ORDER BY namespace, name", (kind.key,)
-                ).fetchall()
+            rows = conn.execute(f"SELECT body FROM joch_objects {clause}ORDER BY kind, namespace, name",
+                                params).fetchall()
         return int(revision), [r[0] for r in rows]
 
     def watch(self, kind: KindInfo | None, options: WatchOptions | None = None) -> Watch:
@@ -623,11 +660,8 @@ class SqlStore(Store):
             sub = self.feed.subscribe(flt, after=None, bookmarks=opts.allow_bookmarks,
                                       bookmark_interval=interval, bookmark_template=bookmark, limits=limits)
             try:
-                if kind is None:
-                    sub.start_live(self.current_revision(), [])
-                else:
-                    revision, bodies = self._snapshot(kind, flt.namespace)
-                    sub.start_live(revision, bodies)
+                revision, bodies = self._snapshot(kind, flt.namespace)
+                sub.start_live(revision, bodies)
             except BaseException:
                 sub.close()
                 raise

@@ -88,6 +88,8 @@ def test_concurrent_decisions_one_wins(server: LiveServer) -> None:
 
 @pytest.mark.parametrize(("body", "field", "reason"), [
     ({"decision": "maybe"}, "decision", "FieldValueNotSupported"),
+    ({"decision": {}}, "decision", "FieldValueNotSupported"),  # unhashable: once a 500
+    ({"decision": []}, "decision", "FieldValueNotSupported"),
     ({}, "decision", "FieldValueRequired"),
     ({"decision": "approve", "reason": 3}, "reason", "FieldValueInvalid"),
     ({"decision": "approve", "decidedBy": ["x"]}, "decidedBy", "FieldValueInvalid"),

@@ -106,3 +106,31 @@ def _assert_refs_resolve(doc: dict[str, Any], node: Any) -> None:
     elif isinstance(node, list):
         for value in node:
             _assert_refs_resolve(doc, value)
+
+
+def test_openapi_describes_what_each_route_sends(server: LiveServer) -> None:
+    """Watches are not lists, streams are not JSON, discovery has 404s, and FastAPI's own 422
+    validation body (which the server never sends: it answers 400 Status) is gone."""
+    doc = server.http.get("/openapi.json").json()
+    paths, schemas = doc["paths"], doc["components"]["schemas"]
+    listed = paths["/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"]["get"]["responses"]["200"]
+    assert listed["content"]["application/json"]["schema"]["anyOf"] == [
+        {"$ref": "#/components/schemas/AgentList"}, {"$ref": "#/components/schemas/WatchEvent"},
+        {"$ref": "#/components/schemas/Table"}]
+    assert schemas["WatchEvent"]["properties"]["type"]["enum"] == ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+    v1_list = paths["/v1/namespaces/{namespace}/executions"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert {"$ref": "#/components/schemas/WatchEvent"} in v1_list["schema"]["anyOf"]
+    sse = paths["/v1/resources/watch"]["get"]["responses"]["200"]["content"]
+    assert list(sse) == ["text/event-stream"] and "Last-Event-ID" in sse["text/event-stream"]["schema"]["description"]
+    log = paths["/v1/namespaces/{namespace}/executions/{name}/log"]["get"]["responses"]
+    assert list(log["200"]["content"]) == ["text/plain; charset=utf-8"] and "503" in log
+    status = {"$ref": "#/components/schemas/Status"}
+    for path in ("/apis/{group}", "/apis/{group}/{version}"):
+        responses = paths[path]["get"]["responses"]
+        assert responses["404"]["content"]["application/json"]["schema"] == status, path
+        assert "422" not in responses and responses["400"]["content"]["application/json"]["schema"] == status
+    assert "HTTPValidationError" not in schemas and "HTTPValidationError" not in str(paths)
+    create = paths["/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"]["post"]["responses"]
+    assert "413" in create and "413" not in listed
+    r = server.http.get("/apis/nothing.example")
+    assert is_status(r.json(), 404, "NotFound")

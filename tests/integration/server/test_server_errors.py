@@ -3,11 +3,17 @@ unexpected exceptions (500, nothing leaked) and a store that does not answer (50
 
 from __future__ import annotations
 
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import psycopg
+import pytest
 
 from joch.server import ServerOptions
 from joch.server.testing import LiveServer, is_status, live_server
-from joch.store import Store
+from joch.store import Store, open_store
 
 
 class Faulty:
@@ -86,3 +92,35 @@ def test_lone_surrogates_are_400_naming_the_field(server: LiveServer) -> None:
     assert r.status_code == 400 and is_status(r.json(), 400, "BadRequest")
     assert r.json()["details"]["causes"][0]["field"] == "documents[0].spec.text"
     assert server.http.get(server.path("impl", "s")).status_code == 404
+
+
+@pytest.mark.postgres
+def test_pooled_connections_killed_under_the_server_cost_no_request(postgres_url: str) -> None:
+    """What a PostgreSQL restart does to the pool, without restarting the server others test on:
+    terminate this store's own backends (found by a unique application_name), then read and write."""
+    app = f"joch-test-{uuid.uuid4().hex[:12]}"
+    store = open_store(f"{postgres_url}&application_name={app}")
+
+    def kill_backends() -> None:
+        with ThreadPoolExecutor(4) as pool:  # several pooled connections, all to go stale
+            assert set(pool.map(lambda _: server.http.get(server.path("agents")).status_code, range(20))) == {200}
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()) AS t", (app,)).fetchone()
+        assert killed is not None and killed[0] >= 2
+
+    try:
+        with live_server(store, ServerOptions()) as server:
+            kill_backends()
+            started = time.monotonic()
+            created = server.http.post(server.path("ap"), json={
+                "apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+                "spec": {"binary": "x"}})
+            assert created.status_code == 201, created.text
+            assert time.monotonic() - started < 3  # no backoff sleeps between dead connections
+            kill_backends()
+            codes = [server.http.get(server.path("ap", "p")).status_code for _ in range(40)]
+            assert codes == [200] * 40
+    finally:
+        store.close()

@@ -182,6 +182,22 @@ def test_sse_delivers_events_with_ids(server: LiveServer) -> None:
     assert json.loads(event["data"])["metadata"]["name"] == "live"
 
 
+def test_sse_without_a_kind_starts_with_every_current_object(server: LiveServer) -> None:
+    server.create(provider("a"))
+    server.create(provider("b"), namespace="elsewhere")
+    server.create({"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "x"},
+                   "spec": {"providerRef": {"name": "a"}}})
+    for params in ({"timeoutSeconds": "1"}, {"resourceVersion": "0", "timeoutSeconds": "1"}):
+        with server.http.stream("GET", "/v1/resources/watch", params=params) as r:
+            events = [e for e in sse_events(r) if "event" in e]
+        assert sorted((e["event"], json.loads(e["data"])["kind"], json.loads(e["data"])["metadata"]["name"])
+                      for e in events) == [("ADDED", "Agent", "x"), ("ADDED", "AgentProvider", "a"),
+                                           ("ADDED", "AgentProvider", "b")], params
+    elsewhere = {"namespace": "elsewhere", "timeoutSeconds": "1"}
+    with server.http.stream("GET", "/v1/resources/watch", params=elsewhere) as r:
+        assert [json.loads(e["data"])["metadata"]["name"] for e in sse_events(r) if "event" in e] == ["b"]
+
+
 def test_sse_watch_method_resumes_from_last_event_id_and_sends_heartbeats(server: LiveServer) -> None:
     server.create(provider("seed"), namespace="elsewhere")  # revision 0 would mean "from now"
     before = int(server.http.get(server.path("ap")).json()["metadata"]["resourceVersion"])

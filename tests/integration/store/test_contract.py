@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import threading
 from typing import Any
 
@@ -268,6 +269,29 @@ def test_watch_all_kinds(store: Store) -> None:
                                       "spec": {"binary": "x"}})
         kinds = [w.get(timeout=5).object["kind"] for _ in range(2)]  # type: ignore[union-attr]
         assert kinds == ["Agent", "AgentProvider"]
+
+
+def test_watch_all_kinds_from_now_starts_with_every_object(store: Store) -> None:
+    store.create(AGENT, agent("a"))
+    elsewhere = agent("b")
+    elsewhere["metadata"]["namespace"] = "team-x"
+    store.create(AGENT, elsewhere)
+    store.create(AGENT_PROVIDER, {"metadata": {"name": "p", "namespace": "default"}, "spec": {"binary": "x"}})
+    expected = [("Agent", "a"), ("Agent", "b"), ("AgentProvider", "p")]  # by kind, namespace, name
+    for rv in (None, "0"):
+        revision = store.current_revision()
+        with store.watch(None, WatchOptions(resource_version=rv)) as w:
+            events = [w.get(timeout=2) for _ in expected]
+            assert [(e.type, e.object["kind"], e.object["metadata"]["name"], e.revision)  # type: ignore[union-attr]
+                    for e in events] == [("ADDED", kind, name, revision) for kind, name in expected]
+            store.create(AGENT, agent(f"after-{rv}"))
+            event = w.get(timeout=5)
+            assert event is not None and event.type == "ADDED" and event.object["metadata"]["name"] == f"after-{rv}"
+        expected.insert(1, ("Agent", f"after-{rv}"))
+    with store.watch(None, WatchOptions(namespace="team-x", label_selector="")) as w:
+        first = w.get(timeout=2)
+        assert first is not None and first.object["metadata"]["name"] == "b"
+        assert w.get(timeout=0.3) is None
 
 
 def test_watch_from_compacted_revision_is_gone(store: Store) -> None:
@@ -658,3 +682,27 @@ def test_reads_inside_a_transaction_see_its_own_writes(store: Store) -> None:
         mutated["spec"] = {"mutated": True}  # callers own what they read
         assert tx.get(AGENT, "default", "never")["spec"] == {"providerRef": {"name": "p"}}
     assert store.get(AGENT, "default", "a")["spec"]["providerRef"]["name"] == "p"
+
+
+def test_keys_with_nul_name_nothing_on_every_backend(store: Store) -> None:
+    """Postgres text cannot hold NUL: such a key must be "not found", never a database error."""
+    store.create(AGENT, agent("a"))
+    with pytest.raises(errors.NotFound):
+        store.get(AGENT, "default", "a\x00b")
+    with pytest.raises(errors.NotFound):
+        store.delete(AGENT, "default", "a\x00b")
+    with pytest.raises(errors.NotFound):
+        store.update(AGENT, agent("a\x00b"))
+    with store.transaction() as tx, pytest.raises(errors.NotFound):
+        tx.get(AGENT, "default", "a\x00b")
+    assert store.list(AGENT, ListOptions(field_selector="metadata.name=a\x00b")).items == []
+    assert store.list(AGENT, ListOptions(namespace="x\x00y")).items == []
+    assert [o["metadata"]["name"] for o in store.list(
+        AGENT, ListOptions(field_selector="metadata.name!=a\x00b")).items] == ["a"]
+    with pytest.raises(errors.Invalid, match="NUL"):
+        store.create(AGENT, agent("a\x00b"))
+    forged = base64.urlsafe_b64encode(b'{"rv":1,"ns":"default","n":"a\\u0000b"}').decode()
+    with pytest.raises(errors.BadRequest, match="invalid continue token"):
+        store.list(AGENT, ListOptions(limit=1, continue_token=forged))
+    with store.watch(AGENT, WatchOptions(namespace="x\x00y")) as w:
+        assert w.get(timeout=0.2) is None

@@ -213,7 +213,7 @@ def test_documents_that_crashed_libyaml_are_refused(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "where"), [
     ('{"kind": "A", "spec": {"text": "x\\ud800y"}}', "documents[0].spec.text"),
-    ('[{"kind": "A"}, {"kind": "B", "spec": {"\\udc00": 1}}]', "documents[0].items[1].spec[\udc00]"),
+    ('[{"kind": "A"}, {"kind": "B", "spec": {"\\udc00": 1}}]', "documents[0].items[1].spec[\\udc00]"),
     ('{"kind": "List", "items": [{"kind": "A", "m": ["ok", "\\uDBFF"]}]}', "documents[0].items[0].m[1]"),
 ])
 def test_lone_surrogates_are_refused_at_their_field(text: str, where: str) -> None:
