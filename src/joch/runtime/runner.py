@@ -38,7 +38,8 @@ to start on a directory that has one: a run attempt is executed once.
   (empty, or with ``=`` or NUL in it) fails the run with ``StartError`` naming it.
 * **The sandbox** (``--sandbox bwrap``): the agent runs under bubblewrap in new PID, IPC and UTS
   namespaces with the root file system read-only, its worktree (and its repository's mirror, which
-  its commits go into), outputs and a private HOME and /tmp writable, and the ``--hide`` paths (the
+  its commits go into), outputs and a private HOME and /tmp writable (what the agent runs from, if
+  under the host's /tmp, is mounted back read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
   ``--sandbox none`` runs it as a plain child process.
@@ -308,6 +309,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     takes its agent along, so no agent ever runs unsupervised."""
     command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox
+    for installed in installed_under_tmp(executable):
+        command += ["--ro-bind", installed, installed]
     for path in hide:
         command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
     writable = [checkout.root, files.outputs, home]
@@ -317,6 +320,46 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
         command += ["--bind", str(path), str(path)]
     command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
     return command + args
+
+
+def installed_under_tmp(executable: str) -> list[str]:
+    """What the agent needs that the sandbox's fresh /tmp would hide, to mount back read-only: the
+    installation of ``executable``, of the interpreter its ``#!`` line names, and the Python
+    environment joch runs from (whose ``bin`` is on the agent's PATH), when they live under /tmp.
+
+    A checkout cloned into /tmp and set up with ``make run`` has its ``.venv`` there:
+    ``joch-demo-agent`` and every console script installed with joch. An installation is the prefix
+    of a ``PREFIX/bin/NAME`` executable (a virtualenv, a ``--prefix`` install: its ``lib`` is
+    needed too), else the executable's own directory; /tmp itself is never mounted back whole (an
+    executable directly in /tmp is mounted alone)."""
+    tmp = os.path.realpath("/tmp")  # noqa: S108 - the sandbox's own /tmp hides this directory
+    programs = {executable, os.path.realpath(executable)}
+    interpreter = _interpreter(executable)
+    if interpreter is not None:
+        programs |= {interpreter, os.path.realpath(interpreter)}
+    found: set[str] = set()
+    for prefix in (sys.prefix, sys.base_prefix):
+        found.add(os.path.realpath(prefix))
+    for program in programs:
+        directory = os.path.dirname(os.path.abspath(program))
+        root = os.path.dirname(directory) if os.path.basename(directory) == "bin" else directory
+        found.add(os.path.realpath(root) if os.path.realpath(root) != tmp else os.path.realpath(program))
+    inside = sorted(path for path in found if path.startswith(tmp + os.sep) and os.path.exists(path))
+    # An installation inside another one is mounted with it.
+    return [path for path in inside if not any(path.startswith(other + os.sep) for other in inside)]
+
+
+def _interpreter(executable: str) -> str | None:
+    """The program a ``#!`` script names (``#!/usr/bin/env python3`` names ``/usr/bin/env``), or None."""
+    try:
+        with open(executable, "rb") as script:
+            first = script.readline(1024)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split()
+    return os.fsdecode(words[0]) if words else None
 
 
 def sandbox_problem() -> str | None:

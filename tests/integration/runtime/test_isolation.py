@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +253,28 @@ def test_a_sandboxed_run_is_cancelled_and_timed_out_like_any_other(sandboxed: Lo
     ref = sandboxed.submit(spec(["sh", "-c", script], uid="iso-9", timeout_seconds=1, grace_seconds=1))
     state = finished(sandboxed, ref)
     assert (state.phase, state.reason) == ("Failed", "DeadlineExceeded") and group_members(state.pid or 0) == []
+
+
+def test_a_sandboxed_agent_installed_under_tmp_still_runs(sandboxed: LocalRuntime) -> None:
+    # A checkout cloned into /tmp and set up by `make run` has its .venv (joch-demo-agent, its
+    # Python) under /tmp, which the sandbox replaces with a fresh tmpfs: the installation of the
+    # agent and of its #! interpreter are mounted back, read-only; the rest of /tmp stays hidden.
+    base = Path(tempfile.mkdtemp(prefix="joch-installed-", dir="/tmp"))
+    try:
+        env = base / "env"
+        (env / "bin").mkdir(parents=True)
+        (env / "bin/sh").symlink_to(shutil.which("sh") or "/bin/sh")
+        (env / "share").mkdir()
+        (env / "share/greeting").write_text("hello from the prefix\n")
+        agent = base / "tools/agent"
+        agent.parent.mkdir()
+        agent.write_text(f'#!{env}/bin/sh\ncat "{env}/share/greeting" && cat "{base}/secret" || echo hidden\n')
+        agent.chmod(0o755)
+        (base / "secret").write_text("not for the agent\n")
+        ref = sandboxed.submit(spec([str(agent)], uid="iso-tmp"))
+        state = finished(sandboxed, ref)
+        log = (Path(ref["dir"]) / "log").read_text()
+        assert state.phase == "Succeeded", (state, log)
+        assert log == "hello from the prefix\ncat: /tmp/" + f"{base.name}/secret: No such file or directory\nhidden\n"
+    finally:
+        shutil.rmtree(base)
