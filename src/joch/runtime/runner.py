@@ -324,8 +324,9 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
 
 def installed_under_tmp(executable: str) -> list[str]:
     """What the agent needs that the sandbox's fresh /tmp would hide, to mount back read-only: the
-    installation of ``executable``, of the interpreter its ``#!`` line names, and the Python
-    environment joch runs from (whose ``bin`` is on the agent's PATH), when they live under /tmp.
+    installation of ``executable``, of the interpreter its ``#!`` line names, the Python environment
+    joch runs from (whose ``bin`` is on the agent's PATH) and the directory joch is imported from,
+    when they live under /tmp.
 
     A checkout cloned into /tmp and set up with ``make run`` has its ``.venv`` there:
     ``joch-demo-agent`` and every console script installed with joch. An installation is the prefix
@@ -338,7 +339,9 @@ def installed_under_tmp(executable: str) -> list[str]:
     if interpreter is not None:
         programs |= {interpreter, os.path.realpath(interpreter)}
     found: set[str] = set()
-    for prefix in (sys.prefix, sys.base_prefix):
+    # joch's Python environment, and the directory joch is imported from (an editable install's
+    # src/ is outside the environment): joch-demo-agent and other scripts installed with joch run there.
+    for prefix in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(os.path.dirname(__file__)))):
         found.add(os.path.realpath(prefix))
     for program in programs:
         directory = os.path.dirname(os.path.abspath(program))
