@@ -336,12 +336,23 @@ def follow(client: Client, namespace: str, name: str, *, display: Display | None
     return view.run or {}
 
 
+def _step(view: RunView) -> tuple[str, object] | None:
+    """What a ``==> Phase`` line is shown for: each phase, and each attempt's start (a retry is a new
+    ``Running``). ``Running`` with reason ``Starting`` is the controller's note that it is about to
+    start the runner, followed at once by the start itself; whether a follower sees it is a matter of
+    timing, so it is not shown: the line is always ``==> Running: attempt N started on ...``."""
+    if view.run is None or view.status.get("reason") == "Starting":
+        return None
+    return view.phase, view.status.get("attempt")
+
+
 def _apply(update: Update, view: RunView, follower: Follower, display: Display) -> None:
     if update.kind == "run":
-        before = view.phase if view.run is not None else None
+        before = _step(view)
         view.run = update.value
         follower.saw(update.value)
-        if view.phase != before:
+        step = _step(view)
+        if step is not None and step != before:
             display.phase(view)
     elif update.kind == "log":
         view.feed(update.value)

@@ -131,6 +131,28 @@ def test_plain_display_starts_every_phase_line_on_a_line_of_its_own() -> None:
                    ("==> Running", True), ("==> no log: gone", True), (b"tail", False), ("", True)]
 
 
+def test_follow_shows_each_attempts_start_whether_or_not_it_saw_the_controllers_note() -> None:
+    # The controller records Running/Starting, then Running/Started once the runner is up; a follower
+    # may see both or only the second. Either way it prints the same lines (the README shows them).
+    def shown(*updates: dict[str, Any]) -> list[Any]:
+        out: list[tuple[Any, bool]] = []
+        view = follow.RunView("r")
+        follower = follow.Follower(None, "default", "r")  # type: ignore[arg-type]  # no runtimeRef: never called
+        for value in updates:
+            follow._apply(follow.Update("run", value), view, follower, follow.PlainDisplay(
+                lambda text="", nl=True: out.append(text)))
+        return out
+
+    starting = run("Running", attempt=1, reason="Starting", message="starting attempt 1")
+    started = run("Running", attempt=1, reason="Started", message="attempt 1 started on the local runtime")
+    expected = ["==> Pending", "==> Running: attempt 1 started on the local runtime"]
+    assert shown(run("Pending"), starting, started) == expected
+    assert shown(run("Pending"), started) == expected
+    retried = run("Running", attempt=2, reason="Started", message="attempt 2 started on the local runtime")
+    assert shown(run("Pending"), started, run("Running", attempt=2, reason="Starting"), retried) == [
+        *expected, "==> Running: attempt 2 started on the local runtime"]
+
+
 def test_live_display_renders_phase_elapsed_and_log_lines_without_markup() -> None:
     console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None, record=True)
     view = follow.RunView("demo-x1")
