@@ -17,7 +17,12 @@ into the root group and every command) gives each parameter the subclass below t
 
 from __future__ import annotations
 
-from typer._click import Context, Parameter  # typer >= 0.29 ships its own click
+import contextlib
+import io
+import re
+
+from typer import _click
+from typer._click import Context, HelpFormatter, Parameter  # typer >= 0.29 ships its own click
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
 
@@ -58,4 +63,23 @@ class PlainTypes:
 
 
 class Command(PlainTypes, TyperCommand):
-    """Every ``joch`` subcommand."""
+    """Every ``joch`` subcommand.
+
+    typer's rich help lays options out as a table as wide as the terminal; where an option's name
+    does not fit (``joch server --help`` at 80 columns showed ``--max-concurrent…`` twice, for two
+    different options), or a word of a help text, it is cut with an ellipsis. Such a command's help
+    is click's plain layout instead (``--name METAVAR`` with its help below when the name is long),
+    which cuts nothing."""
+
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        rendered = io.StringIO()
+        with contextlib.redirect_stdout(rendered):
+            super().format_help(ctx, formatter)
+        text = rendered.getvalue()
+        names = [name for param in self.get_params(ctx) if isinstance(param, TyperOption)
+                 for name in (*param.opts, *param.secondary_opts)]
+        cut = "…" in text  # a word too long for its column (a URL in a help text, an option's name)
+        if not cut and all(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) for name in names):
+            super().format_help(ctx, formatter)  # again, to the terminal: colours and all
+            return
+        _click.Command.format_help(self, ctx, formatter)

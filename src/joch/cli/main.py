@@ -282,7 +282,7 @@ StoreOption = Annotated[
 ]
 StoreFileOption = Annotated[
     Path | None,
-    typer.Option("--store-file", envvar="JOCH_STORE_FILE", show_default=False,
+    typer.Option("--store-file", envvar="JOCH_STORE_FILE", metavar="FILE", show_default=False,
                  help="A file holding the store URL: keeps its password out of this process's command line and "
                       "environment, which every process of the same user (agents too) can read."),
 ]
@@ -351,15 +351,17 @@ def server_command(
              "pages from other origins are refused. Repeatable.")] = None,
     sandbox: SandboxOption = "auto",
     max_watches: Annotated[int | None, typer.Option(
-        "--max-watches", show_default=False,
+        "--max-watches", metavar="N", show_default=False,
         help="Open watch streams served at once; more are refused with 429 (default: from the open-file limit).",
     )] = None,
     watch_buffer_events: Annotated[int, typer.Option(
-        "--watch-buffer-events", help="Events a watcher may leave unread before it is cut off (410).")] = 10_000,
+        "--watch-buffer-events", metavar="N",
+        help="Events a watcher may leave unread before it is cut off (410).")] = 10_000,
     max_apply_documents: Annotated[int, typer.Option(
-        "--max-apply-documents", help="Objects in one apply or create request (413 past it).")] = 1000,
+        "--max-apply-documents", metavar="N", help="Objects in one apply or create request (413 past it).")] = 1000,
     max_apply_bytes: Annotated[int, typer.Option(
-        "--max-apply-bytes", help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
+        "--max-apply-bytes", metavar="BYTES",
+        help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from joch.api import errors
@@ -178,3 +179,22 @@ def test_the_internal_runner_command_is_hidden_but_works() -> None:
     assert "--spec" in _help("runner")  # still a command: runtimes start it
     code, _, err = invoke("runner")
     assert code == 2 and "--spec" in err
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_help_never_cuts_an_option_name(columns: str) -> None:
+    # At 80 columns typer's rich table cut `joch server --help`'s --max-concurrent-runs and
+    # --max-concurrent-runs-per-namespace to the same "--max-concurrent…", and more.
+    from typer.core import TyperOption
+
+    group = typer.main.get_command(main.app)
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        result = runner.invoke(main.app, [name, "--help"], env={"JOCH_SERVER": None, "JOCH_NAMESPACE": None,
+                                                                "COLUMNS": columns})
+        assert result.exit_code == 0, result.output
+        assert "…" not in result.stdout, f"joch {name} --help at {columns} columns:\n{result.stdout}"
+        for param in command.params:
+            for opt in (*param.opts, *param.secondary_opts) if isinstance(param, TyperOption) else ():
+                assert opt in result.stdout, f"joch {name} --help at {columns} columns lacks {opt}:\n{result.stdout}"
+        if name == "server":
+            assert "--max-concurrent-runs-per-namespace N" in result.stdout
