@@ -13,7 +13,8 @@ and the log streams have ended (or ``DRAIN_SECONDS`` later, should a runtime be 
 
 On a terminal the display is a rich ``Live`` panel (phase, attempt, elapsed time, the message, the
 last ``TAIL_LINES`` log lines); otherwise it is plain text that a file or a CI log keeps: the log
-bytes as they come, and a ``==> Phase: message`` line for each new phase. Log lines are shown with
+bytes as they come, and a ``==> Phase: message`` line for each new phase and attempt (``_step``:
+not for the moments every run passes through, unless it stays in one). Log lines are shown with
 their colours (``Text.from_ansi``) and never read as rich markup. Either way the command ends with
 the outcome (``agentrun.runtime.joch.dev/NAME Succeeded: message (reason)``) and the artifacts.
 
@@ -65,6 +66,8 @@ class RunView:
     lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     partial: str = ""
     note: str | None = None
+    shown: tuple[str, object] | None = None  # the (phase, attempt) of the last ==> line
+    waiting: tuple[tuple[str, object], float] | None = None  # a passing step not shown yet, and since when
     _decoder: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
@@ -319,8 +322,9 @@ def follow(client: Client, namespace: str, name: str, *, display: Display | None
             except queue.Empty:
                 update = None
             if update is not None:
-                _apply(update, view, follower, display)
+                _apply(update, view, follower, display, clock())
             now = clock()
+            _show_if_stuck(view, display, now)
             if ended_at is None and view.phase in runs.FINISHED and view.run is not None:
                 ended_at = now
             display.tick(view, now - started)
@@ -336,23 +340,45 @@ def follow(client: Client, namespace: str, name: str, *, display: Display | None
     return view.run or {}
 
 
-def _step(view: RunView) -> tuple[str, object] | None:
-    """What a ``==> Phase`` line is shown for: each phase, and each attempt's start (a retry is a new
-    ``Running``). ``Running`` with reason ``Starting`` is the controller's note that it is about to
-    start the runner, followed at once by the start itself; whether a follower sees it is a matter of
-    timing, so it is not shown: the line is always ``==> Running: attempt N started on ...``."""
-    if view.run is None or view.status.get("reason") == "Starting":
+# A run passes through these on its way to Running within a moment when nothing holds it back.
+_TRANSIENT = {("Pending", None), ("Queued", "Accepted"), ("Queued", "Approved"), ("Running", "Starting")}
+TRANSIENT_SECONDS = 2.0
+
+
+def _step(view: RunView) -> tuple[str, object, bool] | None:
+    """What a ``==> Phase`` line is shown for: each phase, and each attempt (a retry is a new
+    ``Running``), and whether it is a step every run passes through at once when nothing holds it:
+    ``Pending``, ``Queued`` just accepted or approved, ``Running`` with reason ``Starting`` (the
+    controller's note that it is about to start the runner). Whether a follower sees those is a
+    matter of timing, so they are shown only once a run stays in one for ``TRANSIENT_SECONDS``
+    (no controller running, a slow server): a run that starts at once always prints the same lines,
+    ``==> Running: attempt N started on ...``, and a run held back says why."""
+    if view.run is None:
         return None
-    return view.phase, view.status.get("attempt")
+    phase, reason = view.phase, view.status.get("reason")
+    return phase, view.status.get("attempt"), (phase, reason if phase != "Pending" else None) in _TRANSIENT
 
 
-def _apply(update: Update, view: RunView, follower: Follower, display: Display) -> None:
+def _show_if_stuck(view: RunView, display: Display, now: float) -> None:
+    """The line for a step every run passes through, once the run has stayed in it a while."""
+    if view.waiting is not None and now - view.waiting[1] >= TRANSIENT_SECONDS:
+        view.shown, view.waiting = view.waiting[0], None
+        display.phase(view)
+
+
+def _apply(update: Update, view: RunView, follower: Follower, display: Display, now: float = 0.0) -> None:
     if update.kind == "run":
-        before = _step(view)
         view.run = update.value
         follower.saw(update.value)
         step = _step(view)
-        if step is not None and step != before:
+        if step is None or step[:2] == view.shown:
+            view.waiting = None
+        elif step[2]:
+            if view.waiting is None or view.waiting[0] != step[:2]:
+                view.waiting = (step[:2], now)
+        else:
+            view.waiting = None
+            view.shown = step[:2]
             display.phase(view)
     elif update.kind == "log":
         view.feed(update.value)
