@@ -300,7 +300,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
 
     New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
-    root file system is read-only; writable are the worktree (and the mirror it commits into), the
+    root file system is read-only; writable are the worktree (and the mirror it commits into, but not
+    the mirror's config, which configures the runners' git outside the sandbox), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
@@ -315,6 +316,11 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
         writable.append(checkout.mirror)
     for path in writable:
         command += ["--bind", str(path), str(path)]
+    if checkout.mirror is not None and (checkout.mirror / "config").is_file():
+        # The mirror is every run's of this repository, and the runners run git in it outside any
+        # sandbox (the next run's fetch): its config, which can name commands (an upload-pack, a
+        # filter, an ssh command) and where to fetch from, is the agent's to read, not to write.
+        command += ["--ro-bind", str(checkout.mirror / "config"), str(checkout.mirror / "config")]
     command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
     return command + args
 
@@ -737,7 +743,8 @@ class Runner:
         if checkout.base is not None:
             patch = self.files.artifacts / PATCH
             try:
-                workspace.write_changes(checkout.root, checkout.base, patch, limit=limit)
+                workspace.write_changes(checkout.root, checkout.base, patch, limit=limit,
+                                        git_dir=checkout.git_dir, common_dir=checkout.mirror)
                 records.append(_hashed(PATCH, patch, PATCH))
             except workspace.TooLarge as exc:
                 message = (f"the workspace's changes are more than the artifact size limit of {limit} bytes "
