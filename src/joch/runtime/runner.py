@@ -388,8 +388,9 @@ noise-like, and a short piece of it would match by chance."""
 
 def encodings(value: bytes) -> set[bytes]:
     """The common encodings of a secret value that a tool may print instead of the value: base64
-    (standard and URL-safe, with and without padding), hex (both cases), percent-encoding (``%20``
-    and ``+`` for a space, both hex cases) and a JSON string's escaped form.
+    (standard and URL-safe, with and without padding, and wrapped in lines of 76 or 64), hex (both
+    cases), percent-encoding (``%20`` and ``+`` for a space, both hex cases) and a JSON string's
+    escaped form.
 
     Base64 of the value inside a longer encoded text (an ``Authorization: Basic`` header, a config
     blob) depends on where the value starts modulo 3 bytes: for each of the three alignments the
@@ -405,6 +406,11 @@ def encodings(value: bytes) -> set[bytes]:
             fragment = shifted[head:len(shifted) - tail]
             if len(fragment) >= MIN_FRAGMENT_LENGTH:
                 forms.add(fragment)
+        # Tools wrap base64 (``base64`` at 76 columns, ``openssl base64`` and PEM at 64, MIME with
+        # CRLF): a long value's encoding is then printed line by line, and each line is redacted.
+        for width in (76, 64):
+            forms.update(line for start in range(0, len(whole), width)
+                         if len(line := whole[start:start + width]) >= MIN_FRAGMENT_LENGTH and len(whole) > width)
     forms.update((value.hex().encode(), value.hex().upper().encode()))
     for quote in (urllib.parse.quote, urllib.parse.quote_plus):
         quoted = quote(value, safe="").encode()
