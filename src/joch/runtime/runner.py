@@ -300,8 +300,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
 
     New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
-    root file system is read-only; writable are the worktree (and the mirror it commits into, but not
-    the mirror's config, which configures the runners' git outside the sandbox), the
+    root file system is read-only; writable are the worktree (and of the mirror it commits into, the
+    objects, refs and its worktree's git directory: not what configures the runners' git), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
@@ -312,15 +312,22 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     for path in hide:
         command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
     writable = [checkout.root, files.outputs, home]
+    mirror: list[str] = []
     if checkout.mirror is not None:
-        writable.append(checkout.mirror)
+        # The mirror is every run's of this repository, and runners run git in it outside any
+        # sandbox (the next run's fetch, this run's diff): what configures that git (config, a
+        # commondir file naming another repository's, hooks, info/) is the agent's to read, not to
+        # write. Writable are what its commits need: objects, refs and their logs, and the worktree's
+        # own git directory (HEAD, index).
+        mirror = ["--ro-bind", str(checkout.mirror), str(checkout.mirror)]
+        for part in ("objects", "refs", "logs"):
+            (checkout.mirror / part).mkdir(exist_ok=True)
+            mirror += ["--bind", str(checkout.mirror / part), str(checkout.mirror / part)]
+        if checkout.git_dir is not None and checkout.git_dir.is_relative_to(checkout.mirror):
+            mirror += ["--bind", str(checkout.git_dir), str(checkout.git_dir)]
     for path in writable:
         command += ["--bind", str(path), str(path)]
-    if checkout.mirror is not None and (checkout.mirror / "config").is_file():
-        # The mirror is every run's of this repository, and the runners run git in it outside any
-        # sandbox (the next run's fetch): its config, which can name commands (an upload-pack, a
-        # filter, an ssh command) and where to fetch from, is the agent's to read, not to write.
-        command += ["--ro-bind", str(checkout.mirror / "config"), str(checkout.mirror / "config")]
+    command += mirror
     command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
     return command + args
 
@@ -642,6 +649,10 @@ class Runner:
             home = self.files.dir / "home"
             home.mkdir(exist_ok=True)
             env["HOME"] = str(home)
+            if checkout.base is not None:
+                # The identity git gave the runner may come from this user's ~/.gitconfig, which
+                # the agent's HOME is not: without it here, the agent's commits would fail.
+                workspace.copy_identity(checkout.root, home / ".gitconfig")
             argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=home, hide=self.hide)
             executable = argv[0]
         self._started_at = time.time()

@@ -424,6 +424,15 @@ def _ensure_identity(checkout: Checkout, deadline: float | None) -> None:
             _git("config", key, value, cwd=checkout.mirror, deadline=deadline, what="could not set a git identity")
 
 
+def copy_identity(root: Path, config: Path) -> None:
+    """Write the ``user.name`` and ``user.email`` git uses in ``root`` into the git config file
+    ``config`` (a sandboxed agent's ``~/.gitconfig``): nothing else of this user's configuration."""
+    for key in ("user.name", "user.email"):
+        value = _run(["config", "--get", key], cwd=root, timeout=None).stdout.strip()
+        if value:
+            _git("config", "--file", str(config), key, value, cwd=root, what="could not set a git identity")
+
+
 # --- running git ----------------------------------------------------------------------------------
 
 
