@@ -81,3 +81,15 @@ def _gone(env: Env, name: str) -> bool:
     except errors.NotFound:
         return True
     return False
+
+
+def test_a_repository_inside_the_data_dir_fails_the_run(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", script("pass")), agent("a", "p"))
+    first = env.wait(env.create_run(), {"Failed", "Succeeded"})
+    assert first["status"]["phase"] == "Succeeded", first["status"]
+    (mirror,) = (env.data_dir / "mirrors").glob("*.git")  # the repository of every run of this URL
+    for url in (str(mirror), f"file://{mirror}", f"{env.data_dir}/workspaces/../mirrors/{mirror.name}"):
+        run = env.wait(env.create_run(execution={"coordinates": {"git": {"url": url}}}), {"Failed", "Succeeded"})
+        assert (run["status"]["phase"], run["status"]["reason"]) == ("Failed", "InvalidPath"), (url, run["status"])
+        assert "inside this server's data directory" in run["status"]["message"]
