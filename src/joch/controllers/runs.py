@@ -441,7 +441,7 @@ class RunController(Controller):
         return Result(requeue_after=min(float(plan.timeout_seconds), self.options.resync_period))
 
     def _stop_pending(self, run: Obj) -> None:
-        ref = (run.get("status") or {}).get("runtimeRef")
+        ref = _runtime_ref(run)
         if isinstance(ref, dict):
             try:
                 self.runtime.cancel({k: v for k, v in ref.items() if k != "pending"})
@@ -482,8 +482,7 @@ class RunController(Controller):
     # --- Running ----------------------------------------------------------------------------------
 
     def _running(self, key: Key, run: Obj) -> Result | None:
-        status = run.get("status") or {}
-        ref = status.get("runtimeRef")
+        ref = _runtime_ref(run)
         if not isinstance(ref, dict):
             # Running without a reference cannot be followed; say so instead of waiting forever.
             self._release(key)
@@ -578,7 +577,7 @@ class RunController(Controller):
     # --- finished and deleted runs ----------------------------------------------------------------
 
     def _finished(self, key: Key, run: Obj) -> Result | None:
-        ref = (run.get("status") or {}).get("runtimeRef")
+        ref = _runtime_ref(run)
         if isinstance(ref, dict):
             self._cleanup(key, ref, keep_records=True)
         ttl = run["spec"].get("ttlSecondsAfterFinished")
@@ -601,8 +600,7 @@ class RunController(Controller):
         finalizers = run["metadata"].get("finalizers") or []
         if FINALIZER not in finalizers:
             return None
-        status = run.get("status") or {}
-        ref = status.get("runtimeRef")
+        ref = _runtime_ref(run)
         if _phase(run) not in TERMINAL:
             state: rt.RunState | None = None
             if isinstance(ref, dict) and _phase(run) == "Running":
@@ -732,3 +730,9 @@ def _note_refused(status: dict[str, Any], refused: Sequence[rt.RefusedArtifact])
 
 def _decode(value: str) -> str:
     return base64.b64decode(value.replace("\n", "")).decode("utf-8", errors="replace")
+
+
+def _runtime_ref(run: Obj) -> rt.Ref | None:
+    """The run's ``status.runtimeRef``, never one that names another run's attempt (``rt.own_ref``)."""
+    status = run.get("status") or {}
+    return rt.own_ref(status.get("runtimeRef"), str(run["metadata"].get("uid") or ""), status.get("attempt"))

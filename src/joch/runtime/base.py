@@ -203,6 +203,32 @@ class Runtime(abc.ABC):
         """Stop background threads; running agents keep running (they are re-adopted later)."""
 
 
+def own_ref(ref: Any, uid: str, attempt: Any) -> Ref | None:
+    """``status.runtimeRef`` of the run whose uid is ``uid``, as a runtime may be given it; None when
+    there is none. Status is written by API clients too, so a reference whose ``id`` is not
+    ``<uid>/<N>`` (another run's) is replaced by the run's own attempt's (``attempt``, its
+    ``status.attempt``), with nothing else taken from it: as written, it would have this run report,
+    stream or, when it is deleted, remove another run's files."""
+    if not isinstance(ref, dict) or not ref:
+        return None
+    if is_own_ref(ref, uid):
+        return ref
+    n = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 1 else 1
+    own: Ref = {"type": ref.get("type"), "id": f"{uid}/{n}"}
+    if ref.get("pending"):
+        own["pending"] = True
+    return own
+
+
+def is_own_ref(ref: Ref, uid: str) -> bool:
+    """Whether ``ref``'s ``id`` is ``<uid>/<N>``: an attempt of the run whose uid is ``uid`` (a
+    reference without an ``id`` is for its runtime to read, or to refuse as malformed)."""
+    if "id" not in ref:
+        return True
+    owner, _, number = str(ref.get("id") or "").rpartition("/")
+    return owner == uid and number.isdigit()
+
+
 def run_dir_name(run: RunId) -> Path:
     """A run attempt's directory below the runtime's root: stable, unique per uid and attempt."""
     return Path(run.uid) / str(run.attempt)

@@ -76,6 +76,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,10 +159,24 @@ class LocalRuntime(Runtime):
     def workspace(self, run: RunId, git: GitSource | None) -> Workspace:
         """The run's paths; ``ValueError`` when ``git.path`` leaves the checkout or the uid cannot
         name a directory."""
+        if git is not None and (inside := self._in_data_dir(git.url)) is not None:
+            raise ValueError(f'repository "{git.url}" is inside this server\'s data directory ({inside}): its '
+                             "mirrors and other runs' worktrees are not repositories a run may check out")
         try:
             return runner.workspace_of(self.files(run), self.workspace_root(run), git)
         except workspace.WorkspaceError as exc:
             raise ValueError(str(exc)) from None
+
+    def _in_data_dir(self, url: str) -> Path | None:
+        """The part of the data directory (mirrors, workspaces, runs) that ``url``, a local path or
+        ``file://`` URL, is in; else None."""
+        if url.startswith("file://"):
+            url = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        if not os.path.isabs(url):
+            return None
+        where = Path(url).resolve()
+        return next((part for part in (self.mirrors, self.root / "workspaces", self.root / "runs")
+                     if where.is_relative_to(part)), None)
 
     # --- submit -------------------------------------------------------------------------------------
 

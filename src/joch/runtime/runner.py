@@ -301,7 +301,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
 
     New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
-    root file system is read-only; writable are the worktree (and the mirror it commits into), the
+    root file system is read-only; writable are the worktree (and of the mirror it commits into, the
+    objects, refs and its worktree's git directory: not what configures the runners' git), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
@@ -314,10 +315,22 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     for path in hide:
         command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
     writable = [checkout.root, files.outputs, home]
+    mirror: list[str] = []
     if checkout.mirror is not None:
-        writable.append(checkout.mirror)
+        # The mirror is every run's of this repository, and runners run git in it outside any
+        # sandbox (the next run's fetch, this run's diff): what configures that git (config, a
+        # commondir file naming another repository's, hooks, info/) is the agent's to read, not to
+        # write. Writable are what its commits need: objects, refs and their logs, and the worktree's
+        # own git directory (HEAD, index).
+        mirror = ["--ro-bind", str(checkout.mirror), str(checkout.mirror)]
+        for part in ("objects", "refs", "logs"):
+            (checkout.mirror / part).mkdir(exist_ok=True)
+            mirror += ["--bind", str(checkout.mirror / part), str(checkout.mirror / part)]
+        if checkout.git_dir is not None and checkout.git_dir.is_relative_to(checkout.mirror):
+            mirror += ["--bind", str(checkout.git_dir), str(checkout.git_dir)]
     for path in writable:
         command += ["--bind", str(path), str(path)]
+    command += mirror
     command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
     return command + args
 
@@ -428,8 +441,9 @@ noise-like, and a short piece of it would match by chance."""
 
 def encodings(value: bytes) -> set[bytes]:
     """The common encodings of a secret value that a tool may print instead of the value: base64
-    (standard and URL-safe, with and without padding), hex (both cases), percent-encoding (``%20``
-    and ``+`` for a space, both hex cases) and a JSON string's escaped form.
+    (standard and URL-safe, with and without padding, and wrapped in lines of 76 or 64), hex (both
+    cases), percent-encoding (``%20`` and ``+`` for a space, both hex cases) and a JSON string's
+    escaped form.
 
     Base64 of the value inside a longer encoded text (an ``Authorization: Basic`` header, a config
     blob) depends on where the value starts modulo 3 bytes: for each of the three alignments the
@@ -445,6 +459,11 @@ def encodings(value: bytes) -> set[bytes]:
             fragment = shifted[head:len(shifted) - tail]
             if len(fragment) >= MIN_FRAGMENT_LENGTH:
                 forms.add(fragment)
+        # Tools wrap base64 (``base64`` at 76 columns, ``openssl base64`` and PEM at 64, MIME with
+        # CRLF): a long value's encoding is then printed line by line, and each line is redacted.
+        for width in (76, 64):
+            forms.update(line for start in range(0, len(whole), width)
+                         if len(line := whole[start:start + width]) >= MIN_FRAGMENT_LENGTH and len(whole) > width)
     forms.update((value.hex().encode(), value.hex().upper().encode()))
     for quote in (urllib.parse.quote, urllib.parse.quote_plus):
         quoted = quote(value, safe="").encode()
@@ -676,6 +695,10 @@ class Runner:
             home = self.files.dir / "home"
             home.mkdir(exist_ok=True)
             env["HOME"] = str(home)
+            if checkout.base is not None:
+                # The identity git gave the runner may come from this user's ~/.gitconfig, which
+                # the agent's HOME is not: without it here, the agent's commits would fail.
+                workspace.copy_identity(checkout.root, home / ".gitconfig")
             argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=home, hide=self.hide)
             executable = argv[0]
         self._started_at = time.time()
@@ -783,7 +806,8 @@ class Runner:
         if checkout.base is not None:
             patch = self.files.artifacts / PATCH
             try:
-                workspace.write_changes(checkout.root, checkout.base, patch, limit=limit)
+                workspace.write_changes(checkout.root, checkout.base, patch, limit=limit,
+                                        git_dir=checkout.git_dir, common_dir=checkout.mirror)
                 records.append(_hashed(PATCH, patch, PATCH))
             except workspace.TooLarge as exc:
                 message = (f"the workspace's changes are more than the artifact size limit of {limit} bytes "

@@ -42,6 +42,7 @@ A run without a repository gets an empty directory as its workspace root.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import os
@@ -88,6 +89,7 @@ class Checkout:
     path: Path            # root joined with GitSource.path: the agent's working directory
     base: str | None      # the commit the worktree was created at
     mirror: Path | None
+    git_dir: Path | None = None  # the worktree's own git directory (in the mirror), as it was made
 
 
 def mirror_path(cache: Path, url: str) -> Path:
@@ -174,6 +176,11 @@ def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float |
              what=f"could not check out {git.url} at {git.ref}")
         _check_path(checkout, git)
         _ensure_identity(checkout, deadline)
+        # Found now, while root/.git is still ours: the agent can rewrite that file to name a
+        # repository of its own, whose config git run for the runner would obey.
+        git_dir = Path(_git("rev-parse", "--absolute-git-dir", cwd=root, deadline=deadline,
+                            what="could not find the worktree's git directory").strip())
+        checkout = dataclasses.replace(checkout, git_dir=git_dir)
     except WorkspaceError:
         remove(cache=cache, git=git, root=root)
         raise
@@ -199,7 +206,8 @@ class TooLarge(Exception):
         self.size = size
 
 
-def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None) -> None:
+def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None, git_dir: Path | None = None,
+                  common_dir: Path | None = None) -> None:
     """Write ``git diff --binary`` from ``base`` to everything in the worktree now (commits,
     uncommitted and untracked files; ignored files excluded) to ``dest``; past ``limit`` bytes,
     stop, remove ``dest`` and raise ``TooLarge`` (a huge file the agent left would otherwise be
@@ -208,13 +216,22 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
     The snapshot is staged in a temporary index, a copy of the agent's own, so neither the agent's
     index nor its refs change; copying it lets git skip rehashing files that did not change. The
     diff is of that index against ``base`` (``diff --cached``): the same as of a tree written from
-    it, without writing the tree."""
-    index = _index_file(root)
+    it, without writing the tree.
+
+    ``git_dir`` and ``common_dir`` (the worktree's git directory and its mirror, ``Checkout.git_dir``
+    and ``.mirror``) name the repository rather than letting git find it from ``root/.git`` and the
+    ``commondir`` file next to the index: both are the agent's to rewrite, and a repository of its
+    choosing could configure a command (a clean filter) that git would run here, outside the sandbox."""
+    index = git_dir / "index" if git_dir is not None else _index_file(root)
     with tempfile.TemporaryDirectory(prefix="joch-patch-") as tmp:
         scratch = Path(tmp) / "index"
         if index.exists():
             shutil.copyfile(index, scratch)
         env = {"GIT_INDEX_FILE": str(scratch)}
+        if git_dir is not None:
+            env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
+            if common_dir is not None:
+                env["GIT_COMMON_DIR"] = str(common_dir)
         _git("add", "--all", "--", ".", cwd=root, env=env, what="could not stage the workspace's changes")
         args = ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
                 "--dst-prefix=b/", base, "--"]
@@ -405,6 +422,15 @@ def _ensure_identity(checkout: Checkout, deadline: float | None) -> None:
         for key in missing:
             value = IDENTITY[0] if key == "user.name" else IDENTITY[1]
             _git("config", key, value, cwd=checkout.mirror, deadline=deadline, what="could not set a git identity")
+
+
+def copy_identity(root: Path, config: Path) -> None:
+    """Write the ``user.name`` and ``user.email`` git uses in ``root`` into the git config file
+    ``config`` (a sandboxed agent's ``~/.gitconfig``): nothing else of this user's configuration."""
+    for key in ("user.name", "user.email"):
+        value = _run(["config", "--get", key], cwd=root, timeout=None).stdout.strip()
+        if value:
+            _git("config", "--file", str(config), key, value, cwd=root, what="could not set a git identity")
 
 
 # --- running git ----------------------------------------------------------------------------------

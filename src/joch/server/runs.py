@@ -73,7 +73,7 @@ from joch.api import errors, kinds
 from joch.api.errors import Cause
 from joch.api.meta import now
 from joch.compiler import manifest as compiler
-from joch.runtime.base import Runtime
+from joch.runtime.base import Runtime, is_own_ref
 from joch.server import resources, wire
 from joch.server import watch as watching
 from joch.server.options import ServerOptions
@@ -107,7 +107,16 @@ def runtime_ref(run: Obj) -> dict[str, Any] | None:
     """The run's runtime reference once its process was started; a ``pending`` reference (the
     controller recorded the intent to start and has not heard back from the runtime) is not one yet."""
     ref = (run.get("status") or {}).get("runtimeRef")
-    return ref if isinstance(ref, dict) and ref and not ref.get("pending") else None
+    if not isinstance(ref, dict) or not ref or ref.get("pending"):
+        return None
+    if not is_own_ref(ref, str(run["metadata"].get("uid") or "")):
+        # Status is written by API clients too: a reference to another run's attempt would serve
+        # that run's log and artifacts.
+        name = run["metadata"]["name"]
+        raise errors.BadRequest(f'run "{name}": its status.runtimeRef is malformed for this run: id '
+                                f'"{ref.get("id")}" is not "<its uid>/<attempt>"', kind=kinds.AGENT_RUN.plural,
+                                name=name)
+    return ref
 
 
 class RunRoutes:

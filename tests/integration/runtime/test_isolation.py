@@ -278,3 +278,49 @@ def test_a_sandboxed_agent_installed_under_tmp_still_runs(sandboxed: LocalRuntim
         assert log == "hello from the prefix\ncat: /tmp/" + f"{base.name}/secret: No such file or directory\nhidden\n"
     finally:
         shutil.rmtree(base)
+
+
+# A sandboxed agent turning git against its runner, which runs git outside the sandbox (the diff after
+# the agent ends, the next run's fetch): a clean filter and an upload-pack command in the repository's
+# shared mirror config, a commondir file making the mirror take another repository's config, and the
+# worktree's .git pointed at a repository of its own with such a filter.
+# Each command writes a marker where only a process outside the sandbox can (its /tmp is its own).
+ESCAPE = """
+set -e
+marker="$1"
+common=$(git rev-parse --git-common-dir)
+git config -f "$common/config" filter.evil.clean "touch $marker.filter; cat" || true
+git config -f "$common/config" remote.origin.uploadpack "touch $marker.uploadpack; git-upload-pack" || true
+git config -f "$common/config" remote.origin.url /nonexistent/elsewhere || true
+git init --quiet "$HOME/common"
+git -C "$HOME/common" config remote.origin.uploadpack "touch $marker.commondir; git-upload-pack"
+echo "$HOME/common/.git" > "$common/commondir" || true
+echo '* filter=evil' > .gitattributes
+echo changed >> README.md
+git init --quiet "$HOME/own"
+git -C "$HOME/own" config filter.evil.clean "touch $marker.gitfile; cat"
+echo "gitdir: $HOME/own/.git" > .git
+"""
+
+
+def test_a_sandboxed_agent_cannot_make_its_runner_run_a_command(sandboxed: LocalRuntime, repo: Repo,
+                                                                tmp_path: Path) -> None:
+    marker = tmp_path / "escaped"
+    ref = sandboxed.submit(spec(["sh", "-c", ESCAPE, "escape", str(marker)], uid="iso-esc-1",
+                                git=git_source(repo)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, (Path(ref["dir"]) / "log").read_text())
+    patch = (Path(ref["dir"]) / "artifacts/changes.patch").read_text()
+    assert "+changed" in patch and "+* filter=evil" in patch  # the diff is still taken, by git of its own
+    # The next run of the same repository fetches it into the same mirror, from where it was.
+    ref = sandboxed.submit(spec(["git", "log", "-1", "--format=%s"], uid="iso-esc-2", git=git_source(repo)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, (Path(ref["dir"]) / "log").read_text())
+    assert (Path(ref["dir"]) / "log").read_text() == "second\n"
+    commit = "git commit --quiet -am work && git checkout --quiet -b agent-branch && git log -1 --format=%s"
+    ref = sandboxed.submit(spec(["sh", "-c", f"echo more >> README.md && {commit}"], uid="iso-esc-3",
+                                git=git_source(repo)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, (Path(ref["dir"]) / "log").read_text())  # agents still commit
+    assert (Path(ref["dir"]) / "log").read_text() == "work\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("escaped")) == []

@@ -221,6 +221,16 @@ def test_a_malformed_reference_is_a_400_not_a_500(server: RunServer) -> None:
     assert is_status(r.json(), 400, "BadRequest") and "malformed" in r.json()["message"]
 
 
+def test_a_reference_to_another_runs_attempt_serves_none_of_its_files(server: RunServer) -> None:
+    victim = server.executed("victim", "print('private output')")
+    assert server.log("victim").text == "private output\n"
+    # Any API client can write status: another run's reference copied into a run of its own.
+    server.run("thief", phase="Succeeded", runtimeRef=victim["status"]["runtimeRef"], attempt=1)
+    r = server.log("thief")
+    assert is_status(r.json(), 400, "BadRequest") and "private output" not in r.text
+    assert 'is not "<its uid>/<attempt>"' in r.json()["message"]
+
+
 def test_a_server_without_a_runtime_says_so(store: Store, server: RunServer) -> None:
     server.executed("done", "print('hi')")
     with ServerThread(create_app(store, options=FAST)) as bare:

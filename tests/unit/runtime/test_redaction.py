@@ -87,3 +87,18 @@ def test_the_runner_redacts_the_encodings_of_its_secrets() -> None:
     assert b"tok-0123456789" in forms and b"746f6b2d30313233343536373839" in forms
     assert b"dG9rLTAxMjM0NTY3ODk=" in forms  # base64 of the stripped value
     assert all(len(form) >= 4 for form in forms)
+
+
+@pytest.mark.parametrize("width", [76, 64])
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
+def test_a_long_secrets_base64_wrapped_in_lines_is_redacted(width: int, newline: bytes) -> None:
+    import base64
+
+    # `base64 < key` wraps at 76 columns, `openssl base64` and PEM at 64, MIME with CRLF.
+    value = b"-----BEGIN KEY-----" + bytes(range(33, 127)) * 3
+    whole = base64.b64encode(value)
+    printed = newline.join(whole[i:i + width] for i in range(0, len(whole), width)) + newline
+    chunks = [printed[i:i + 7] for i in range(0, len(printed), 7)]  # arriving in small writes
+    out = redact([value, *encodings(value)], chunks)
+    left = [line for line in out.split(newline) if line and line != b"***"]
+    assert all(len(line) < MIN_FRAGMENT_LENGTH for line in left), out
