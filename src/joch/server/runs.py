@@ -25,8 +25,9 @@ Decisions:
 * **A log stream reads the runtime in a thread of its own,** not the shared threadpool: a follower
   of a quiet agent blocks in ``Runtime.logs`` until the next bytes, and forty such followers would
   otherwise take every thread the synchronous routes run on. When the client goes away, that
-  thread is abandoned; it ends when the runtime's iterator next returns (the next bytes, or the end
-  of the run), and the iterator is then closed by garbage collection.
+  thread is abandoned; it ends when the runtime's iterator next returns, which is within
+  ``LOG_IDLE_SECONDS`` even while the agent is quiet (the iterator yields ``b""`` then), and the
+  iterator is then closed by garbage collection.
 * ``attempt=N`` reads an earlier attempt's log. The contract has no call for "the reference of
   attempt N", so it is derived from the latest one when that says which attempt it is: an
   ``attempt`` field, or an ``id`` of the form ``<run uid>/<attempt>`` (the local runtime's, whose

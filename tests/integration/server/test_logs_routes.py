@@ -275,6 +275,45 @@ def test_a_follower_that_goes_away_does_not_hold_the_server(server: RunServer, t
     assert server.log("left").text == "one\n"
 
 
+def _reading_logs() -> int:
+    """Threads of this process inside ``LocalRuntime.logs`` now (the server runs in-process)."""
+    import joch.runtime.local as local
+
+    count = 0
+    for frame in sys._current_frames().values():
+        f: Any = frame
+        while f is not None:
+            if f.f_code.co_name == "logs" and f.f_code.co_filename == local.__file__:
+                count += 1
+                break
+            f = f.f_back
+    return count
+
+
+def test_followers_that_left_a_quiet_agent_leave_no_thread_reading_its_log(server: RunServer, tmp_path: Path) -> None:
+    # Each follower reads the runtime in a thread that is abandoned when the client goes away. An
+    # iterator blocked until the agent's next output kept those threads polling for as long as the
+    # agent stayed quiet: 300 connect-and-leave requests took a server to 200 threads and a full core.
+    gate = tmp_path / "gate"
+    code = ("import os, time\nprint('one', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n")
+    run = server.run("quiet")
+    ref = server.submit(run, code)
+    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    try:
+        for _ in range(12):
+            with server.http.stream("GET", server.path("agentruns", "quiet", sub="log"),
+                                    params={"follow": "true"}) as r:
+                assert next(r.iter_bytes()) == b"one\n"
+        deadline = time.monotonic() + 10
+        while (busy := _reading_logs()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert busy == 0, f"{busy} threads still read the log of a run nobody follows"
+    finally:
+        gate.touch()
+        server.finish(ref)
+
+
 def test_openapi_documents_the_run_routes(server: RunServer) -> None:
     paths = server.http.get("/openapi.json").json()["paths"]
     log = "/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/log"
