@@ -352,7 +352,8 @@ def server_command(
     sandbox: SandboxOption = "auto",
     max_watches: Annotated[int | None, typer.Option(
         "--max-watches", metavar="N", show_default=False,
-        help="Open watch streams served at once; more are refused with 429 (default: from the open-file limit).",
+        help="Open watch streams and followed logs served at once; more are refused with 429 "
+             "(default: from the open-file limit).",
     )] = None,
     watch_buffer_events: Annotated[int, typer.Option(
         "--watch-buffer-events", metavar="N",

@@ -34,6 +34,8 @@ Ref = dict[str, Any]
 """An adapter's handle on a submitted run, stored in ``AgentRun.status.runtimeRef`` (JSON; no secrets)."""
 
 SPEC_VERSION = "runner.joch.dev/v1"
+LOG_IDLE_SECONDS = 1.0
+"""How long a followed log iterator may go without yielding (``b""`` when the agent is quiet)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,13 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def logs(self, ref: Ref, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
         """The agent's combined stdout and stderr (secrets redacted) from byte ``offset``; with
-        ``follow`` the iterator ends only when the run has finished and everything was read."""
+        ``follow`` the iterator ends only when the run has finished and everything was read.
+
+        While following an agent that writes nothing, the iterator yields ``b""`` at least every
+        ``LOG_IDLE_SECONDS``: the server reads it in a thread it cannot interrupt, and gives that
+        thread back (and stops reading) at the next yield after the client went away. An iterator
+        that blocked until the next output would keep a thread polling per disconnected follower
+        for as long as the agent stayed quiet."""
 
     @abc.abstractmethod
     def open_artifact(self, ref: Ref, name: str) -> tuple[ArtifactRecord, BinaryIO]:

@@ -84,6 +84,7 @@ from typing import Any, BinaryIO
 
 from joch.runtime import disks, runner, workspace
 from joch.runtime.base import (
+    LOG_IDLE_SECONDS,
     ArtifactRecord,
     GitSource,
     Ref,
@@ -393,6 +394,7 @@ class LocalRuntime(Runtime):
     def logs(self, ref: Ref, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
         files = self._files_of(ref)
         position = offset
+        quiet_since = time.monotonic()
         while True:
             finished = not follow or self.status(ref).finished
             try:
@@ -400,11 +402,15 @@ class LocalRuntime(Runtime):
                     log.seek(position)
                     while chunk := log.read(65536):
                         position += len(chunk)
+                        quiet_since = time.monotonic()
                         yield chunk
             except FileNotFoundError:
                 pass
             if finished:
                 return  # everything written before the record ended has been read
+            if time.monotonic() - quiet_since >= LOG_IDLE_SECONDS:
+                quiet_since = time.monotonic()
+                yield b""  # the reader may have gone: let it stop here (see Runtime.logs)
             time.sleep(self.poll_interval)
 
     def open_artifact(self, ref: Ref, name: str) -> tuple[ArtifactRecord, BinaryIO]:

@@ -19,8 +19,11 @@ middleware, installed by ``create_app`` for every deployment, that closes the th
   ``same-site`` (another port on the same host is another origin), is a 403, whatever its method.
   Writes are the danger; reads are refused too because a page has no business holding watches or
   following logs on the user's server, and a browser would not let it read the answers anyway.
-  Top-level navigations (``Sec-Fetch-Mode: navigate`` on a GET or HEAD: the user followed a link to
-  ``/docs``) are let through, as the page cannot read what they return. Origins listed with
+  Top-level navigations (``Sec-Fetch-Mode: navigate`` and ``Sec-Fetch-Dest: document`` on a GET
+  or HEAD: the user followed a link to ``/docs``) are let through, as the page cannot read what
+  they return. A navigation inside a frame (``Sec-Fetch-Dest: iframe``) is not: a page could
+  otherwise frame the Swagger UI and trick the user's clicks into its "Execute" buttons
+  (clickjacking), or hold watches open in hidden frames. Origins listed with
   ``--allowed-origin`` (exact ``scheme://host[:port]``) are exempt and get CORS headers, preflights
   included (with Chrome's Private Network Access grant when asked); no other response carries
   any. Kubernetes clients (kubectl, client-go, the Python client) and the CLI send neither header
@@ -31,6 +34,11 @@ middleware, installed by ``create_app`` for every deployment, that closes the th
   ``text/plain``, form types and a missing ``Content-Type`` are a 415 before any route runs. Every
   type accepted here forces a browser to preflight, which the origin check refuses. The route then
   checks the type it actually takes (a PATCH wants a merge patch) and names it in its own 415.
+
+Every response, refused or not, also says it may not be framed (``X-Frame-Options: DENY``,
+``Content-Security-Policy: frame-ancestors 'none'``: for browsers that send no ``Sec-Fetch-*``)
+and may not be sniffed into another type (``X-Content-Type-Options: nosniff``: a run's log is
+text the agent wrote).
 
 The checks run in that order, so one Status explains the first problem. DELETE and the custom
 ``WATCH`` method need a preflight in any browser and are covered by the origin check alone.
@@ -63,6 +71,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 CORS_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 CORS_MAX_AGE = "600"
 ACCEPTED = "application/json, application/merge-patch+json or application/yaml"
+TOP_LEVEL = frozenset({"document", None})  # None: a browser from before Sec-Fetch-Dest (Chrome 76-79)
+SECURITY_HEADERS = (("X-Frame-Options", "DENY"), ("Content-Security-Policy", "frame-ancestors 'none'"),
+                    ("X-Content-Type-Options", "nosniff"))
 
 
 def normalize_host(value: str) -> str:
@@ -152,6 +163,7 @@ class _Request:
     origin: str | None
     fetch_site: str | None
     fetch_mode: str | None
+    fetch_dest: str | None
     content_type: str | None
     preflight: bool
     scheme: str
@@ -163,7 +175,7 @@ class _Request:
         for key, value in scope["headers"]:
             if key == b"host":
                 hosts.append(value.decode("latin-1"))
-            elif key in (b"origin", b"sec-fetch-site", b"sec-fetch-mode", b"content-type",
+            elif key in (b"origin", b"sec-fetch-site", b"sec-fetch-mode", b"sec-fetch-dest", b"content-type",
                          b"access-control-request-method"):
                 found.setdefault(key, value.decode("latin-1"))
         method = str(scope["method"]).upper()
@@ -171,6 +183,7 @@ class _Request:
             method=method, hosts=hosts, origin=found.get(b"origin"),
             fetch_site=(found.get(b"sec-fetch-site") or "").strip().lower() or None,
             fetch_mode=(found.get(b"sec-fetch-mode") or "").strip().lower() or None,
+            fetch_dest=(found.get(b"sec-fetch-dest") or "").strip().lower() or None,
             content_type=found.get(b"content-type"),
             preflight=method == "OPTIONS" and b"access-control-request-method" in found and b"origin" in found,
             scheme=str(scope.get("scheme") or "http"),
@@ -198,6 +211,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = _Request.of(scope)
+        send = _with_headers(send, SECURITY_HEADERS)
         try:
             self._check_host(request)
             allowed_origin = self._check_origin(request)
@@ -241,7 +255,7 @@ class Guard:
             return origin
         if not self._cross_origin(request):
             return None
-        if request.method in READS and request.fetch_mode == "navigate":
+        if request.method in READS and request.fetch_mode == "navigate" and request.fetch_dest in TOP_LEVEL:
             return None
         source = f"from {request.origin.strip()!r}" if request.origin else f"(Sec-Fetch-Site: {request.fetch_site})"
         raise errors.Forbidden(
@@ -301,6 +315,17 @@ def _with_cors(send: Send, allowed_origin: str) -> Send:
         await send(message)
 
     return send_with_cors
+
+
+def _with_headers(send: Send, headers: Iterable[tuple[str, str]]) -> Send:
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            response_headers = MutableHeaders(scope=message)
+            for key, value in headers:
+                response_headers.setdefault(key, value)
+        await send(message)
+
+    return send_with_headers
 
 
 def _check_content_type(request: _Request) -> None:

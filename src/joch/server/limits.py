@@ -1,6 +1,7 @@
 """What one server process may hold open: watch streams and file descriptors.
 
-* **Watch slots.** Every open watch stream (``?watch=1``, the ``/v1`` Server-Sent Events) holds a
+* **Watch slots.** Every open watch stream (``?watch=1``, the ``/v1`` Server-Sent Events, a log
+  followed with ``follow=true``) holds a
   socket, a subscription to the change feed and its buffer for as long as the client stays. With
   no cap, 1,100 watches against a 1,024-descriptor limit left no descriptor for the database or
   ``accept()``: the requests around them failed with 500s. ``WatchSlots`` counts the open streams;
@@ -86,7 +87,7 @@ class WatchSlots:
         with self._lock:
             if self._open >= self.limit:
                 raise errors.retry_after(errors.TooManyRequests(
-                    f"too many open watches: this server serves at most {self.limit} at once "
+                    f"too many open watches and followed logs: this server serves at most {self.limit} at once "
                     "(joch server --max-watches); try again later"), RETRY_AFTER_SECONDS)
             self._open += 1
         released = threading.Event()

@@ -25,8 +25,12 @@ Decisions:
 * **A log stream reads the runtime in a thread of its own,** not the shared threadpool: a follower
   of a quiet agent blocks in ``Runtime.logs`` until the next bytes, and forty such followers would
   otherwise take every thread the synchronous routes run on. When the client goes away, that
-  thread is abandoned; it ends when the runtime's iterator next returns (the next bytes, or the end
-  of the run), and the iterator is then closed by garbage collection.
+  thread is abandoned; it ends when the runtime's iterator next returns, which is within
+  ``LOG_IDLE_SECONDS`` even while the agent is quiet (the iterator yields ``b""`` then), and the
+  iterator is then closed by garbage collection.
+* **A follower takes a watch slot** (``joch.server.limits``) for as long as it stays, waiting
+  included: past ``--max-watches`` open watches and followed logs, ``follow=true`` is a 429 with
+  ``Retry-After``, as a watch is. Reading a log without ``follow`` takes none.
 * ``attempt=N`` reads an earlier attempt's log. The contract has no call for "the reference of
   attempt N", so it is derived from the latest one when that says which attempt it is: an
   ``attempt`` field, or an ``id`` of the form ``<run uid>/<attempt>`` (the local runtime's, whose
@@ -74,7 +78,7 @@ from joch.api.errors import Cause
 from joch.api.meta import now
 from joch.compiler import manifest as compiler
 from joch.runtime.base import Runtime, is_own_ref
-from joch.server import resources, wire
+from joch.server import limits, resources, wire
 from joch.server import watch as watching
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType
@@ -144,6 +148,23 @@ class RunRoutes:
     # --- logs ---------------------------------------------------------------------------------------
 
     async def log(self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None) -> Response:
+        if not follow:
+            return StreamingResponse(_in_own_thread(await self._log_chunks(request, namespace, name, False, attempt)),
+                                     media_type=TEXT)
+        # A follower holds a socket, a reader thread and (while it waits for the start) a store
+        # watch for as long as the run lasts: it takes one of the watch slots (429 past the cap).
+        slots: limits.WatchSlots = self.state.watch_slots
+        release = slots.acquire()
+        try:
+            chunks = await self._log_chunks(request, namespace, name, True, attempt)
+        except BaseException:
+            release()
+            raise
+        return watching.streaming(_in_own_thread(chunks), release, media_type=TEXT)
+
+    async def _log_chunks(
+        self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None
+    ) -> Iterator[bytes]:
         run = await run_in_threadpool(self.store.get, kinds.AGENT_RUN, namespace, name)
         ref = runtime_ref(run)
         if ref is None and phase_of(run) in FINISHED:
@@ -161,10 +182,9 @@ class RunRoutes:
         try:
             target = _attempt_ref(run, ref, attempt)
             await run_in_threadpool(runtime.status, target)  # a reference it cannot read fails here, as a 400
-            chunks = await run_in_threadpool(runtime.logs, target, follow=follow)
+            return await run_in_threadpool(runtime.logs, target, follow=follow)
         except ValueError as exc:  # a status.runtimeRef this runtime cannot read (written by hand?)
             raise errors.BadRequest(f'run "{name}": {exc}', kind=kinds.AGENT_RUN.plural, name=name) from None
-        return StreamingResponse(_in_own_thread(chunks), media_type=TEXT)
 
     async def _started(self, request: Request, run: Obj) -> Obj:
         """The run once it has a ``runtimeRef``; a Status error if it ends or vanishes first."""

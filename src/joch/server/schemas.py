@@ -220,20 +220,21 @@ GUARD_ERRORS = ((400, "Bad request (a Host the server does not answer to)"),
                 (403, "Forbidden (a browser page of another origin)"),
                 (503, "Service unavailable (out of file descriptors; retry after Retry-After)"))
 WRITE_ERRORS = ((415, "Unsupported media type"), (507, "Insufficient storage (a disk is full)"))
-WATCH_ERRORS = ((429, "Too many open watches (retry after Retry-After)"),)
+WATCH_ERRORS = ((429, "Too many open watches and followed logs (retry after Retry-After)"),)
 _WRITES = ("post", "put", "patch", "delete")
 
 
 def _answers_of_every_route(doc: dict[str, Any]) -> None:
     """What the layers around every handler may answer (``guard``, ``errors``, ``limits``): the
-    Host and Origin checks on every route, a full disk on writes, the watch cap on watches."""
+    Host and Origin checks on every route, a full disk on writes, the watch cap on watches and
+    followed logs."""
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
             codes = list(GUARD_ERRORS)
             if method in _WRITES:
                 codes += WRITE_ERRORS
             params = {param.get("name") for param in operation.get("parameters", [])}
-            if "watch" in params or path.endswith("/watch") or method == "watch":
+            if "watch" in params or "follow" in params or path.endswith("/watch") or method == "watch":
                 codes += WATCH_ERRORS
             responses = operation.setdefault("responses", {})
             for code, why in codes:

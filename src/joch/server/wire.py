@@ -45,6 +45,10 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 BODY = "request body"
+WARNINGS_TOTAL = 8 * 1024  # bytes of Warning headers (the apiserver keeps 4 Ki runes of text)
+WARNING_ITEM = 256  # characters of one warning once the total is exceeded (the apiserver's too)
+HEADER_OVERHEAD = len("Warning: \r\n")
+LEFT_OUT_ROOM = 64  # for the last warning saying how many were left out
 
 
 def dumps(body: Any) -> bytes:
@@ -55,9 +59,32 @@ def dumps(body: Any) -> bytes:
 
 def json_response(body: Any, *, status_code: int = 200, warnings: Iterable[str] = ()) -> Response:
     response = Response(dumps(body), status_code=status_code, media_type=JSON)
-    for text in warnings:
-        response.headers.append("Warning", warning_header(text))
+    for header in warning_headers(warnings):
+        response.headers.append("Warning", header)
     return response
+
+
+def warning_headers(warnings: Iterable[str]) -> list[str]:
+    """The ``Warning`` header values for ``warnings``, within the apiserver's bounds: duplicates
+    once; past ``WARNINGS_TOTAL`` bytes of headers in all, each warning cut to ``WARNING_ITEM``
+    characters and those that still do not fit left out, with a last warning saying how many.
+    Unbounded, an apply of 1,000 objects whose references did not exist yet sent 222 KB of headers,
+    which clients refuse to read (the CLI, through httpx, past 100 KiB: it reported the committed
+    apply as a server that did not answer)."""
+    texts = list(dict.fromkeys(warnings))
+    headers = [warning_header(text) for text in texts]
+    if sum(len(h) + HEADER_OVERHEAD for h in headers) <= WARNINGS_TOTAL:
+        return headers
+    kept: list[str] = []
+    used = 0
+    for index, text in enumerate(texts):
+        header = warning_header(text if len(text) <= WARNING_ITEM else text[:WARNING_ITEM - 3] + "...")
+        if used + len(header) + HEADER_OVERHEAD > WARNINGS_TOTAL - LEFT_OUT_ROOM:
+            kept.append(warning_header(f"{len(texts) - index} more warnings left out of the headers"))
+            break
+        kept.append(header)
+        used += len(header) + HEADER_OVERHEAD
+    return kept
 
 
 def warning_header(text: str) -> str:

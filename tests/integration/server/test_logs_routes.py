@@ -285,6 +285,83 @@ def test_a_follower_that_goes_away_does_not_hold_the_server(server: RunServer, t
     assert server.log("left").text == "one\n"
 
 
+def _reading_logs() -> int:
+    """Threads of this process inside ``LocalRuntime.logs`` now (the server runs in-process)."""
+    import joch.runtime.local as local
+
+    count = 0
+    for frame in sys._current_frames().values():
+        f: Any = frame
+        while f is not None:
+            if f.f_code.co_name == "logs" and f.f_code.co_filename == local.__file__:
+                count += 1
+                break
+            f = f.f_back
+    return count
+
+
+def test_followers_that_left_a_quiet_agent_leave_no_thread_reading_its_log(server: RunServer, tmp_path: Path) -> None:
+    # Each follower reads the runtime in a thread that is abandoned when the client goes away. An
+    # iterator blocked until the agent's next output kept those threads polling for as long as the
+    # agent stayed quiet: 300 connect-and-leave requests took a server to 200 threads and a full core.
+    gate = tmp_path / "gate"
+    code = ("import os, time\nprint('one', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n")
+    run = server.run("quiet")
+    ref = server.submit(run, code)
+    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    try:
+        for _ in range(12):
+            with server.http.stream("GET", server.path("agentruns", "quiet", sub="log"),
+                                    params={"follow": "true"}) as r:
+                assert next(r.iter_bytes()) == b"one\n"
+        deadline = time.monotonic() + 10
+        while (busy := _reading_logs()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert busy == 0, f"{busy} threads still read the log of a run nobody follows"
+    finally:
+        gate.touch()
+        server.finish(ref)
+
+
+def test_followers_take_watch_slots(store: Store, runtime: LocalRuntime, tmp_path: Path) -> None:
+    # A follower holds a socket and a reader thread for as long as the run lasts; with no cap, 100
+    # followers of one run were all served by a server started with --max-watches 20.
+    options = ServerOptions(bookmark_interval=0.3, sse_heartbeat_interval=0.3, max_watches=2)
+    with ServerThread(create_app(store, options=options, runtime=runtime)) as thread, \
+            httpx.Client(base_url=thread.url, timeout=httpx.Timeout(10.0)) as http:
+        server = RunServer(thread.url, http, store, runtime)
+        gate = tmp_path / "gate"
+        run = server.run("capped")
+        ref = server.submit(run, "import os, time\nprint('one', flush=True)\n"
+                                 f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n")
+        server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+        url = server.path("agentruns", "capped", sub="log")
+        try:
+            for _ in range(3):  # ended before streaming: no slot kept
+                assert server.http.get(server.path("agentruns", "absent", sub="log"),
+                                       params={"follow": "true"}).status_code == 404
+            with server.http.stream("GET", url, params={"follow": "true"}) as first, \
+                    server.http.stream("GET", url, params={"follow": "true"}) as second:
+                assert first.status_code == second.status_code == 200
+                refused = server.http.get(url, params={"follow": "true"})
+                assert refused.status_code == 429 and is_status(refused.json(), 429, "TooManyRequests")
+                assert refused.headers["retry-after"] == "5"
+                watch = server.http.get(server.path("agentruns"), params={"watch": "1"})
+                assert watch.status_code == 429, "a follower counts as a watch"
+                assert server.log("capped").status_code == 200, "reading without follow takes no slot"
+            deadline = time.monotonic() + 5
+            while (again := server.http.get(url, params={"follow": "true", "attempt": "5"})).status_code == 429:
+                assert time.monotonic() < deadline, "the followers' slots were not given back"
+                time.sleep(0.1)
+            assert again.status_code == 400  # past the cap again: a slot was free
+            with server.http.stream("GET", url, params={"follow": "true"}) as third:
+                assert third.status_code == 200
+        finally:
+            gate.touch()
+            server.finish(ref)
+
+
 def test_openapi_documents_the_run_routes(server: RunServer) -> None:
     paths = server.http.get("/openapi.json").json()["paths"]
     log = "/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}/log"

@@ -193,6 +193,23 @@ def test_cross_origin_reads_are_refused_but_a_followed_link_opens(server: LiveSe
     assert_nothing_stored(server)
 
 
+def test_a_page_cannot_frame_the_server(server: LiveServer) -> None:
+    # A navigation inside a frame is a navigation too (Sec-Fetch-Mode: navigate), but of a frame the
+    # foreign page holds: it could frame /docs and steer the user's clicks onto Swagger UI's buttons
+    # (clickjacking), or hold watches open in hidden frames. Only a top-level one opens.
+    framed = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+    for dest in ("iframe", "frame", "embed", "object"):
+        for path in ("/docs", f"{server.path('ap')}?watch=1&timeoutSeconds=1", "/v1/resources/watch?timeoutSeconds=1"):
+            r = server.http.get(path, headers={**framed, "Sec-Fetch-Dest": dest})
+            assert is_status(r.json(), 403, "Forbidden"), (dest, path)
+    # Browsers that send no Sec-Fetch-* are told by every response, refused or not, not to frame it.
+    for r in (server.http.get("/docs"), server.http.get(server.path("ap")),
+              server.http.get("/apis", headers=CROSS_SITE), server.http.post(server.path("ap"), content=b"{}")):
+        assert r.headers["x-frame-options"] == "DENY", r.request.url
+        assert r.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert r.headers["x-content-type-options"] == "nosniff"
+
+
 def test_an_allowed_origin_gets_cors_and_no_other_does(server_with: Callable[..., LiveServer]) -> None:
     app_origin = "http://localhost:3000"
     server = server_with(ServerOptions(allowed_origins=("HTTP://LocalHost:3000/",)))

@@ -53,6 +53,29 @@ def test_apply_creates_then_reports_unchanged_then_configured(server: LiveServer
     assert got["spec"]["binary"] == "codex2"
 
 
+def test_an_apply_with_many_warnings_keeps_its_headers_readable(server: LiveServer) -> None:
+    # 1,000 agents applied before their providers: one warning each. As 1,000 Warning headers (200 KB)
+    # the answer was unreadable to httpx (the CLI; it reads at most 100 KiB of headers at once), which
+    # reported the committed apply as a server that did not answer. The headers are bounded as the
+    # apiserver bounds them; the body still lists every warning.
+    from joch.cli.client import Client
+
+    text = "".join(f"---\napiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {{name: a{i}}}\n"
+                   f"spec: {{providerRef: {{name: provider-of-agent-{i}}}}}\n" for i in range(1000))
+    client = Client(base_url=server.url, on_warning=lambda _: None)
+    try:
+        body = client.request("POST", "/v1/resources/apply", content=text, content_type="application/yaml",
+                              warnings=False)
+    finally:
+        client.close()
+    assert [len(item["warnings"]) for item in body["items"]] == [1] * 1000
+    headers = apply(server, text).headers.get_list("warning")
+    assert sum(len(h) + len("Warning: \r\n") for h in headers) <= 8 * 1024
+    assert "provider-of-agent-0" in headers[0]
+    assert headers[-1].endswith(' more warnings left out of the headers"')
+    assert int(headers[-1].split()[2].strip('"')) == 1000 - (len(headers) - 1)
+
+
 def test_apply_is_all_or_nothing_and_names_the_bad_document(server: LiveServer) -> None:
     bad = MANIFESTS + "---\napiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata:\n  name: broken\n" \
         "spec:\n  binary: ''\n"
