@@ -19,7 +19,7 @@ import pytest
 
 from e2e.test_server_crash import free_port, run_status
 from integration.runtime.test_isolation import SNOOP
-from joch.runtime import runner
+from joch.runtime.sandbox import sandbox_problem
 from support import wait_ready
 
 PASSWORD = "pw-4711-not-for-agents"
@@ -42,7 +42,7 @@ def wait_finished(base: str, name: str, timeout: float = 30) -> dict[str, Any]:
 @pytest.mark.parametrize("sandbox", ["none", "bwrap"])
 def test_an_agent_finds_neither_the_store_password_nor_another_runs_secret(
         tmp_path: Path, postgres_url: str, sandbox: str) -> None:
-    if sandbox == "bwrap" and (problem := runner.sandbox_problem()) is not None:
+    if sandbox == "bwrap" and (problem := sandbox_problem()) is not None:
         if os.environ.get("CI"):
             pytest.fail(f"bubblewrap is required in CI: {problem}")
         pytest.skip(problem)

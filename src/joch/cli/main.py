@@ -746,13 +746,14 @@ def runner_command(
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
+    from joch.runtime.sandbox import SANDBOXES
 
     argv = ["--spec", str(spec)]
     argv += ["--workspace", str(workspace)] if workspace is not None else []
     argv += ["--cache", str(cache)] if cache is not None else []
     argv += ["--secrets-stdin"] if secrets_stdin else []
-    if sandbox not in runner.SANDBOXES:
-        raise errors.BadRequest(f'--sandbox must be {" or ".join(runner.SANDBOXES)} (got "{sandbox}")')
+    if sandbox not in SANDBOXES:
+        raise errors.BadRequest(f'--sandbox must be {" or ".join(SANDBOXES)} (got "{sandbox}")')
     argv += ["--sandbox", sandbox]
     for path in hide or ():
         argv += ["--hide", str(path)]

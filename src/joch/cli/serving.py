@@ -159,7 +159,7 @@ def controller_options(
 def _sandbox(choice: str) -> str:
     """``--sandbox``: ``bwrap`` is checked now (a server that cannot keep that promise does not start);
     ``auto`` becomes ``bwrap`` where bubblewrap works, else ``none`` with a warning."""
-    from joch.runtime.runner import sandbox_problem
+    from joch.runtime.sandbox import sandbox_problem
 
     if choice not in ("auto", "bwrap", "none"):
         raise errors.BadRequest(f'--sandbox must be auto, bwrap or none (got "{choice}")')

@@ -48,7 +48,7 @@ Decisions:
   likely died writing), not ``Lost``. When even that record cannot be written, the ending is kept in
   memory (the same answer every time), logged once, and written when space returns; the monitor
   logs a failure that repeats at every poll once, not every ``poll_interval``.
-* **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``runner.sandboxed`` says
+* **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
   tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
   as this user and can read what this user can; ``auto`` warns once about that at start.
@@ -95,6 +95,7 @@ from joch.runtime.base import (
     Workspace,
     run_dir_name,
 )
+from joch.runtime.sandbox import sandbox_problem
 
 logger = logging.getLogger(__name__)
 
@@ -547,7 +548,7 @@ def resolve_sandbox(sandbox: str) -> str:
         return sandbox
     if sandbox not in ("auto", "bwrap"):
         raise ValueError(f'--sandbox must be auto, bwrap or none (got "{sandbox}")')
-    problem = runner.sandbox_problem()
+    problem = sandbox_problem()
     if problem is None:
         return "bwrap"
     if sandbox == "bwrap":

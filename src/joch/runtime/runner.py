@@ -86,12 +86,10 @@ that has done both once, and each forked runner is what ``--spec PATH`` in a new
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import hashlib
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -99,7 +97,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -117,6 +114,8 @@ from joch.runtime.base import (
     RunState,
     Workspace,
 )
+from joch.runtime.redaction import Redactor, encodings
+from joch.runtime.sandbox import SANDBOXES, sandboxed
 
 PATCH = "changes.patch"
 PASSED_ENV = frozenset({
@@ -128,8 +127,6 @@ PASSED_ENV = frozenset({
 RUNNER_ENV = PASSED_ENV | {"SSH_AUTH_SOCK", "PYTHONPATH"}
 """What the local runtime passes to a runner (and its fork server) of its own environment (besides
 ``LC_*``): what git and Python need, never the server's settings or credentials (``JOCH_STORE``)."""
-REDACTED = b"***"
-MIN_SECRET_LENGTH = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL = 0.25          # longest sleep of the supervision loop (signals and output wake it earlier)
 _AFTER_KILL = 2.0     # how long to wait for a SIGKILLed group to vanish, or for its output pipe to close
@@ -289,112 +286,6 @@ def valid_env_name(name: str) -> bool:
     return bool(name) and "=" not in name and "\0" not in name
 
 
-# --- the sandbox -----------------------------------------------------------------------------------
-
-SANDBOXES = ("none", "bwrap")
-BWRAP = "bwrap"
-
-
-def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout, files: RunFiles, home: Path,
-              hide: Iterable[Path]) -> list[str]:
-    """The bubblewrap command line that runs ``executable`` with ``args`` as the agent.
-
-    New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
-    so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
-    root file system is read-only; writable are the worktree (and of the mirror it commits into, the
-    objects, refs and its worktree's git directory: not what configures the runners' git), the
-    run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
-    runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
-    and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
-    The network is the host's: agents call model APIs. ``--die-with-parent``: a runner that dies
-    takes its agent along, so no agent ever runs unsupervised."""
-    command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox
-    for installed in installed_under_tmp(executable):
-        command += ["--ro-bind", installed, installed]
-    for path in hide:
-        command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
-    writable = [checkout.root, files.outputs, home]
-    mirror: list[str] = []
-    if checkout.mirror is not None:
-        # The mirror is every run's of this repository, and runners run git in it outside any
-        # sandbox (the next run's fetch, this run's diff): what configures that git (config, a
-        # commondir file naming another repository's, hooks, info/) is the agent's to read, not to
-        # write. Writable are what its commits need: objects, refs and their logs, and the worktree's
-        # own git directory (HEAD, index).
-        mirror = ["--ro-bind", str(checkout.mirror), str(checkout.mirror)]
-        for part in ("objects", "refs", "logs"):
-            (checkout.mirror / part).mkdir(exist_ok=True)
-            mirror += ["--bind", str(checkout.mirror / part), str(checkout.mirror / part)]
-        if checkout.git_dir is not None and checkout.git_dir.is_relative_to(checkout.mirror):
-            mirror += ["--bind", str(checkout.git_dir), str(checkout.git_dir)]
-    for path in writable:
-        command += ["--bind", str(path), str(path)]
-    command += mirror
-    command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
-    return command + args
-
-
-def installed_under_tmp(executable: str) -> list[str]:
-    """What the agent needs that the sandbox's fresh /tmp would hide, to mount back read-only: the
-    installation of ``executable``, of the interpreter its ``#!`` line names, the Python environment
-    joch runs from (whose ``bin`` is on the agent's PATH) and the directory joch is imported from,
-    when they live under /tmp.
-
-    A checkout cloned into /tmp and set up with ``make run`` has its ``.venv`` there:
-    ``joch-demo-agent`` and every console script installed with joch. An installation is the prefix
-    of a ``PREFIX/bin/NAME`` executable (a virtualenv, a ``--prefix`` install: its ``lib`` is
-    needed too), else the executable's own directory; /tmp itself is never mounted back whole (an
-    executable directly in /tmp is mounted alone)."""
-    tmp = os.path.realpath("/tmp")  # noqa: S108 - the sandbox's own /tmp hides this directory
-    programs = {executable, os.path.realpath(executable)}
-    interpreter = _interpreter(executable)
-    if interpreter is not None:
-        programs |= {interpreter, os.path.realpath(interpreter)}
-    found: set[str] = set()
-    # joch's Python environment, and the directory joch is imported from (an editable install's
-    # src/ is outside the environment): joch-demo-agent and other scripts installed with joch run there.
-    for prefix in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(os.path.dirname(__file__)))):
-        found.add(os.path.realpath(prefix))
-    for program in programs:
-        directory = os.path.dirname(os.path.abspath(program))
-        root = os.path.dirname(directory) if os.path.basename(directory) == "bin" else directory
-        found.add(os.path.realpath(root) if os.path.realpath(root) != tmp else os.path.realpath(program))
-    inside = sorted(path for path in found if path.startswith(tmp + os.sep) and os.path.exists(path))
-    # An installation inside another one is mounted with it.
-    return [path for path in inside if not any(path.startswith(other + os.sep) for other in inside)]
-
-
-def _interpreter(executable: str) -> str | None:
-    """The program a ``#!`` script names (``#!/usr/bin/env python3`` names ``/usr/bin/env``), or None."""
-    try:
-        with open(executable, "rb") as script:
-            first = script.readline(1024)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].split()
-    return os.fsdecode(words[0]) if words else None
-
-
-def sandbox_problem() -> str | None:
-    """Why bubblewrap cannot sandbox agents here (not installed, or no namespaces for this user), or None."""
-    found = shutil.which(BWRAP)
-    if found is None:
-        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    try:
-        done = subprocess.run([found, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--dev", "/dev",
-                               "--proc", "/proc", "--tmpfs", "/tmp", "true"],  # noqa: S108 - a fresh tmpfs in the sandbox
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{found} could not be run: {exc}"
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        return f"{found} does not work here: {reason}"
-    return None
-
-
 # --- process groups -------------------------------------------------------------------------------
 
 
@@ -429,85 +320,6 @@ def signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-# --- redaction ------------------------------------------------------------------------------------
-
-
-MIN_FRAGMENT_LENGTH = 8
-"""The shortest piece of an encoding redacted on its own: the middle of a base64 stream (below) is
-noise-like, and a short piece of it would match by chance."""
-
-
-def encodings(value: bytes) -> set[bytes]:
-    """The common encodings of a secret value that a tool may print instead of the value: base64
-    (standard and URL-safe, with and without padding, and wrapped in lines of 76 or 64), hex (both
-    cases), percent-encoding (``%20`` and ``+`` for a space, both hex cases) and a JSON string's
-    escaped form.
-
-    Base64 of the value inside a longer encoded text (an ``Authorization: Basic`` header, a config
-    blob) depends on where the value starts modulo 3 bytes: for each of the three alignments the
-    characters determined by the value alone are redacted too (as GitHub Actions' masker does)."""
-    forms: set[bytes] = set()
-    for encode in (base64.b64encode, base64.urlsafe_b64encode):
-        whole = encode(value)
-        forms.update((whole, whole.rstrip(b"=")))
-        for shift in (0, 1, 2):
-            shifted = encode(b"\0" * shift + value).rstrip(b"=")
-            head = -(-shift * 8 // 6)  # characters holding bits of what precedes the value
-            tail = 1 if (shift + len(value)) % 3 else 0       # a last character holding bits of what follows
-            fragment = shifted[head:len(shifted) - tail]
-            if len(fragment) >= MIN_FRAGMENT_LENGTH:
-                forms.add(fragment)
-        # Tools wrap base64 (``base64`` at 76 columns, ``openssl base64`` and PEM at 64, MIME with
-        # CRLF): a long value's encoding is then printed line by line, and each line is redacted.
-        for width in (76, 64):
-            forms.update(line for start in range(0, len(whole), width)
-                         if len(line := whole[start:start + width]) >= MIN_FRAGMENT_LENGTH and len(whole) > width)
-    forms.update((value.hex().encode(), value.hex().upper().encode()))
-    for quote in (urllib.parse.quote, urllib.parse.quote_plus):
-        quoted = quote(value, safe="").encode()
-        forms.update((quoted, re.sub(rb"%[0-9A-F]{2}", lambda m: m.group().lower(), quoted)))
-    text = value.decode("utf-8", "surrogateescape")
-    for ascii_only in (True, False):
-        forms.add(json.dumps(text, ensure_ascii=ascii_only)[1:-1].encode("utf-8", "surrogateescape"))
-    forms.discard(value)
-    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
-
-
-class Redactor:
-    """Replaces secret values in a byte stream, holding back just enough of each chunk's end that
-    a secret split across two chunks is still found."""
-
-    def __init__(self, secrets: Iterable[bytes]) -> None:
-        values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
-        # Longest first: where one secret is a prefix of another, the longer one is replaced whole.
-        self._pattern = re.compile(b"|".join(re.escape(v) for v in values)) if values else None
-        self._hold = max((len(v) for v in values), default=1) - 1
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self._pattern is None:
-            return chunk
-        data = self._pending + chunk
-        # A match that starts before `safe` is complete: every secret starting there fits in data.
-        safe = len(data) - self._hold
-        out, pos = [], 0
-        for match in self._pattern.finditer(data):
-            if match.start() >= safe:
-                break
-            out += [data[pos:match.start()], REDACTED]
-            pos = match.end()
-        end = max(pos, safe)
-        out.append(data[pos:end])
-        self._pending = data[end:]
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        if self._pattern is None:
-            return b""
-        data, self._pending = self._pending, b""
-        return self._pattern.sub(REDACTED, data)
 
 
 # --- the runner -----------------------------------------------------------------------------------

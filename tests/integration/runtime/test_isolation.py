@@ -26,7 +26,7 @@ from integration.runtime.helpers import (
     spec,
     wait_for,
 )
-from joch.runtime import runner
+from joch.runtime import runner, sandbox
 from joch.runtime.base import Output, RunId, RunState
 from joch.runtime.local import LocalRuntime
 
@@ -176,7 +176,7 @@ def test_a_runner_record_that_disagrees_is_not_trusted(local: LocalRuntime, tmp_
 
 @pytest.fixture
 def sandboxed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRuntime]:
-    problem = runner.sandbox_problem()
+    problem = sandbox.sandbox_problem()
     if problem is not None:
         if os.environ.get("CI"):
             pytest.fail(f"bubblewrap is required in CI: {problem}")
@@ -231,7 +231,7 @@ def test_joch_runner_takes_the_sandbox_options(make_run: Callable[..., RunnerRun
     done = subprocess.run([joch, "runner", "--spec", str(r.files.spec), *r.options(), "--sandbox", "docker"],
                           env=r.env, capture_output=True, text=True, check=False)
     assert done.returncode == 2 and done.stderr == 'error: --sandbox must be none or bwrap (got "docker")\n'
-    if runner.sandbox_problem() is not None:
+    if sandbox.sandbox_problem() is not None:
         pytest.skip("bubblewrap does not work here")
     done = subprocess.run([joch, "runner", "--spec", str(r.files.spec), *r.options(), "--sandbox", "bwrap",
                            "--hide", str(r.files.dir)], env=r.env, capture_output=True, text=True, check=False)

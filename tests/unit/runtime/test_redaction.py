@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from joch.runtime.base import RunId, RunnerSpec
-from joch.runtime.runner import MIN_FRAGMENT_LENGTH, Redactor, RunFiles, Runner, encodings
+from joch.runtime.redaction import MIN_FRAGMENT_LENGTH, Redactor, encodings
+from joch.runtime.runner import RunFiles, Runner
 
 
 def redact(secrets: list[bytes], chunks: list[bytes]) -> bytes:
