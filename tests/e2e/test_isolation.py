@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import pytest
 from e2e.test_server_crash import free_port, run_status
 from integration.runtime.test_isolation import SNOOP
 from joch.runtime.sandbox import sandbox_problem
-from support import wait_ready
+from support import stop_server, wait_ready
 
 PASSWORD = "pw-4711-not-for-agents"
 
@@ -87,12 +86,7 @@ def test_an_agent_finds_neither_the_store_password_nor_another_runs_secret(
         assert status["phase"] == "Succeeded", (status, log.read_text())
         assert wait_finished(base, "other")["phase"] == "Succeeded"
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
     (dump_file,) = data_dir.glob("runs/*/1/outputs/dump.json")
     dump = json.loads(dump_file.read_text())
     # Unsandboxed, every process of this user is readable (the other run's agent has its secret in

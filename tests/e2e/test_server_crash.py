@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from support import wait_ready
+from support import stop_server, wait_ready
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 
@@ -78,12 +78,7 @@ def test_kill_9_during_a_run_then_restart_ends_succeeded_and_the_agent_ran_once(
             assert time.monotonic() < deadline, status
             time.sleep(0.1)
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
     assert status["phase"] == "Succeeded", (status, log.read_text())
     assert counter.read_text() == "x"
     assert "Traceback" not in log.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
@@ -35,6 +36,16 @@ def wait_ready(base: str, proc: subprocess.Popen[str], *, seconds: float = 30) -
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the server did not become ready"
         time.sleep(0.1)
+
+
+def stop_server(proc: subprocess.Popen[str], *, seconds: float = 15) -> None:
+    """SIGINT ``proc`` (a ``joch server``) and wait for it; kill it if it does not stop in ``seconds``."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class FakeClock:

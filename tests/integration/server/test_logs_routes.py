@@ -49,6 +49,13 @@ class RunServer(LiveServer):
         return self.store.update_status(kinds.AGENT_RUN, {**current, "status": {**(current.get("status") or {}),
                                                                                   **status}})
 
+    def running(self, name: str, code: str) -> dict[str, Any]:
+        """A new run whose agent ``python -c code`` has started, recorded as Running; its runtime ref."""
+        run = self.run(name)
+        ref = self.submit(run, code)
+        self.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+        return ref
+
     def submit(self, run: dict[str, Any], code: str, *, attempt: int = 1,
                outputs: tuple[Output, ...] = ()) -> dict[str, Any]:
         """Start ``python -c code`` as the run's agent; its outputs directory is ``$OUT``."""
@@ -139,9 +146,7 @@ def test_follow_streams_bytes_as_the_agent_writes_them(server: RunServer, tmp_pa
     gate = tmp_path / "gate"
     code = ("import os, sys, time\nprint('first', flush=True)\n"
             f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\nprint('second', flush=True)\n")
-    run = server.run("live")
-    ref = server.submit(run, code)
-    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    ref = server.running("live", code)
     with server.http.stream("GET", server.path("agentruns", "live", sub="log"), params={"follow": "true"},
                             timeout=httpx.Timeout(10.0, read=20.0)) as r:
         assert r.status_code == 200
@@ -248,9 +253,7 @@ def test_quiet_followers_do_not_take_the_threads_other_requests_need(server: Run
     threadpool has threads (40) must leave ordinary (synchronous) routes answering."""
     gate = tmp_path / "gate"
     code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)\nprint('bye')\n"
-    run = server.run("quiet")
-    ref = server.submit(run, code)
-    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    server.running("quiet", code)
     url = f"{server.url}{server.path('agentruns', 'quiet', sub='log')}?follow=true"
     limits = httpx.Limits(max_connections=60)
     with httpx.Client(timeout=httpx.Timeout(10.0, read=30.0), limits=limits) as many:
@@ -273,9 +276,7 @@ def test_a_follower_that_goes_away_does_not_hold_the_server(server: RunServer, t
     gate = tmp_path / "gate"
     code = ("import os, time\nprint('one', flush=True)\n"
             f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n")
-    run = server.run("left")
-    ref = server.submit(run, code)
-    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    ref = server.running("left", code)
     for _ in range(3):
         with server.http.stream("GET", server.path("agentruns", "left", sub="log"), params={"follow": "true"}) as r:
             assert next(r.iter_bytes()) == b"one\n"
@@ -307,9 +308,7 @@ def test_followers_that_left_a_quiet_agent_leave_no_thread_reading_its_log(serve
     gate = tmp_path / "gate"
     code = ("import os, time\nprint('one', flush=True)\n"
             f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n")
-    run = server.run("quiet")
-    ref = server.submit(run, code)
-    server.set_status(run, phase="Running", runtimeRef=ref, attempt=1)
+    ref = server.running("quiet", code)
     try:
         for _ in range(12):
             with server.http.stream("GET", server.path("agentruns", "quiet", sub="log"),
