@@ -37,6 +37,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from joch.api.audit import AuditEntry
 from joch.api.registry import KindInfo
 
 Obj = dict[str, Any]
@@ -135,6 +136,12 @@ class Writer(abc.ABC):
         self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
         uid: str | None = None,
     ) -> Obj: ...
+
+    def audit(self, entry: AuditEntry) -> None:
+        """Append ``entry`` to the audit log, in this transaction when inside one (so the record
+        commits or rolls back with the change it describes). Until a backend keeps an audit log
+        this does nothing."""
+        del entry
 
 
 class Store(Writer):
