@@ -16,7 +16,7 @@ from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
-from joch.server import discovery, errors, guard, health, limits, resources, runs, schemas, v1
+from joch.server import context, discovery, errors, guard, health, limits, resources, runs, schemas, v1
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 
@@ -47,5 +47,6 @@ def create_app(
     v1.install(app, store, options, registry, kind_schemas, slots)
     runs.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
+    app.add_middleware(context.RequestContextMiddleware)
     app.add_middleware(guard.Guard, options=options)
     return app
