@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
+from joch.admission import uniqueness
 from joch.admission.documents import Document
 from joch.admission.merge import merge_patch
 from joch.admission.references import Pending
@@ -185,7 +186,7 @@ def _batch(
     counts = Counter(i for i in identities if i is not None)
     plans: list[_Plan] = []
     failures: list[tuple[Document, errors.Invalid]] = []
-    twins = _idempotency_twins(docs, namespace)
+    twins = _twins(docs, namespace)
     for doc, identity in zip(docs, identities, strict=True):
         duplicate = _first_with(docs, identities, identity) if identity and counts[identity] > 1 else None
         try:
@@ -221,32 +222,30 @@ def _first_with(docs: list[Document], identities: list[Identity | None], identit
     return docs[identities.index(identity)]
 
 
-def _idempotency_twins(docs: list[Document], namespace: str | None) -> dict[int, Document]:
-    """For each AgentRun document reusing an earlier document's ``spec.idempotencyKey`` in the same
-    namespace, that earlier document (the store-side check cannot see the batch's own runs)."""
-    first: dict[tuple[str, str], Document] = {}
-    twins: dict[int, Document] = {}
+def _twins(docs: list[Document], namespace: str | None) -> dict[int, tuple[Document, str]]:
+    """For each document that repeats an earlier document's unique key (``uniqueness.batch_key``:
+    an AgentRun's idempotency key, an Approval's run and action) in the same namespace, that
+    earlier document and the field (the store-side check cannot see the batch's own objects)."""
+    first: dict[tuple[str, str, str], Document] = {}
+    twins: dict[int, tuple[Document, str]] = {}
     for doc in docs:
-        obj = doc.obj
-        if obj.get("kind") != "AgentRun" or not isinstance(obj.get("spec"), dict):
-            continue
-        key = obj["spec"].get("idempotencyKey")
-        if not isinstance(key, str) or not key:
-            continue
-        metadata = obj.get("metadata")
+        metadata = doc.obj.get("metadata")
         ns = metadata.get("namespace") if isinstance(metadata, dict) else None
-        ns = ns if isinstance(ns, str) else None
-        where = (ns or namespace or DEFAULT_NAMESPACE, key)
-        if where in first:
-            twins[id(doc)] = first[where]
+        ns = ns if isinstance(ns, str) and ns else None
+        key = uniqueness.batch_key(doc.obj, ns or namespace or DEFAULT_NAMESPACE)
+        if key is None:
+            continue
+        if key in first:
+            twins[id(doc)] = (first[key], key[1])
         else:
-            first[where] = doc
+            first[key] = doc
     return twins
 
 
 def _admit_document(
     writer: Writer, doc: Document, options: AdmissionOptions, mode: Mode, pending: Pending,
-    identity: Identity | None, duplicate: Document | None, namespace: str | None, twin: Document | None = None,
+    identity: Identity | None, duplicate: Document | None, namespace: str | None,
+    twin: tuple[Document, str] | None = None,
 ) -> _Plan:
     old = _existing(writer, doc, identity) if mode == "apply" else None
     admitted = _admit_with(
@@ -280,7 +279,8 @@ def _single(obj: Obj) -> Document:
 
 
 def _batch_rules(
-    doc: Document, mode: Mode, duplicate: Document | None, namespace: str | None, twin: Document | None = None,
+    doc: Document, mode: Mode, duplicate: Document | None, namespace: str | None,
+    twin: tuple[Document, str] | None = None,
 ) -> Iterator[Cause]:
     metadata = doc.obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
@@ -292,9 +292,12 @@ def _batch_rules(
     if duplicate is not None and duplicate is not doc:
         yield Cause("metadata.name", f"{duplicate.label()} defines the same object; each object may "
                     "appear once in a batch", "FieldValueDuplicate")
-    if twin is not None:
-        yield Cause("spec.idempotencyKey", f"{twin.label()} has the same idempotency key; one run per key in a "
+    if twin is not None and twin[1] == "spec.idempotencyKey":
+        yield Cause(twin[1], f"{twin[0].label()} has the same idempotency key; one run per key in a "
                     "namespace", "FieldValueDuplicate")
+    elif twin is not None:
+        yield Cause(twin[1], f"{twin[0].label()} asks for the same action on the same run; one Approval per run "
+                    "and action", "FieldValueDuplicate")
     if mode == "apply" and not metadata.get("name") and metadata.get("generateName"):
         yield Cause("metadata.name", "required by apply: metadata.generateName is honoured only by "
                     "create (joch create -f)", "FieldValueRequired")

@@ -42,8 +42,9 @@ from pydantic import BaseModel, ValidationError
 from joch.admission import diagnostics
 from joch.admission.documents import RawScalars
 from joch.admission.metadata import normalize_metadata
+from joch.admission.provenance import stamp
 from joch.admission.references import Pending, check_references
-from joch.admission.uniqueness import check_idempotency
+from joch.admission.uniqueness import check_idempotency, check_one_approval
 from joch.api import errors
 from joch.api.errors import Cause
 from joch.api.kinds import CheckedSpec
@@ -106,7 +107,10 @@ def admit(
                             pending=pending)
     causes = [*_top_level(kind, obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
     if not causes:
-        causes = check_idempotency(reader, kind, obj, metadata, old)
+        causes = stamp(kind, metadata, spec, old)
+    if not causes:
+        causes = [*check_idempotency(reader, kind, obj, metadata, old),
+                  *check_one_approval(reader, kind, spec, metadata, old)]
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
     if causes:
         raise invalid(kind, display_name(obj), causes)

@@ -41,6 +41,7 @@ from joch.api.meta import (
     Number,
     PositiveInt,
     Str,
+    parse_time,
 )
 from joch.api.registry import REGISTRY, Column, KindInfo, Reference, register
 
@@ -137,6 +138,10 @@ class AgentSpec(CheckedSpec):
     defaults: AgentDefaults = Field(default_factory=AgentDefaults)
     security: AgentSecurity = Field(default_factory=AgentSecurity)
     requiresApproval: Bool = False
+    # The dispatch Approval of a run of this agent: when it expires unanswered (none: never) and
+    # whether the run's creator is barred from deciding it.
+    approvalTimeoutSeconds: PositiveInt | None = None
+    approvalSeparationOfDuties: Bool = False
     maxConcurrentRuns: PositiveInt | None = None
 
     def problems(self) -> Iterator[Problem]:
@@ -408,13 +413,42 @@ class AgentRunStatus(ConditionedStatus):
 
 # --- runtime.joch.dev/Approval -------------------------------------------------------------------
 
+CREATED_BY = "joch.dev/created-by"
+"""The annotation naming the user who created an AgentRun. Admission writes it from the
+authenticated user of the request (never from the body) and keeps it unchanged on every update."""
+
+ApprovalAction = Literal["dispatch", "tool-use", "secret-access", "write-back", "release", "escalation"]
+
+
+def _rfc3339(value: str) -> str:
+    try:
+        parsed = parse_time(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None or "T" not in value.upper():
+        raise ValueError(f'"{value}" is not an RFC 3339 time: write it as "2026-01-31T17:00:00Z" '
+                         "(a date, 'T', a time, and 'Z' or an offset such as +02:00)")
+    return value
+
+
+class ApprovalPolicyRef(Model):
+    """The Policy rule that asked for the approval (absent: the Agent's ``requiresApproval``)."""
+
+    namespace: Str | None = None
+    name: Str = Field(min_length=1)
+    rule: Str | None = None
+
+
 class ApprovalSpec(Model):
     runRef: LocalObjectReference
-    action: Literal["dispatch", "tool-use", "secret-access", "write-back", "release", "escalation"] = (
-        "dispatch"
-    )
+    action: ApprovalAction = "dispatch"
+    # Set by admission from the authenticated user (by the run controller: the run's creator);
+    # whatever a request body says here is replaced.
     requestedBy: Str | None = None
     reason: Str | None = None
+    expiresAt: Annotated[Str, AfterValidator(_rfc3339)] | None = None
+    separationOfDuties: Bool = False
+    policyRef: ApprovalPolicyRef | None = None
 
 
 class ApprovalStatus(ConditionedStatus):
@@ -560,7 +594,9 @@ APPROVAL = register(KindInfo(
     spec_model=ApprovalSpec, status_model=ApprovalStatus,
     references=(Reference("spec.runRef.name", "AgentRun"),),
     columns=(Column("RUN", "spec.runRef.name"), Column("ACTION", "spec.action"),
-             Column("PHASE", "status.phase"), AGE),
+             Column("PHASE", "status.phase"), Column("REQUESTED-BY", "spec.requestedBy"),
+             Column("DECIDED-BY", "status.decidedBy"), Column("EXPIRES", "spec.expiresAt", wide=True),
+             Column("REASON", "spec.reason", wide=True), AGE),
 ))
 SECRET = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
@@ -581,5 +617,5 @@ LEASE = register(KindInfo(
     columns=(Column("HOLDER", "spec.holderIdentity"), Column("RENEWED", "spec.renewTime"), AGE),
 ))
 
-__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "EVENT", "IMPLEMENTATION_SPEC", "LEASE",
-           "POLICY", "SECRET", "CheckedSpec", "Condition", "Problem"]
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "CREATED_BY", "EVENT", "IMPLEMENTATION_SPEC",
+           "LEASE", "POLICY", "SECRET", "CheckedSpec", "Condition", "Problem"]

@@ -17,7 +17,8 @@ lost update. What the controller decides and why:
   ``MissingProvider``, ``MissingImplementation``, ``MissingSecret``, ``SecretNotAllowed``,
   ``TemplateError``, ``InvalidPath``). A run that cannot start should say so at once rather than queue forever.
 * **Scheduling** (``scheduling.Scheduler``) decides which Queued run may start under the global,
-  namespace and agent limits; approvals (``approvals``) gate runs of agents that require one.
+  namespace and agent limits; approvals (``approvals``) gate runs of agents that require one
+  (denied: ``ApprovalDenied``; expired unanswered: ``ApprovalExpired``, with the time).
 * **Nothing starts twice.** The attempt number is fixed when a run is queued; before starting it
   the controller records the intent (Running, reason Starting, a ``pending`` reference) under the
   run's resourceVersion and checks it still holds the leader lease; the runtime's ``submit`` is
@@ -45,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from joch.admission import uniqueness
 from joch.api import errors, kinds
 from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
@@ -56,7 +58,7 @@ from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
 from joch.runtime import disks
 from joch.runtime.workspace import scp_like
-from joch.store.base import Obj
+from joch.store.base import ListOptions, Obj
 
 logger = logging.getLogger("joch.controllers.runs")
 
@@ -289,11 +291,26 @@ class RunController(Controller):
                 w.delete(kinds.APPROVAL, key.namespace, name, uid=existing["metadata"]["uid"])
                 existing = None
             if existing is None:
-                approval = w.create(kinds.APPROVAL, approvals.for_run(run, name, agent, requested_by=COMPONENT))
+                # One Approval per (run, action): a dispatch Approval for this run's name that the
+                # run does not own was left by an earlier run of that name, and answers nothing here.
+                listed = w.list(kinds.APPROVAL, ListOptions(namespace=key.namespace, label_selector=(
+                    f"{uniqueness.APPROVAL_LABEL}={uniqueness.approval_key(key.name, 'dispatch')}")))
+                for other in approvals.others_for(listed.items, run, "dispatch"):
+                    w.delete(kinds.APPROVAL, key.namespace, other["metadata"]["name"], uid=other["metadata"]["uid"])
+                approval = w.create(kinds.APPROVAL, self._dispatch_approval(run, name, plan.agent))
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
         return None
+
+    def _dispatch_approval(self, run: Obj, name: str, agent: Obj) -> Obj:
+        spec = agent.get("spec") or {}
+        timeout = spec.get("approvalTimeoutSeconds")
+        expires = None
+        if isinstance(timeout, int) and timeout > 0:
+            expires = dt.datetime.fromtimestamp(self.ctx.clock.time() + timeout, dt.UTC)
+        return approvals.for_run(run, name, agent["metadata"]["name"], expires_at=expires,
+                                 separation_of_duties=bool(spec.get("approvalSeparationOfDuties")))
 
     def _awaiting_approval(self, key: Key, run: Obj) -> Result | None:
         name = approvals.name_for(run)
@@ -306,8 +323,10 @@ class RunController(Controller):
             try:
                 self.ctx.store.get(kinds.APPROVAL, key.namespace, name)
             except errors.NotFound:
-                agent = run["spec"]["agentRef"]["name"]
-                self.ctx.store.create(kinds.APPROVAL, approvals.for_run(run, name, agent, requested_by=COMPONENT))
+                agent = self._read(kinds.AGENT, key.namespace, run["spec"]["agentRef"]["name"])
+                if agent is None:
+                    return Result(requeue_after=1.0)
+                self.ctx.store.create(kinds.APPROVAL, self._dispatch_approval(run, name, agent))
             return None
         decision = (approval.get("status") or {}).get("phase")
         who = (approval.get("status") or {}).get("decidedBy") or "someone"
@@ -319,13 +338,17 @@ class RunController(Controller):
             queued = self._to_queued(status, "Approved", "approved; waiting for a run slot")
             run = self._write(run, queued, ("Approved", f"approval {name} approved by {who}", "Normal"))
             return self._queued(key, run)
-        if decision in ("Denied", "Expired"):
-            message = f"approval {name} {decision.lower()}" + (f" by {who}" if decision == "Denied" else "")
-            message += f": {why}" if why else ""
-            ended = _ended(run, "Failed", f"Approval{decision}", message)
-            ended["conditions"] = set_condition(ended["conditions"], _cond(
-                "AwaitingApproval", "False", decision, message))
-            self._write(run, ended, (f"Approval{decision}", message, "Warning"))
+        if decision == "Denied":
+            message = f"approval {name} denied by {who}" + (f": {why}" if why else "")
+        elif decision == "Expired":
+            when = (approval.get("spec") or {}).get("expiresAt") or "its expiry time"
+            message = f"approval {name} expired at {when} without a decision"
+        else:
+            return None
+        ended = _ended(run, "Failed", f"Approval{decision}", message)
+        ended["conditions"] = set_condition(ended["conditions"], _cond(
+            "AwaitingApproval", "False", decision, message))
+        self._write(run, ended, (f"Approval{decision}", message, "Warning"))
         return None
 
     # --- Queued: the scheduler ----------------------------------------------------------------------

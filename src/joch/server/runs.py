@@ -6,7 +6,7 @@ Routes (``RUN`` is ``/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agen
     GET  RUN/log?follow=&attempt=            text/plain, streamed; also /v1/namespaces/{ns}/executions/{name}/log
     GET  RUN/artifacts                       {"kind": "ArtifactList", "items": status.artifacts}
     GET  RUN/artifacts/{artifact}            the bytes (attachment; Digest and X-Content-SHA256 headers)
-    POST /v1/namespaces/{ns}/approvals/{name}/decide   {"decision": "approve"|"deny", "reason", "decidedBy"}
+    POST /v1/namespaces/{ns}/approvals/{name}/decide   {"decision": "approve"|"deny", "reason"}
     GET  /v1/namespaces/{ns}/agents/{name}/manifest    the CompiledAgentManifest
 
 Logs and artifacts come from the runtime the app was built with (``create_app(runtime=...)``, kept
@@ -42,11 +42,20 @@ Decisions:
   (so ``changes.patch`` is served even if a controller did not list it), and the runtime's own
   record supplies the digest headers. The file name in ``Content-Disposition`` is the artifact's
   name, which is unique within a run.
-* **A decision is written once.** ``decide`` writes the Approval's status with the resourceVersion
-  it read as a precondition and retries on a conflict; an approval that is no longer ``Pending``
-  (decided, or expired) is a 409 ``Conflict`` naming who decided it and when. A decision other than
+* **A decision is written once, by whoever is authenticated.** ``decide`` reads the Approval and
+  writes its status in one store transaction, together with the audit record of the decision
+  (verb ``approve`` or ``deny``, kind ``Approval``), and retries the whole transaction when the
+  Approval was written in between. ``decidedBy`` is the authenticated user of the request
+  (``joch.api.identity.current_user``; ``system:anonymous`` under ``--auth none``), never the
+  body's: a body ``decidedBy`` naming anyone else is a 422 ``Invalid`` (cause ``decidedBy``,
+  ``FieldValueForbidden``), one naming the caller is accepted as redundant. An approval that is no
+  longer ``Pending`` (decided, or expired) or is past ``spec.expiresAt`` is a 409 ``Conflict``
+  naming who decided it and when, or when it expired. With ``spec.separationOfDuties`` the run's
+  creator (its ``joch.dev/created-by`` annotation) and the Approval's ``requestedBy`` get a 403
+  ``Forbidden`` naming the rule — under ``--auth none`` everyone is ``system:anonymous``, so such
+  an Approval can only be decided once authentication is on. Who may decide at all is RBAC's
+  (the ``approver`` role), checked before the handler runs. A decision other than
   ``approve``/``deny``, or a field of the wrong type, is a 422 ``Invalid`` with a cause per field.
-  ``decidedBy`` defaults to ``anonymous`` until the server authenticates callers.
 * **An agent that does not compile is a 422 ``Invalid``** whose causes are the compiler's problems
   (``reason`` is the compiler's reason, e.g. ``ProviderNotFound``): the agent exists (a missing one
   is a 404) but its manifest cannot be built from what the store holds now. A compiled manifest is
@@ -56,6 +65,7 @@ Decisions:
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import logging
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
@@ -72,18 +82,21 @@ from starlette.datastructures import State
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
-from joch.admission import apply as admission
+from joch.admission.validation import validate_status
 from joch.api import errors, kinds
+from joch.api.audit import AuditEntry
 from joch.api.errors import Cause
+from joch.api.identity import ANONYMOUS, UserInfo, current_user
 from joch.api.meta import now
 from joch.compiler import manifest as compiler
+from joch.controllers import approvals
 from joch.runtime.base import Runtime, is_own_ref
 from joch.server import limits, resources, wire
 from joch.server import watch as watching
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType
 from joch.server.schemas import UNAVAILABLE, KindSchemas, error_responses
-from joch.store.base import Obj, Store, WatchOptions
+from joch.store.base import Obj, Store, WatchOptions, Writer
 
 logger = logging.getLogger("joch.server")
 
@@ -91,7 +104,6 @@ RUNS = f"/apis/{kinds.AGENT_RUN.group}/{kinds.AGENT_RUN.version}/namespaces/{{na
 FINISHED = frozenset({"Succeeded", "Failed", "Cancelled"})
 DECISIONS = {"approve": "Approved", "deny": "Denied"}
 DECISION_FIELDS = frozenset({"decision", "reason", "decidedBy", "apiVersion", "kind"})
-ANONYMOUS = "anonymous"
 DECIDE_ATTEMPTS = 5
 DISCONNECT_CHECK_SECONDS = 1.0
 CHUNK_BYTES = 64 * 1024
@@ -246,25 +258,30 @@ class RunRoutes:
     # --- approvals ----------------------------------------------------------------------------------
 
     def decide(self, namespace: str, name: str, body: bytes, content_type: str | None) -> Response:
-        decision, reason, decided_by = _decision(name, wire.decode_object(body, content_type, allow_yaml=False))
+        user = current_user() or ANONYMOUS
+        decision, reason = _decision(name, wire.decode_object(body, content_type, allow_yaml=False), user)
         attempt = 0
         while True:
             attempt += 1
-            current = self.store.get(kinds.APPROVAL, namespace, name)
-            status = dict(current.get("status") or {})
-            if status.get("phase") not in (None, "Pending"):
-                raise errors.Conflict(_already_decided(name, status), kind=kinds.APPROVAL.plural, name=name)
-            status.update(phase=DECISIONS[decision], decidedBy=decided_by, decidedAt=now())
-            if reason:
-                status["reason"] = reason
-            else:
-                status.pop("reason", None)
             try:
-                return wire.json_response(admission.update_status(
-                    self.store, kinds.APPROVAL, {**current, "status": status}, namespace=namespace, name=name))
-            except errors.Conflict:  # written in between (a controller, or another decision): read it again
+                with self.store.transaction() as w:
+                    current = w.get(kinds.APPROVAL, namespace, name)
+                    status = _decided(w, current, decision, reason, user)
+                    try:
+                        out = w.update_status(kinds.APPROVAL, {**current, "status": status})
+                    except errors.Conflict as exc:  # written in between (a controller, or another decision)
+                        raise _Retry() from exc
+                    spec = current.get("spec") or {}
+                    run = (spec.get("runRef") or {}).get("name")
+                    w.audit(AuditEntry(
+                        verb=decision, kind=kinds.APPROVAL.kind, namespace=namespace, name=name, decision="allowed",
+                        reason=f'{status["phase"].lower()} {spec.get("action") or "dispatch"} of run "{run}"'
+                               + (f": {reason}" if reason else "")))
+                return wire.json_response(out)
+            except _Retry:
                 if attempt >= DECIDE_ATTEMPTS:
-                    raise
+                    raise errors.Conflict(f'approval "{name}" kept changing while it was being decided; try again',
+                                          kind=kinds.APPROVAL.plural, name=name) from None
 
     # --- compiled manifests -------------------------------------------------------------------------
 
@@ -318,16 +335,68 @@ def _never_started(run: Obj) -> str:
             + (f" ({why})" if why else "") + "; it has no log")
 
 
-def _already_decided(name: str, status: dict[str, Any]) -> str:
+class _Retry(Exception):
+    """The Approval was written between reading and deciding it: read it again."""
+
+
+def _decided(w: Writer, current: Obj, decision: str, reason: str | None, user: UserInfo) -> dict[str, Any]:
+    """The status ``decision`` by ``user`` gives ``current``, or the error that forbids it."""
+    name = current["metadata"]["name"]
+    status = dict(current.get("status") or {})
+    if status.get("phase") not in (None, "Pending"):
+        raise errors.Conflict(_already_decided(current), kind=kinds.APPROVAL.plural, name=name)
+    expires = approvals.expires_at(current)
+    if expires is not None and expires <= dt.datetime.now(dt.UTC):
+        raise errors.Conflict(f'approval "{name}" expired at {current["spec"]["expiresAt"]}; it can no longer be '
+                              "decided", kind=kinds.APPROVAL.plural, name=name)
+    _check_separation(w, current, user)
+    status.update(phase=DECISIONS[decision], decidedBy=user.name, decidedAt=now())
+    if reason:
+        status["reason"] = reason
+    else:
+        status.pop("reason", None)
+    return validate_status(kinds.APPROVAL, {**current, "status": status})
+
+
+def _check_separation(w: Writer, approval: Obj, user: UserInfo) -> None:
+    """``spec.separationOfDuties``: neither the run's creator nor the Approval's requester decides it."""
+    spec = approval.get("spec") or {}
+    if not spec.get("separationOfDuties"):
+        return
+    name = approval["metadata"]["name"]
+    run_name = str((spec.get("runRef") or {}).get("name") or "")
+    try:
+        run: Obj | None = w.get(kinds.AGENT_RUN, approval["metadata"].get("namespace"), run_name)
+    except errors.NotFound:
+        run = None
+    creator = approvals.creator_of(run) if run is not None else None
+    if user.name == creator:
+        role = f'created run "{run_name}"'
+    elif user.name == spec.get("requestedBy"):
+        role = f'requested approval "{name}"'
+    else:
+        return
+    ref = spec.get("policyRef") or {}
+    rule = (f' (Policy "{ref.get("name")}"' + (f' rule "{ref["rule"]}"' if ref.get("rule") else "") + ")"
+            if ref.get("name") else "")
+    raise errors.Forbidden(
+        f'approval "{name}" requires separation of duties (spec.separationOfDuties: true{rule}): user "{user.name}" '
+        f"{role} and cannot decide it; another approver must", kind=kinds.APPROVAL.plural, name=name)
+
+
+def _already_decided(approval: Obj) -> str:
+    name = approval["metadata"]["name"]
+    status = approval.get("status") or {}
     phase = str(status.get("phase"))
-    at = f" at {status['decidedAt']}" if status.get("decidedAt") else ""
     if phase == "Expired":
-        return f'approval "{name}" expired{at}; it can no longer be decided'
-    by = status.get("decidedBy") or ANONYMOUS
+        expires = (approval.get("spec") or {}).get("expiresAt")
+        return f'approval "{name}" expired' + (f" at {expires}" if expires else "") + "; it can no longer be decided"
+    at = f" at {status['decidedAt']}" if status.get("decidedAt") else ""
+    by = status.get("decidedBy") or "an unknown user"
     return f'approval "{name}" was already {phase.lower()} by {by}{at}; a decision cannot be changed'
 
 
-def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
+def _decision(name: str, body: dict[str, Any], user: UserInfo) -> tuple[str, str | None]:
     causes: list[Cause] = []
     decision = body.get("decision")
     if decision is None:
@@ -344,6 +413,13 @@ def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
         elif isinstance(value, str) and any(ch in value for ch in "\r\n\t\x00"):
             # it is shown in tables and event messages: a line break would forge a row
             causes.append(Cause(field, "must be a single line of text", "FieldValueInvalid"))
+    claimed = body.get("decidedBy")
+    if isinstance(claimed, str) and claimed.strip() and claimed.strip() != user.name and not any(
+            c.field == "decidedBy" for c in causes):
+        # The decider is whoever is authenticated; a body naming someone else is refused, not ignored,
+        # so a script that thinks it decides as another user learns that it does not.
+        causes.append(Cause("decidedBy", f'Forbidden: the decision is recorded as made by the authenticated user '
+                            f'"{user.name}", not "{claimed.strip()}"; leave decidedBy out', "FieldValueForbidden"))
     for field in sorted(set(body) - DECISION_FIELDS):
         causes.append(Cause(field, f'unknown field "{field}"', "FieldValueNotSupported"))
     if causes:
@@ -351,7 +427,7 @@ def _decision(name: str, body: dict[str, Any]) -> tuple[str, str | None, str]:
         raise errors.Invalid(f'invalid decision for approval "{name}": [{listing}]', kind=kinds.APPROVAL.plural,
                              name=name, causes=causes)
     reason = body.get("reason") or None
-    return str(decision), reason, (body.get("decidedBy") or "").strip() or ANONYMOUS
+    return str(decision), reason
 
 
 def _json(value: Any) -> str:
@@ -434,7 +510,9 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
     decision_body = {"requestBody": {"required": True, "content": {wire.JSON: {"schema": {
         "type": "object", "required": ["decision"],
         "properties": {"decision": {"type": "string", "enum": sorted(DECISIONS)}, "reason": {"type": "string"},
-                       "decidedBy": {"type": "string", "default": ANONYMOUS}}}}}}}
+                       "decidedBy": {"type": "string", "description": (
+                           "optional; if given it must be the authenticated user's name (the server "
+                           "records who is authenticated, never a name from the body)")}}}}}}}
     app.add_api_route("/v1/namespaces/{namespace}/approvals/{name}/decide", decide, methods=["POST"], tags=TAGS,
                       summary="Approve or deny an approval (once)", openapi_extra=decision_body,
                       responses=schemas.responses(200, schemas.object(kinds.APPROVAL), "the decided Approval",
