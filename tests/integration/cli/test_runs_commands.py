@@ -344,23 +344,23 @@ def test_cancel_a_running_run_with_the_controller(cluster: Cluster) -> None:
 
 # --- approvals ---------------------------------------------------------------------------------------
 
-def approval(cluster: Cluster, name: str, run: str) -> None:
+def approval(cluster: Cluster, name: str, run: str, action: str = "dispatch") -> None:
     cluster.apply({"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "Approval", "metadata": {"name": name},
-                   "spec": {"runRef": {"name": run}}})
+                   "spec": {"runRef": {"name": run}, "action": action}})
 
 
 def test_approve_and_deny_by_name(cluster: Cluster) -> None:
     cluster.agent("coder", "print('hi')")
     cluster.ok("run", "--agent", "coder", "--text", "t", "--repo", str(cluster.repo), "--name", "r")
     approval(cluster, "yes", "r")
-    approval(cluster, "no", "r")
+    approval(cluster, "no", "r", "write-back")
     assert cluster.ok("approve", "approval", "yes", "--reason", "ok").out == "approval.runtime.joch.dev/yes approved\n"
     status = cluster.store.get(kinds.APPROVAL, "default", "yes")["status"]
-    assert (status["phase"], status["reason"], status["decidedBy"]) == ("Approved", "ok", "anonymous")
+    assert (status["phase"], status["reason"], status["decidedBy"]) == ("Approved", "ok", "system:anonymous")
     assert cluster.ok("deny", "apr/no").out == "approval.runtime.joch.dev/no denied\n"
     twice = cluster.joch("deny", "approval", "yes")
     assert twice.code == 5
-    assert twice.err.startswith('error: approval "yes" was already approved by anonymous at ')
+    assert twice.err.startswith('error: approval "yes" was already approved by system:anonymous at ')
     missing = cluster.joch("approve", "approval", "ghost")
     assert missing.code == 3 and "ghost" in missing.err
 
@@ -371,7 +371,7 @@ def test_approve_run_needs_exactly_one_pending_approval(cluster: Cluster) -> Non
     none = cluster.joch("approve", "run", "r")
     assert none.code == 3 and none.err == 'error: run "r" has no pending approval (phase Pending)\n'
     approval(cluster, "first", "r")
-    approval(cluster, "second", "r")
+    approval(cluster, "second", "r", "release")
     two = cluster.joch("approve", "run", "r")
     assert two.code == 5
     assert two.err == ('error: run "r" has 2 pending approvals (first, second): decide one by name, e.g. '

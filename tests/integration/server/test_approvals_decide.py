@@ -36,28 +36,29 @@ def test_approve_writes_the_decision_with_defaults(server: LiveServer) -> None:
     r = decide(server, "gate", {"decision": "approve"})
     assert r.status_code == 200, r.text
     status = r.json()["status"]
-    assert status["phase"] == "Approved" and status["decidedBy"] == "anonymous"
+    assert status["phase"] == "Approved" and status["decidedBy"] == "system:anonymous"  # --auth none
     assert status["decidedAt"].endswith("Z") and "reason" not in status
     stored = server.store.get(kinds.APPROVAL, "default", "gate")
     assert stored["status"] == status
     assert stored["metadata"]["resourceVersion"] == r.json()["metadata"]["resourceVersion"]
 
 
-def test_deny_with_who_and_why_on_an_approval_no_controller_has_seen(server: LiveServer) -> None:
+def test_deny_with_why_on_an_approval_no_controller_has_seen(server: LiveServer) -> None:
     approval(server)  # no status at all yet: Pending in all but name
-    r = decide(server, "gate", {"decision": "deny", "reason": "not on a Friday", "decidedBy": "alice"})
+    r = decide(server, "gate", {"decision": "deny", "reason": "not on a Friday"})
     assert r.status_code == 200, r.text
     status = r.json()["status"]
-    assert (status["phase"], status["decidedBy"], status["reason"]) == ("Denied", "alice", "not on a Friday")
+    assert (status["phase"], status["decidedBy"], status["reason"]) == ("Denied", "system:anonymous",
+                                                                        "not on a Friday")
 
 
 def test_a_second_decision_is_a_409_naming_the_first(server: LiveServer) -> None:
     approval(server, phase="Pending")
-    assert decide(server, "gate", {"decision": "approve", "decidedBy": "alice"}).status_code == 200
+    assert decide(server, "gate", {"decision": "approve"}).status_code == 200
     again = decide(server, "gate", {"decision": "deny"})
     assert is_status(again.json(), 409, "Conflict")
     message = again.json()["message"]
-    assert message.startswith('approval "gate" was already approved by alice at ')
+    assert message.startswith('approval "gate" was already approved by system:anonymous at ')
     assert message.endswith("; a decision cannot be changed")
     assert server.store.get(kinds.APPROVAL, "default", "gate")["status"]["phase"] == "Approved"
 
