@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 
+from joch.admission import uniqueness
 from joch.admission.apply import apply_documents, create_documents
 from joch.admission.documents import load_documents
 from joch.api import errors, kinds
+from joch.api.identity import RequestContext, UserInfo, acting_as
+from joch.api.meta import parse_time
 from joch.controllers.assembly import build_controllers
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
@@ -362,6 +365,41 @@ def test_approval_gates_dispatch(make_env: Callable[..., Env]) -> None:
     run = env.wait(denied, {"Failed", "Succeeded"})
     assert run["status"]["reason"] == "ApprovalDenied" and "bo" in run["status"]["message"]
     assert "not today" in run["status"]["message"]
+
+
+def test_the_dispatch_approval_names_the_run_creator_and_carries_the_agents_rules(
+        make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", script("pass")),
+              agent("a", "p", requiresApproval=True, approvalTimeoutSeconds=3600, approvalSeparationOfDuties=True))
+    # A dispatch Approval for this run name left from before (say, restored from a backup) is not
+    # the new run's: one Approval per (run, action), so the controller replaces it.
+    env.store.create(kinds.APPROVAL, {"metadata": {"name": "stray", "namespace": "default", "labels": {
+        uniqueness.APPROVAL_LABEL: uniqueness.approval_key("mine", "dispatch")}},
+        "spec": {"runRef": {"name": "mine"}, "action": "dispatch"}})
+    with acting_as(RequestContext(UserInfo("carol"))):
+        name = env.create_run("mine")
+    assert env.run(name)["metadata"]["annotations"][kinds.CREATED_BY] == "carol"
+    env.wait(name, {"AwaitingApproval"})
+    spec = env.store.get(kinds.APPROVAL, "default", f"{name}-dispatch")["spec"]
+    assert (spec["requestedBy"], spec["action"], spec["separationOfDuties"]) == ("carol", "dispatch", True)
+    expires = parse_time(spec["expiresAt"]).timestamp()
+    assert abs(expires - (time.time() + 3600)) < 60
+    assert [a["metadata"]["name"] for a in env.store.list(kinds.APPROVAL).items] == [f"{name}-dispatch"]
+
+
+def test_an_unanswered_approval_expires_and_fails_the_run(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", script("pass")), agent("a", "p", requiresApproval=True, approvalTimeoutSeconds=1))
+    name = env.create_run()
+    env.wait(name, {"AwaitingApproval", "Failed"})
+    run = env.wait(name, {"Failed", "Succeeded"}, timeout=15)
+    approval = env.store.get(kinds.APPROVAL, "default", f"{name}-dispatch")
+    assert approval["status"]["phase"] == "Expired"
+    assert run["status"]["reason"] == "ApprovalExpired"
+    assert run["status"]["message"] == (f"approval {name}-dispatch expired at {approval['spec']['expiresAt']} "
+                                        "without a decision")
+    assert ("ApprovalExpired", run["status"]["message"]) in env.events(name)
 
 
 def test_finished_runs_are_collected_after_their_ttl(make_env: Callable[..., Env]) -> None:
