@@ -1,7 +1,8 @@
 """The read-only commands: ``get`` (list, one object, watch), ``describe`` and ``api-resources``.
 
-Lists go to the server with the selector. A table (no ``-o``, or ``-o wide``) is the server's
-Kubernetes ``Table``, its columns and cells decided there from the kind registry (see
+Lists go to the server with the selector. ``get approvals`` prints Pending ones first, then the
+newest (``PENDING_FIRST``); every other list keeps the server's order. A table (no ``-o``, or
+``-o wide``) is the server's Kubernetes ``Table``, its columns and cells decided there from the kind registry (see
 ``printers``); ``-o yaml|json|name`` read the plain objects. Widths are computed from the whole
 response so the columns line up. ``get -w`` prints that table, then follows the watch from the
 list's ``resourceVersion`` (so no change between the list and the watch is lost, and none is
@@ -27,7 +28,7 @@ from typing import Any
 
 import typer
 
-from joch.api import errors
+from joch.api import columns, errors
 from joch.cli import describe as describing
 from joch.cli import namespaces, printers
 from joch.cli.client import Client
@@ -122,7 +123,7 @@ def get(client: Client, request: GetRequest, *, report: Reporter) -> errors.Joch
 def _list_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
     table = _table(client, rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
     layout = _layout(rt, table, request)
-    rows = [layout.cells(row) for row in table.get("rows") or []]
+    rows = [layout.cells(row) for row in _ordered(rt, table)]
     column_widths = None
     if rows:
         column_widths = printers.widths(layout.headers, rows)
@@ -236,6 +237,34 @@ def _get_many(client: Client, types: list[ResourceType], request: GetRequest) ->
     if not printed:
         typer.echo(_nothing_found(types[0], request.scope), err=True)
         _hint_other_namespaces(client, types, request)
+
+
+PENDING_FIRST = frozenset({("runtime.joch.dev", "Approval")})
+"""Kinds whose lists show what waits for someone first: Pending ones, then the newest."""
+
+
+def _ordered(rt: ResourceType, table: printers.Table) -> list[printers.Row]:
+    """The table's rows in the order to print them: as the server listed them (by name), except
+    for ``PENDING_FIRST`` kinds (``joch get approvals``: what needs a decision on top)."""
+    rows: list[printers.Row] = list(table.get("rows") or [])
+    if (rt.group, rt.kind) not in PENDING_FIRST:
+        return rows
+    names = [str(d.get("name", "")).upper() for d in table.get("columnDefinitions") or []]
+    at = names.index("PHASE") if "PHASE" in names else None
+
+    def waiting(row: printers.Row) -> bool:
+        cells = row.get("cells") or []
+        return at is None or at >= len(cells) or cells[at] in (None, "", columns.NONE, "Pending")
+
+    def created(row: printers.Row) -> str:
+        obj = row.get("object")
+        metadata = obj.get("metadata") if isinstance(obj, dict) else None
+        stamp = metadata.get("creationTimestamp") if isinstance(metadata, dict) else None
+        return stamp if isinstance(stamp, str) else ""
+
+    rows.sort(key=created, reverse=True)  # newest first (RFC 3339 UTC strings sort as times) ...
+    rows.sort(key=lambda row: not waiting(row))  # ... and, stably, Pending before the rest
+    return rows
 
 
 def _table(client: Client, path: str, params: dict[str, str] | None = None) -> printers.Table:

@@ -454,3 +454,18 @@ def test_describe_run_shows_artifacts_and_the_runs_events(cluster: Cluster) -> N
     assert "Started" in reasons and "Succeeded" in reasons
     other = cluster.ok("describe", "agent", "coder").out
     assert "Artifacts:" not in other
+
+
+def test_get_approvals_shows_pending_first_then_the_newest(cluster: Cluster) -> None:
+    cluster.agent("coder", "print('hi')")
+    cluster.ok("run", "--agent", "coder", "--text", "t", "--repo", str(cluster.repo), "--name", "r")
+    approval(cluster, "z-old", "r")
+    time.sleep(1.1)  # creationTimestamp has seconds: the next ones are newer
+    approval(cluster, "m-new", "r", "tool-use")
+    approval(cluster, "a-done", "r", "release")
+    cluster.ok("approve", "approval", "a-done")
+    lines = cluster.ok("get", "approvals").out.splitlines()
+    assert lines[0].split() == ["NAME", "RUN", "ACTION", "PHASE", "REQUESTED-BY", "DECIDED-BY", "AGE"]
+    rows = [line.split() for line in lines[1:]]
+    assert [row[0] for row in rows] == ["m-new", "z-old", "a-done"]
+    assert rows[2][1:6] == ["r", "release", "Approved", "<none>", "system:anonymous"]
