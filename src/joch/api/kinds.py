@@ -141,7 +141,7 @@ class AgentSpec(CheckedSpec):
     # The dispatch Approval of a run of this agent: when it expires unanswered (none: never) and
     # whether the run's creator is barred from deciding it.
     approvalTimeoutSeconds: PositiveInt | None = None
-    approvalSeparationOfDuties: Bool = False
+    approvalSeparationOfDuties: Bool | None = None
     maxConcurrentRuns: PositiveInt | None = None
 
     def problems(self) -> Iterator[Problem]:
