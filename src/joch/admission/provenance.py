@@ -13,9 +13,14 @@ creator who could write their own name (or someone else's) would decide it anywa
   spec cannot change at all (like a Kubernetes CertificateSigningRequest): what was asked for,
   by whom, until when and under which rules is what gets decided. A body that repeats the stored
   spec, with or without ``requestedBy``, is fine (``joch apply`` of the same file).
+  An Approval created through the API may not claim a run as its controller
+  (``ownerReferences[].controller``): the run controller acts only on the Approval its run owns,
+  and one a user wrote there first would stand in for it without the Agent's rules.
 * **Outside a request** (controllers, ``joch server --apply`` at start) no user is current, and
   what the object says is kept: the run controller writes the dispatch Approval's ``requestedBy``
-  as the run's creator itself.
+  as the run's creator itself. Joch's own controllers calling the API (group
+  ``system:joch:controllers``) are trusted the same way: a creator or requester they name is
+  kept, and only when they name none is their own name written.
 """
 
 from __future__ import annotations
@@ -26,26 +31,30 @@ from pydantic import ValidationError
 
 from joch.api import kinds
 from joch.api.errors import Cause
-from joch.api.identity import current_user
+from joch.api.identity import CONTROLLERS_GROUP, UserInfo, current_user
 from joch.api.registry import KindInfo
 
 
 def stamp(kind: KindInfo, metadata: dict[str, Any], spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     """Write the creator/requester into ``metadata``/``spec`` (in place); causes for a changed
-    Approval spec."""
+    Approval spec or a forged controller reference."""
     if kind is kinds.AGENT_RUN:
         _creator(metadata, old)
         return []
     if kind is kinds.APPROVAL:
-        return _requester(spec, old)
+        return [*_requester(spec, old), *_owner(metadata, old)]
     return []
+
+
+def _controller(user: UserInfo) -> bool:
+    return CONTROLLERS_GROUP in user.groups
 
 
 def _creator(metadata: dict[str, Any], old: dict[str, Any] | None) -> None:
     annotations = dict(metadata.get("annotations") or {})
     if old is None:
         user = current_user()
-        if user is not None:
+        if user is not None and not (_controller(user) and annotations.get(kinds.CREATED_BY)):
             annotations[kinds.CREATED_BY] = user.name
     else:
         stored = ((old.get("metadata") or {}).get("annotations") or {}).get(kinds.CREATED_BY)
@@ -62,7 +71,7 @@ def _creator(metadata: dict[str, Any], old: dict[str, Any] | None) -> None:
 def _requester(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     if old is None:
         user = current_user()
-        if user is not None:
+        if user is not None and not (_controller(user) and spec.get("requestedBy")):
             spec["requestedBy"] = user.name
         return []
     stored = _normalized(old.get("spec") or {})
@@ -76,6 +85,17 @@ def _requester(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     return [Cause(f"spec.{name}", "field is immutable: an Approval's spec cannot change once it is created "
                   "(it is what gets decided); delete the Approval and create a new one", "FieldValueForbidden")
             for name in changed]
+
+
+def _owner(metadata: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    user = current_user()
+    if old is not None or user is None or _controller(user):
+        return []
+    refs = metadata.get("ownerReferences") or []
+    message = ("Forbidden: only Joch's run controller makes an Approval controlled by a run (its dispatch "
+               "Approval); remove controller: true")
+    return [Cause(f"metadata.ownerReferences[{i}].controller", message, "FieldValueForbidden")
+            for i, ref in enumerate(refs) if isinstance(ref, dict) and ref.get("controller")]
 
 
 def _normalized(spec: dict[str, Any]) -> dict[str, Any]:

@@ -682,7 +682,11 @@ def approve_command(
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
-    """Approve a pending Approval, so the run it holds back can start."""
+    """Approve a pending Approval, so the run it holds back can start.
+
+    The decision is recorded as yours: the server takes decidedBy from the user you authenticate as.
+    `joch approve run NAME` decides the run's pending approval; with several pending it names them
+    and decides none. An approval with separationOfDuties cannot be decided by the run's creator."""
     _decide(ctx, [kind, *(names or [])], namespace, server, reason, approve=True)
 
 
@@ -696,7 +700,10 @@ def deny_command(
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
-    """Deny a pending Approval; the run it holds back fails (ApprovalDenied)."""
+    """Deny a pending Approval; the run it holds back fails (ApprovalDenied).
+
+    The decision is recorded as yours (decidedBy is the user you authenticate as); --reason says why.
+    `joch deny run NAME --reason R` denies the run's pending approval."""
     _decide(ctx, [kind, *(names or [])], namespace, server, reason, approve=False)
 
 

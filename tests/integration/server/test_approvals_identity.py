@@ -146,6 +146,27 @@ def test_requested_by_is_the_creating_user_whatever_the_body_says(server: LiveSe
     assert created["spec"]["requestedBy"] == "erin"
 
 
+def test_joch_controllers_may_name_the_requester_and_the_creator(server: LiveServer) -> None:
+    controller = as_user("system:joch:controller", "system:joch:controllers")
+    run = run_by(server, controller, annotations={kinds.CREATED_BY: "carol"})
+    assert run["metadata"]["annotations"][kinds.CREATED_BY] == "carol"
+    assert approval_by(server, controller, requestedBy="carol")["spec"]["requestedBy"] == "carol"
+    unnamed = approval_by(server, controller, name="other", action="release")
+    assert unnamed["spec"]["requestedBy"] == "system:joch:controller"
+
+
+def test_an_approval_made_through_the_api_cannot_claim_to_be_the_runs_own(server: LiveServer) -> None:
+    run = run_by(server, CAROL)
+    obj = approval_obj("r-dispatch")
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun",
+                                           "name": "r", "uid": run["metadata"]["uid"], "controller": True}]
+    r = post(server, obj, CAROL)
+    assert is_status(r.json(), 422, "Invalid"), r.text
+    assert [c["field"] for c in r.json()["details"]["causes"]] == ["metadata.ownerReferences[0].controller"]
+    obj["metadata"]["ownerReferences"][0]["controller"] = False  # owned (deleted with the run) is fine
+    assert post(server, obj, CAROL).status_code == 201
+
+
 def test_an_approvals_spec_cannot_change(server: LiveServer) -> None:
     run_by(server, CAROL)
     approval_by(server, ERIN, separationOfDuties=True)
