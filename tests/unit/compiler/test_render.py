@@ -304,7 +304,8 @@ def test_check_templates_finds_what_can_be_known_before_a_run() -> None:
         ("AgentProvider/codex spec.argsTemplate[3]", 'undefined variable "workspace.outputz"; workspace has inputs, '
                                                      'outputs, path, root (did you mean "outputs"?)'),
         ("AgentProvider/codex spec.argsTemplate[4]", 'undefined variable "agent.sytemPrompt"; agent has '
-         "approvalSeparationOfDuties, approvalTimeoutSeconds, defaults, description, env, maxConcurrentRuns, mcpServers, memoryRef, modelRoute, name, namespace, "
+         "approvalSeparationOfDuties, approvalTimeoutSeconds, defaults, description, env, maxConcurrentRuns, "
+         "mcpServers, memoryRef, modelRoute, name, namespace, "
          'policies, provider, requiresApproval, resources, runtime, security, systemPrompt, tools (did you mean '
          '"systemPrompt"?)'),
         ("AgentProvider/codex spec.argsTemplate[5]", "templates cannot extend, include or import other templates: "
