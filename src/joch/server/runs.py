@@ -52,8 +52,9 @@ Decisions:
   longer ``Pending`` (decided, or expired) or is past ``spec.expiresAt`` is a 409 ``Conflict``
   naming who decided it and when, or when it expired. With ``spec.separationOfDuties`` the run's
   creator (its ``joch.dev/created-by`` annotation) and the Approval's ``requestedBy`` get a 403
-  ``Forbidden`` naming the rule — under ``--auth none`` everyone is ``system:anonymous``, so such
-  an Approval can only be decided once authentication is on. Who may decide at all is RBAC's
+  ``Forbidden`` naming the rule (audited as a ``denied`` decision, outside the rolled-back
+  transaction) — under ``--auth none`` everyone is ``system:anonymous``, so such an Approval can
+  only be decided once authentication is on. Who may decide at all is RBAC's
   (the ``approver`` role), checked before the handler runs. A decision other than
   ``approve``/``deny``, or a field of the wrong type, is a 422 ``Invalid`` with a cause per field.
 * **An agent that does not compile is a 422 ``Invalid``** whose causes are the compiler's problems
@@ -278,6 +279,11 @@ class RunRoutes:
                         reason=f'{status["phase"].lower()} {spec.get("action") or "dispatch"} of run "{run}"'
                                + (f": {reason}" if reason else "")))
                 return wire.json_response(out)
+            except errors.Forbidden as exc:
+                # A refused decision is audited too, in a transaction of its own (the one above rolled back).
+                self.store.audit(AuditEntry(verb=decision, kind=kinds.APPROVAL.kind, namespace=namespace, name=name,
+                                            decision="denied", reason=exc.message))
+                raise
             except _Retry:
                 if attempt >= DECIDE_ATTEMPTS:
                     raise errors.Conflict(f'approval "{name}" kept changing while it was being decided; try again',
