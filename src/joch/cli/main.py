@@ -363,8 +363,47 @@ def server_command(
     max_apply_bytes: Annotated[int, typer.Option(
         "--max-apply-bytes", metavar="BYTES",
         help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", metavar="FILE", show_default=False,
+        help='Bearer tokens, one per line: token,user,uid,"group1,group2" (kube-apiserver\'s format; '
+             "sha256:HEX instead of the token keeps it out of the file). Re-read when it changes. A user in "
+             "group system:masters is admin everywhere.")] = None,
+    oidc_issuer_url: Annotated[str | None, typer.Option(
+        "--oidc-issuer-url", metavar="URL", show_default=False,
+        help="Accept OIDC ID tokens of this issuer (its iss; https). Needs --oidc-client-id.")] = None,
+    oidc_client_id: Annotated[str | None, typer.Option(
+        "--oidc-client-id", metavar="ID", show_default=False, help="The audience (aud) OIDC tokens must have.")] = None,
+    oidc_username_claim: Annotated[str, typer.Option(
+        "--oidc-username-claim", metavar="CLAIM", help="The claim that names the user.")] = "sub",
+    oidc_username_prefix: Annotated[str | None, typer.Option(
+        "--oidc-username-prefix", metavar="PREFIX", show_default=False,
+        help="Put in front of user names (default ISSUER#, none for the email claim; - for none).")] = None,
+    oidc_groups_claim: Annotated[str | None, typer.Option(
+        "--oidc-groups-claim", metavar="CLAIM", show_default=False,
+        help="The claim listing the user's groups.")] = None,
+    oidc_groups_prefix: Annotated[str | None, typer.Option(
+        "--oidc-groups-prefix", metavar="PREFIX", show_default=False, help="Put in front of group names.")] = None,
+    oidc_ca_file: Annotated[Path | None, typer.Option(
+        "--oidc-ca-file", metavar="FILE", show_default=False,
+        help="The CA (PEM) that signed the issuer's certificate (default: the system's).")] = None,
+    oidc_signing_algs: Annotated[str | None, typer.Option(
+        "--oidc-signing-algs", metavar="ALGS", show_default=False,
+        help="Comma-separated JWS algorithms accepted (default RS256).")] = None,
 ) -> None:
-    """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
+    """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
+
+    Without --token-file or --oidc-issuer-url the server does not authenticate (every caller may do
+    everything), which it allows only on a loopback --host."""
+    from joch.server.auth import options as auth_options  # no web stack: plain dataclasses
+
+    auth = auth_options.AuthOptions(
+        token_file=token_file,
+        oidc=auth_options.oidc_options(
+            issuer_url=oidc_issuer_url, client_id=oidc_client_id, username_claim=oidc_username_claim,
+            username_prefix=oidc_username_prefix, groups_claim=oidc_groups_claim, groups_prefix=oidc_groups_prefix,
+            ca_file=oidc_ca_file, signing_algs=oidc_signing_algs),
+    )
+    auth_options.check_exposure(host, auth)
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
@@ -376,7 +415,7 @@ def server_command(
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits)
+                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth)
 
 
 @command("controller")
