@@ -9,6 +9,10 @@
   the answer's ``status.allowed`` and ``status.reason`` say how (``kubectl auth can-i create agents
   -n default``). Every authenticated user may ask these about themselves.
 
+kubectl posts both as protobuf (``joch.server.auth.protobuf`` reads an access review; a subject
+review's body says nothing the server needs) and reads the JSON answers. kubectl sends bearer
+tokens only over HTTPS: put Joch behind a TLS-terminating proxy for kubectl with tokens.
+
 Discovery lists both review resources (``joch.server.discovery.REVIEW_RESOURCES``), which kubectl
 needs to find them.
 """
@@ -24,7 +28,7 @@ from starlette.responses import Response
 from joch.api import errors
 from joch.api.identity import ANONYMOUS, UserInfo, current_user
 from joch.server import wire
-from joch.server.auth import rbac, requests
+from joch.server.auth import protobuf, rbac, requests
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType
 
@@ -91,7 +95,10 @@ def install(app: FastAPI, options: ServerOptions) -> None:
                                   status_code=201)
 
     def self_subject_access_review(body: bytes = Depends(read_body), content_type: ContentType = None) -> Response:
-        review = wire.decode_object(body, content_type)
+        if wire.media_type(content_type) == protobuf.MEDIA_TYPE:
+            review = protobuf.access_review(body)
+        else:
+            review = wire.decode_object(body, content_type)
         authorizer: rbac.Authorizer = app.state.authorizer
         return wire.json_response(access_review(authorizer, _user(), review), status_code=201)
 
