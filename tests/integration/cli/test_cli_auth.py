@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,3 +145,30 @@ def test_auth_can_i_answers_yes_or_no_per_role(cli: Cli) -> None:
     code, out, _ = cli("auth", "can-i", "update", "approvals/decide", "-n", "team-a", JOCH_SERVER=url,
                        JOCH_TOKEN="admin-token")
     assert (code, out) == (0, "yes\n")
+
+
+def test_the_server_refuses_a_non_loopback_address_without_an_authenticator(
+    tmp_path: Path, joch_binary: Path, closed_port: int,
+) -> None:
+    def run_joch(*args: str) -> tuple[int, str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}
+        proc = subprocess.run([str(joch_binary), *args], capture_output=True, text=True, env=env, timeout=60,
+                              check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def free_port() -> int:
+        return closed_port
+
+    code, _, err = run_joch("server", "--host", "0.0.0.0", "--port", str(free_port()), "--data-dir",
+                            str(tmp_path / "data"), "--sandbox", "none")
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("error: refusing to listen on every address of this machine (0.0.0.0) without "
+                          "authentication")
+    assert "--token-file FILE" in err and "--oidc-issuer-url URL --oidc-client-id ID" in err
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text("t1,alice,1\nt2\n")
+    code, _, err = run_joch("server", "--host", "0.0.0.0", "--port", str(free_port()), "--data-dir",
+                            str(tmp_path / "data"), "--sandbox", "none", "--token-file", str(tokens))
+    assert code == 2 and err.startswith(f'error: --token-file "{tokens}" line 2 has 1 field(s): write token,user,uid')
+    code, _, err = run_joch("server", "--oidc-client-id", "joch", "--sandbox", "none")
+    assert code == 2 and err.startswith("error: --oidc-client-id given without --oidc-issuer-url")

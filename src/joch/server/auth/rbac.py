@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from joch.admission import documents
 from joch.admission.validation import resolve_kind
@@ -136,12 +136,10 @@ class Index:
     by_namespace: dict[str, dict[tuple[str, str], list[Grant]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, revision: int, bindings: Iterable[dict[str, object]]) -> Index:
+    def of(cls, revision: int, bindings: Iterable[dict[str, Any]]) -> Index:
         index = cls(revision)
         for obj in bindings:
-            metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-            assert isinstance(metadata, dict) and isinstance(spec, dict)  # for mypy: narrowed above
+            metadata, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
             role_ref = spec.get("roleRef") or {}
             role = role_ref.get("name") if isinstance(role_ref, dict) else None
             if role not in ROLES:
@@ -190,7 +188,8 @@ class RBAC:
         if fresh or self._index is None:
             self.reload()
         index = self._index
-        assert index is not None  # reload() set it
+        if index is None:  # pragma: no cover - reload() sets it
+            raise errors.Internal("the RoleBindings could not be read")
         return decide(index, attrs)
 
 
@@ -254,8 +253,7 @@ def authorize_documents(
             kind = resolve_kind(doc.obj)
         except errors.JochError:
             continue
-        metadata = doc.obj.get("metadata") if isinstance(doc.obj.get("metadata"), dict) else {}
-        assert isinstance(metadata, dict)  # for mypy: narrowed above
+        metadata = _mapping(doc.obj.get("metadata"))
         ns = str(metadata.get("namespace") or namespace or DEFAULT_NAMESPACE) if kind.namespaced else ""
         name = str(metadata.get("name") or "")
 
@@ -277,6 +275,10 @@ def authorize_documents(
         message = f"{doc.label()}: {verdict.reason}"
         store.audit(denial_entry(asked, verdict.reason))
         raise forbidden(asked, Decision(False, message))
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _decide(authorizer: Authorizer, attrs: Attributes) -> Decision:
