@@ -20,7 +20,7 @@ from joch.server import ServerOptions
 from joch.server.app import create_app
 from joch.server.auth.options import AuthOptions
 from joch.server.testing import LiveServer, is_status, live_server
-from joch.store import Store, open_store
+from joch.store import Store
 from support import provider
 
 TOKENS = f"""\
@@ -86,10 +86,9 @@ class AuthServer:
 
 
 @pytest.fixture
-def auth_store(sqlite_url: str) -> Iterator[Store]:
-    store = open_store(sqlite_url)
-    yield store
-    store.close()
+def auth_store(store: Store) -> Store:
+    """Both backends: RoleBindings are read through the store contract (list, current_revision)."""
+    return store
 
 
 def start(store: Store, tokens: Path) -> Iterator[AuthServer]:
