@@ -93,7 +93,7 @@ class Authorizer(Protocol):
 
     def needs_reload(self) -> bool: ...
 
-    def reload(self) -> None: ...
+    def reload(self, *, force: bool = False) -> None: ...
 
 
 class AlwaysAllow:
@@ -105,7 +105,7 @@ class AlwaysAllow:
     def needs_reload(self) -> bool:
         return False
 
-    def reload(self) -> None:
+    def reload(self, *, force: bool = False) -> None:
         return None
 
 
@@ -176,8 +176,10 @@ class RBAC:
     def needs_reload(self) -> bool:
         return self._index is None or time.monotonic() - self._read_at >= self.cache_seconds
 
-    def reload(self) -> None:
+    def reload(self, *, force: bool = False) -> None:
         with self._lock:
+            if not force and not self.needs_reload():
+                return  # another request's thread just did
             revision = self.store.current_revision()
             if self._index is None or self._index.revision != revision:
                 result = self.store.list(kinds.ROLE_BINDING)
@@ -186,7 +188,7 @@ class RBAC:
 
     def authorize(self, attrs: Attributes, *, fresh: bool = False) -> Decision:
         if fresh or self._index is None:
-            self.reload()
+            self.reload(force=fresh)
         index = self._index
         if index is None:  # pragma: no cover - reload() sets it
             raise errors.Internal("the RoleBindings could not be read")
