@@ -46,6 +46,8 @@ RUN = "/apis/runtime.joch.dev/v1alpha1/namespaces/ns/agentruns"
     ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "",
      RequestInfo("create", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", anyone=True)),
     ("GET", "/metrics", "", RequestInfo("get", "/metrics")),
+    ("GET", "/apis/joch.dev/v1alpha1//namespaces/ns/agents", "",
+     RequestInfo("get", "/apis/joch.dev/v1alpha1//namespaces/ns/agents")),
 ])
 def test_requests_resolve_like_the_apiservers_request_info(
     method: str, path: str, query: str, expected: RequestInfo,

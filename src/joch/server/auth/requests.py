@@ -23,8 +23,8 @@ query string, never the body. The routes it knows:
 * Discovery (``/api``, ``/apis``, ``/apis/GROUP[/VERSION]``, ``/openapi.json``, ``/openapi/v2``,
   ``/docs``): ``anyone``.
 
-Any other path is a non-resource URL, which RBAC grants only to cluster-wide admins: a route added
-later is closed until it is mapped here, not open.
+Any other path (and any path with an empty segment) is a non-resource URL, which RBAC grants only to
+cluster-wide admins: a route added later is closed until it is mapped here, not open.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ def resolve(method: str, path: str, query: str = "", registry: Registry = REGIST
     verb = METHOD_VERBS.get(method, method.lower())
     if path in DISCOVERY or path in SELF_REVIEWS:
         return RequestInfo(verb=verb, path=path, anyone=True)
-    parts = [p for p in path.split("/") if p]
+    parts = path.removesuffix("/").split("/")[1:]
+    if "" in parts:  # "//": no route has an empty segment; never read it as a shorter path
+        return RequestInfo(verb=verb, path=path)
     if (parts[:1] == ["apis"] and len(parts) <= 3) or parts == ["api", "v1"]:
         return RequestInfo(verb=verb, path=path, anyone=method in ("GET", "HEAD"))  # discovery
     if parts[:1] == ["apis"]:
