@@ -68,3 +68,11 @@ def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     yield s
     s.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI reads contexts from JOCH_CONFIG (~/.config/joch/config.yaml by default): point it at
+    a file that does not exist, so a developer's own contexts and tokens never reach a test."""
+    monkeypatch.setenv("JOCH_CONFIG", str(tmp_path_factory.getbasetemp() / "no-joch-config.yaml"))
+    monkeypatch.delenv("JOCH_TOKEN", raising=False)

@@ -550,6 +550,49 @@ class LeaseStatus(Model):
     pass
 
 
+# --- ops.joch.dev/RoleBinding -------------------------------------------------------------------
+
+BUILTIN_ROLES = ("viewer", "editor", "approver", "admin")
+"""The roles a RoleBinding can name; what each allows is ``joch.server.auth.rbac``'s."""
+CLUSTER_NAMESPACE = "joch-system"
+"""RoleBindings in this namespace grant their role in every namespace (and cluster-wide)."""
+
+
+class RoleRef(Model):
+    """rbac.authorization.k8s.io's roleRef, naming one of Joch's built-in roles."""
+
+    apiGroup: Literal["ops.joch.dev"] = "ops.joch.dev"
+    kind: Literal["Role"] = "Role"
+    name: Literal["viewer", "editor", "approver", "admin"]
+
+
+class Subject(Model):
+    """A user or group as authentication names it (a token file's user, an OIDC claim, with its prefix)."""
+
+    kind: Literal["User", "Group"]
+    name: Str = Field(min_length=1)
+    apiGroup: Literal["rbac.authorization.k8s.io", "ops.joch.dev"] | None = None
+
+
+class RoleBindingSpec(CheckedSpec):
+    """rbac.authorization.k8s.io/v1 RoleBinding's ``roleRef`` and ``subjects``, under ``spec``."""
+
+    roleRef: RoleRef
+    subjects: list[Subject] = Field(default_factory=list)
+
+    def problems(self) -> Iterator[Problem]:
+        seen: set[tuple[str, str]] = set()
+        for i, subject in enumerate(self.subjects):
+            key = (subject.kind, subject.name)
+            if key in seen:
+                yield (("subjects", i), f'{subject.kind} "{subject.name}" is listed twice', "FieldValueDuplicate")
+            seen.add(key)
+
+
+class RoleBindingStatus(Model):
+    pass
+
+
 # --- registrations -------------------------------------------------------------------------------
 
 READY = Column("READY", "status.conditions[type=Ready].status")
@@ -617,5 +660,11 @@ LEASE = register(KindInfo(
     columns=(Column("HOLDER", "spec.holderIdentity"), Column("RENEWED", "spec.renewTime"), AGE),
 ))
 
-__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "CREATED_BY", "EVENT", "IMPLEMENTATION_SPEC",
-           "LEASE", "POLICY", "SECRET", "CheckedSpec", "Condition", "Problem"]
+ROLE_BINDING = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="RoleBinding", plural="rolebindings", short_names=("rb",),
+    spec_model=RoleBindingSpec, status_model=RoleBindingStatus, categories=(),
+    columns=(Column("ROLE", "spec.roleRef.name"), Column("SUBJECTS", "spec.subjects[*].name"), AGE),
+))
+
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "CREATED_BY", "EVENT", "IMPLEMENTATION_SPEC", "LEASE",
+           "POLICY", "ROLE_BINDING", "SECRET", "CheckedSpec", "Condition", "Problem"]

@@ -1,5 +1,8 @@
 """The HTTP client the commands share, and the one place transport failures become Joch errors.
 
+Requests carry ``Authorization: Bearer TOKEN`` when the command has a token (``--token``,
+``JOCH_TOKEN`` or the current context's; see ``joch.cli.contexts``).
+
 Every failure leaves this module as a ``joch.api.errors.JochError`` so the command layer has a
 single thing to report, never an ``httpx`` traceback:
 
@@ -8,7 +11,7 @@ single thing to report, never an ``httpx`` traceback:
 * a refused connection, a timeout, a broken connection or a peer that does not speak HTTP is
   ``ServiceUnavailable`` (exit code 7) in one line;
 * a ``Status`` body is rebuilt with ``errors.from_status`` so the server's reason decides the exit
-  code;
+  code (a 401 or 403 is exit code 4 with the server's message; a 401 also says how to give a token);
 * anything else — an HTML page, JSON that is not a ``Status``, a redirect, a success that is not
   JSON — means ``--server`` points at something that is not a Joch API server (another web server,
   a proxy's error page): ``ServiceUnavailable`` naming the request and what answered it, e.g.
@@ -72,11 +75,13 @@ def _tls_context(base_url: str) -> Any:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
-def server_url(explicit: str | None) -> str:
-    """``--server``, else ``JOCH_SERVER``, else the default; a malformed URL names its source."""
+def server_url(explicit: str | None, *, context_server: str | None = None, context: str = "") -> str:
+    """``--server``, else ``JOCH_SERVER``, else the current context's server, else the default; a
+    malformed URL names its source."""
     env = os.environ.get(SERVER_ENV)
-    source = "--server" if explicit else SERVER_ENV if env else "the default server URL"
-    given = explicit or env or DEFAULT_SERVER
+    source = ("--server" if explicit else SERVER_ENV if env else f'context "{context}" in the config file'
+              if context_server else "the default server URL")
+    given = explicit or env or context_server or DEFAULT_SERVER
     fix = "give http://HOST[:PORT], e.g. http://127.0.0.1:8080"
     if not given.startswith(("http://", "https://")):
         raise errors.BadRequest(f'the server URL "{given}" ({source}) must start with http:// or https://; {fix}')
@@ -95,15 +100,16 @@ def server_url(explicit: str | None) -> str:
 class Client:
     def __init__(
         self, *, base_url: str, on_warning: Callable[[str], None], timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | None = None, token: str | None = None,
     ) -> None:
         httpx = _httpx()
         self.base_url = base_url
         self._on_warning = on_warning
         self._seen_warnings: set[str] = set()
         try:
+            headers = {"Authorization": f"Bearer {token}"} if token else None
             self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport,
-                                      verify=_tls_context(base_url))
+                                      verify=_tls_context(base_url), headers=headers)
         except httpx.InvalidURL as exc:
             raise errors.BadRequest(f'the server URL "{base_url}" is not valid: {exc}') from None
         self._discovery: resolve.Discovery | None = None
@@ -209,7 +215,12 @@ class Client:
         except ValueError:
             body = None
         if isinstance(body, dict) and body.get("kind") == "Status":
-            return errors.from_status(body)
+            error = errors.from_status(body)
+            if isinstance(error, errors.Unauthorized):
+                return errors.Unauthorized(
+                    f"{error.message}: the server at {self.base_url} needs a valid bearer token; give it with "
+                    "--token, JOCH_TOKEN or a context (joch config set-context NAME --token TOKEN)")
+            return error
         if response.status_code in _GATEWAY_CODES:  # a proxy or gateway in front of the server
             request = response.request
             return errors.ServiceUnavailable(

@@ -42,7 +42,7 @@ from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.cli import applying, helptypes, manifests, namespaces, reading, runs, serving
+from joch.cli import access, applying, contexts, helptypes, manifests, namespaces, reading, runs, serving
 from joch.cli.client import Client, server_url
 from joch.cli.namespaces import Namespace
 
@@ -231,6 +231,7 @@ NamesArgument = Annotated[list[str] | None, typer.Argument(metavar="NAME", help=
 class Settings:
     server: str | None
     namespace: str | None
+    token: str | None = None
 
 
 @app.callback()
@@ -240,8 +241,11 @@ def root(
                                                help="Joch server URL (env JOCH_SERVER; "
                                                     "default http://127.0.0.1:8080).")] = None,
     namespace: NamespaceOption = None,
+    token: Annotated[str | None, typer.Option("--token", metavar="TOKEN", show_default=False,
+                                              help="Bearer token for the server (env JOCH_TOKEN; default: the "
+                                                   "current context's, see joch config).")] = None,
 ) -> None:
-    ctx.obj = Settings(server=server, namespace=namespace)
+    ctx.obj = Settings(server=server, namespace=namespace, token=token)
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
@@ -253,12 +257,17 @@ def _settings(ctx: typer.Context) -> Settings:
 
 
 def _namespace(ctx: typer.Context, namespace: str | None) -> Namespace:
-    return namespaces.choose(namespace or _settings(ctx).namespace)
+    context = contexts.current()
+    return namespaces.choose(namespace or _settings(ctx).namespace, context.namespace if context else None)
 
 
 @contextmanager
 def _client(ctx: typer.Context, server: str | None) -> Iterator[Client]:
-    client = Client(base_url=server_url(server or _settings(ctx).server), on_warning=warn)
+    settings = _settings(ctx)
+    context = contexts.current()
+    url = server_url(server or settings.server, context_server=context.server if context else None,
+                     context=context.name if context else "")
+    client = Client(base_url=url, on_warning=warn, token=contexts.token(settings.token, context))
     try:
         yield client
     finally:
@@ -363,8 +372,47 @@ def server_command(
     max_apply_bytes: Annotated[int, typer.Option(
         "--max-apply-bytes", metavar="BYTES",
         help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", metavar="FILE", show_default=False,
+        help='Bearer tokens, one per line: token,user,uid,"group1,group2" (kube-apiserver\'s format; '
+             "sha256:HEX instead of the token keeps it out of the file). Re-read when it changes. A user in "
+             "group system:masters is admin everywhere.")] = None,
+    oidc_issuer_url: Annotated[str | None, typer.Option(
+        "--oidc-issuer-url", metavar="URL", show_default=False,
+        help="Accept OIDC ID tokens of this issuer (its iss; https). Needs --oidc-client-id.")] = None,
+    oidc_client_id: Annotated[str | None, typer.Option(
+        "--oidc-client-id", metavar="ID", show_default=False, help="The audience (aud) OIDC tokens must have.")] = None,
+    oidc_username_claim: Annotated[str, typer.Option(
+        "--oidc-username-claim", metavar="CLAIM", help="The claim that names the user.")] = "sub",
+    oidc_username_prefix: Annotated[str | None, typer.Option(
+        "--oidc-username-prefix", metavar="PREFIX", show_default=False,
+        help="Put in front of user names (default ISSUER#, none for the email claim; - for none).")] = None,
+    oidc_groups_claim: Annotated[str | None, typer.Option(
+        "--oidc-groups-claim", metavar="CLAIM", show_default=False,
+        help="The claim listing the user's groups.")] = None,
+    oidc_groups_prefix: Annotated[str | None, typer.Option(
+        "--oidc-groups-prefix", metavar="PREFIX", show_default=False, help="Put in front of group names.")] = None,
+    oidc_ca_file: Annotated[Path | None, typer.Option(
+        "--oidc-ca-file", metavar="FILE", show_default=False,
+        help="The CA (PEM) that signed the issuer's certificate (default: the system's).")] = None,
+    oidc_signing_algs: Annotated[str | None, typer.Option(
+        "--oidc-signing-algs", metavar="ALGS", show_default=False,
+        help="Comma-separated JWS algorithms accepted (default RS256).")] = None,
 ) -> None:
-    """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
+    """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
+
+    Without --token-file or --oidc-issuer-url the server does not authenticate (every caller may do
+    everything), which it allows only on a loopback --host."""
+    from joch.server.auth import options as auth_options  # no web stack: plain dataclasses
+
+    auth = auth_options.AuthOptions(
+        token_file=token_file,
+        oidc=auth_options.oidc_options(
+            issuer_url=oidc_issuer_url, client_id=oidc_client_id, username_claim=oidc_username_claim,
+            username_prefix=oidc_username_prefix, groups_claim=oidc_groups_claim, groups_prefix=oidc_groups_prefix,
+            ca_file=oidc_ca_file, signing_algs=oidc_signing_algs),
+    )
+    auth_options.check_exposure(host, auth)
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
@@ -376,7 +424,7 @@ def server_command(
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits)
+                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth)
 
 
 @command("controller")
@@ -765,6 +813,110 @@ def runner_command(
     for path in hide or ():
         argv += ["--hide", str(path)]
     raise typer.Exit(runner.main(argv))
+
+
+# --- joch config: contexts ------------------------------------------------------------------------
+
+class _Group(helptypes.PlainTypes, TyperGroup):
+    pass
+
+
+config_app = typer.Typer(cls=_Group, no_args_is_help=True, rich_markup_mode="markdown",
+                         help="Contexts: named server, token and namespace settings in the config file "
+                              "(JOCH_CONFIG, default ~/.config/joch/config.yaml, mode 0600). Flags win over "
+                              "JOCH_SERVER/JOCH_TOKEN/JOCH_NAMESPACE, which win over the current context.")
+auth_app = typer.Typer(cls=_Group, no_args_is_help=True, rich_markup_mode="markdown",
+                       help="Who the server says you are, and what you may do.")
+app.add_typer(config_app, name="config")
+app.add_typer(auth_app, name="auth")
+
+
+def subcommand(group: typer.Typer, name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def register(fn: Callable[P, R]) -> Callable[P, R]:
+        group.command(name, cls=helptypes.Command)(reported(fn))
+        return fn
+
+    return register
+
+
+@subcommand(config_app, "set-context")
+def set_context_command(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The context's name.")],
+    server: Annotated[str | None, typer.Option("--server", metavar="URL", show_default=False,
+                                               help="The server URL.")] = None,
+    token: Annotated[str | None, typer.Option("--token", metavar="TOKEN", show_default=False,
+                                              help="The bearer token.")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", metavar="NAMESPACE", show_default=False,
+                                                  help="The default namespace.")] = None,
+) -> None:
+    """Create a context, or change the settings given of an existing one."""
+    if server is not None:
+        server_url(server)  # a malformed URL is refused now, not at the next command
+    if namespace is not None:
+        namespaces.choose(namespace)
+    typer.echo(contexts.set_context(name, server=server, token=token, namespace=namespace))
+
+
+@subcommand(config_app, "use-context")
+def use_context_command(name: Annotated[str, typer.Argument(metavar="NAME", help="A context's name.")]) -> None:
+    """Make NAME the current context."""
+    typer.echo(contexts.use_context(name))
+
+
+@subcommand(config_app, "current-context")
+def current_context_command() -> None:
+    """Print the current context's name."""
+    typer.echo(contexts.current_name())
+
+
+@subcommand(config_app, "get-contexts")
+def get_contexts_command() -> None:
+    """List the contexts; * marks the current one."""
+    config = contexts.load()
+    rows = [["CURRENT", "NAME", "SERVER", "NAMESPACE"]]
+    for context in config.contexts.values():
+        rows.append(["*" if context.name == config.current else "", context.name, context.server or "",
+                     context.namespace or ""])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+@subcommand(config_app, "view")
+def view_command(
+    raw: Annotated[bool, typer.Option("--raw", help="Show tokens instead of REDACTED.")] = False,
+) -> None:
+    """Print the config file, tokens shown as REDACTED."""
+    import yaml
+
+    typer.echo(yaml.safe_dump(contexts.load().to_dict(raw=raw), sort_keys=False), nl=False)
+
+
+# --- joch auth -------------------------------------------------------------------------------------
+
+@subcommand(auth_app, "whoami")
+def whoami_command(ctx: typer.Context, server: ServerOption = None) -> None:
+    """Print the user name and groups the server authenticates you as."""
+    with _client(ctx, server) as client:
+        access.whoami(client)
+
+
+@subcommand(auth_app, "can-i")
+def can_i_command(
+    ctx: typer.Context,
+    verb: Annotated[str, typer.Argument(metavar="VERB", help="get, list, watch, create, update, patch or delete.")],
+    resource: Annotated[str, typer.Argument(metavar="RESOURCE",
+                                            help="Kind, plural or short name; RESOURCE/SUBRESOURCE (approvals/decide)"
+                                                 " too.")],
+    name: Annotated[str | None, typer.Argument(metavar="NAME", show_default=False, help="An object's name.")] = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Say yes (exit 0) or no (exit 1) to whether you may do VERB on RESOURCE in the namespace."""
+    with _client(ctx, server) as client:
+        allowed = access.can_i(client, verb, resource, name, _namespace(ctx, namespace).name)
+    if not allowed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
 kubectl has two sources of a namespace and treats them differently: an explicit ``-n``, which a
 manifest naming another namespace contradicts (an error), and the context's namespace, a default
 that such a manifest simply overrides. Joch's equivalents are ``-n/--namespace`` and the
-``JOCH_NAMESPACE`` environment variable; with neither, ``default``.
+``JOCH_NAMESPACE`` environment variable, then the current context's namespace (``joch.cli.contexts``),
+both defaults like kubectl's context namespace; with none of them, ``default``.
 
 ``JOCH_NAMESPACE`` is invisible on the command line, so messages about a namespace that came from
 it say so (``No resources found in team-a namespace (from JOCH_NAMESPACE).``).
@@ -18,6 +19,7 @@ from joch.api import errors
 from joch.api.meta import DEFAULT_NAMESPACE, DNS1123_LABEL
 
 ENV = "JOCH_NAMESPACE"
+CONTEXT = "the current context"
 FLAG = "-n/--namespace"
 DEFAULT = "default"
 MAX_LENGTH = 63
@@ -36,14 +38,17 @@ class Namespace:
     @property
     def origin(self) -> str:
         """`` (from JOCH_NAMESPACE)`` when the user cannot see the choice on the command line."""
-        return f" (from {ENV})" if self.source == ENV else ""
+        return f" (from {self.source})" if self.source in (ENV, CONTEXT) else ""
 
 
-def choose(flag: str | None) -> Namespace:
+def choose(flag: str | None, context: str | None = None) -> Namespace:
+    """``-n``, else ``JOCH_NAMESPACE``, else the current context's namespace, else ``default``."""
     env = os.environ.get(ENV)
-    chosen = Namespace(flag, FLAG) if flag else Namespace(env, ENV) if env else Namespace(DEFAULT_NAMESPACE)
+    chosen = (Namespace(flag, FLAG) if flag else Namespace(env, ENV) if env else
+              Namespace(context, CONTEXT) if context else Namespace(DEFAULT_NAMESPACE))
     if len(chosen.name) > MAX_LENGTH or not DNS1123_LABEL.match(chosen.name):
-        where = f"{ENV}={chosen.name}" if chosen.source == ENV else f"{FLAG} {chosen.name}"
+        where = (f"{ENV}={chosen.name}" if chosen.source == ENV else f"{FLAG} {chosen.name}" if chosen.explicit
+                 else f"{CONTEXT}'s namespace {chosen.name}")
         raise errors.BadRequest(
             f'invalid namespace "{chosen.name}" (from {where}): a namespace is a DNS-1123 label, at most '
             f"{MAX_LENGTH} lower-case letters, digits and '-', starting and ending with a letter or digit"
@@ -55,7 +60,7 @@ def noted(exc: errors.JochError, namespace: Namespace) -> errors.JochError:
     """A not-found error, saying where an invisible namespace came from."""
     if not namespace.origin or not isinstance(exc, errors.NotFound):
         return exc
-    message = f"{exc.message} (the namespace came from {ENV})"
+    message = f"{exc.message} (the namespace came from {namespace.source})"
     return type(exc)(message, kind=exc.kind, name=exc.name, causes=exc.causes, extra=exc.extra)
 
 

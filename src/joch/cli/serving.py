@@ -31,10 +31,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
+
+if TYPE_CHECKING:
+    from joch.server.auth.options import AuthOptions
 
 
 def store_source(store: str | None, store_file: Path | None) -> str | None:
@@ -204,18 +208,24 @@ def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
     controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None, limits: ServerLimits | None = None,
+    auth: AuthOptions | None = None,
 ) -> None:
     limits = limits or ServerLimits()
     limits.check()
     from joch import server  # lazy: only this command needs the web stack
     from joch.server import guard
+    from joch.server.auth import tokenfile
+    from joch.server.auth.options import AuthOptions
 
     options = server.ServerOptions(
         allowed_hosts=_checked("--allowed-host", allowed_hosts, guard.normalize_host),
         allowed_origins=_checked("--allowed-origin", allowed_origins, guard.normalize_origin),
         max_watches=limits.max_watches, watch_buffer_events=limits.watch_buffer_events,
         max_apply_documents=limits.max_apply_documents, max_apply_bytes=limits.max_apply_bytes,
+        auth=auth or AuthOptions(),
     )
+    if auth is not None and auth.token_file is not None:
+        tokenfile.TokenFile(auth.token_file)  # a malformed file stops the start here, naming the line
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
     try:

@@ -5,7 +5,8 @@ store (``serve`` owns the store's lifetime) nor the runtime it may be given (whi
 and artifacts), so tests and embedders can build several apps over one store. Routes use
 ``errors.StatusRoute`` so nothing but a Kubernetes ``Status`` leaves on failure. Every app has
 ``guard.Guard`` in front of its routes (Host, Origin and Content-Type checks): there is no way to
-build one that a web page can drive.
+build one that a web page can drive. Behind the guard, ``joch.server.auth`` authenticates the
+caller and authorizes the request (or, with no authenticator configured, lets everything through).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
 from joch.server import context, discovery, errors, guard, health, limits, resources, runs, schemas, v1
+from joch.server.auth import setup as auth
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 
@@ -48,5 +50,6 @@ def create_app(
     runs.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
     app.add_middleware(context.RequestContextMiddleware)
+    auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     app.add_middleware(guard.Guard, options=options)
     return app

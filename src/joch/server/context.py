@@ -26,12 +26,16 @@ from joch.api.identity import ANONYMOUS, RequestContext, UserInfo, acting_as
 
 USER_KEY = "joch.user"
 VERB_KEY = "joch.verb"
+REQUEST_ID_KEY = "joch.request_id"  # set by authentication, which answers 401/403 with it before this runs
 METHOD_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete", "WATCH": "watch"}
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def request_id_of(scope: Scope) -> str:
+    given = scope.get(REQUEST_ID_KEY)
+    if isinstance(given, str):
+        return given
     for key, value in scope.get("headers") or ():
         if key == b"x-request-id":
             text: str = value.decode("latin-1")

@@ -1,5 +1,7 @@
 """Kubernetes discovery built from the kind registry: ``/api``, ``/apis``, ``/apis/{group}[/{version}]``
-and ``/version``.
+and ``/version``. The self-review groups kubectl uses (``authentication.k8s.io/v1``
+``selfsubjectreviews``, ``authorization.k8s.io/v1`` ``selfsubjectaccessreviews``) are listed
+too; ``joch.server.auth.reviews`` serves them.
 
 The documents are computed once when the app is built (the registry does not change while a
 server runs) and served as pre-encoded bytes.
@@ -39,6 +41,13 @@ from joch.server.schemas import error_responses
 # as a response media type).
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+# The self-reviews of joch.server.auth.reviews: kubectl finds them here (auth whoami, auth can-i).
+REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
+    ("authentication.k8s.io", "v1"): [{"name": "selfsubjectreviews", "singularName": "selfsubjectreview",
+                                       "namespaced": False, "kind": "SelfSubjectReview", "verbs": ["create"]}],
+    ("authorization.k8s.io", "v1"): [{"name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",
+                                      "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"]}],
+}
 STATUS_VERBS = ["get", "patch", "update"]
 
 
@@ -88,14 +97,21 @@ def _static(body: dict[str, Any]) -> Callable[[], Response]:
 def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
     core = {"kind": "APIVersions", "apiVersion": "v1", "versions": [], "serverAddressByClientCIDRs": []}
     groups = {name: api_group(name, kinds) for name, kinds in registry.groups().items() if name}
-    group_list = {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())}
     by_group_version: dict[tuple[str, str], list[KindInfo]] = {}
     for info in registry:
         if info.group:
             by_group_version.setdefault((info.group, info.version), []).append(info)
+    for group, version in REVIEW_RESOURCES:
+        entry = {"groupVersion": f"{group}/{version}", "version": version}
+        groups[group] = {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [entry],
+                         "preferredVersion": entry}
+    group_list = {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())}
     group_bodies = {name: wire.dumps(body) for name, body in groups.items()}
     version_bodies = {key: wire.dumps(resource_list(f"{key[0]}/{key[1]}", kinds))
                       for key, kinds in by_group_version.items()}
+    for (group, version), listed in REVIEW_RESOURCES.items():
+        version_bodies[(group, version)] = wire.dumps({"kind": "APIResourceList", "apiVersion": "v1",
+                                                       "groupVersion": f"{group}/{version}", "resources": listed})
 
     tags: list[str | Enum] = ["discovery"]
     app.add_api_route("/api", _static(core), methods=["GET"], tags=tags, summary="Core API versions")

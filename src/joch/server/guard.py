@@ -30,7 +30,8 @@ middleware, installed by ``create_app`` for every deployment, that closes the th
   and are unaffected, as is the same-origin Swagger UI.
 * **Form-shaped writes** (what a browser may send cross-origin without a CORS preflight, and what
   an old browser sends without ``Origin``): POST, PUT and PATCH must say their body is JSON
-  (``application/json``, ``application/*+json``: merge and JSON patches), YAML, or an apply patch;
+  (``application/json``, ``application/*+json``: merge and JSON patches), YAML, an apply patch, or
+  Kubernetes protobuf (kubectl's self-reviews);
   ``text/plain``, form types and a missing ``Content-Type`` are a 415 before any route runs. Every
   type accepted here forces a browser to preflight, which the origin check refuses. The route then
   checks the type it actually takes (a PATCH wants a merge patch) and names it in its own 415.
@@ -67,6 +68,7 @@ WRITES = frozenset({"POST", "PUT", "PATCH"})
 READS = frozenset({"GET", "HEAD"})
 CROSS_SITES = frozenset({"cross-site", "same-site"})
 APPLY_PATCH = "application/apply-patch+yaml"
+PROTOBUF = "application/vnd.kubernetes.protobuf"  # kubectl's self-reviews; routes refuse it unless they read it
 DEFAULT_PORTS = {"http": 80, "https": 443}
 CORS_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 CORS_MAX_AGE = "600"
@@ -332,7 +334,7 @@ def _check_content_type(request: _Request) -> None:
     if request.method not in WRITES:
         return
     kind = wire.media_type(request.content_type)
-    if wire.is_json(kind) or kind in wire.YAML_TYPES or kind == APPLY_PATCH:
+    if wire.is_json(kind) or kind in wire.YAML_TYPES or kind in (APPLY_PATCH, PROTOBUF):
         return
     if not kind:
         raise errors.UnsupportedMediaType(

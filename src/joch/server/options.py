@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from joch import __version__
 from joch.admission.validation import AdmissionOptions
+from joch.server.auth.options import AuthOptions
 
 MiB = 1024 * 1024
 
@@ -62,6 +63,9 @@ class ServerOptions:
     ``watch_buffer_bytes`` unread by one watcher, past which it is ended with a 410 (see
     ``joch.store.feed``); ``max_apply_documents`` objects and ``max_apply_bytes`` of body in one
     ``/v1/resources/apply`` or ``create``, which is one write transaction (413 past either).
+
+    ``auth``: the authenticators (token file, OIDC; neither: auth none) and the caches of
+    ``joch.server.auth``.
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -78,3 +82,4 @@ class ServerOptions:
     bind_host: str = "127.0.0.1"
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    auth: AuthOptions = field(default_factory=AuthOptions)

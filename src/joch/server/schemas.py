@@ -217,7 +217,8 @@ def _status_for_validation_errors(doc: dict[str, Any]) -> None:
 
 
 GUARD_ERRORS = ((400, "Bad request (a Host the server does not answer to)"),
-                (403, "Forbidden (a browser page of another origin)"),
+                (401, "Unauthorized (no valid bearer token, on a server that authenticates)"),
+                (403, "Forbidden (a browser page of another origin, or a role that does not allow it)"),
                 (503, "Service unavailable (out of file descriptors; retry after Retry-After)"))
 WRITE_ERRORS = ((415, "Unsupported media type"), (507, "Insufficient storage (a disk is full)"))
 WATCH_ERRORS = ((429, "Too many open watches and followed logs (retry after Retry-After)"),)
@@ -225,8 +226,8 @@ _WRITES = ("post", "put", "patch", "delete")
 
 
 def _answers_of_every_route(doc: dict[str, Any]) -> None:
-    """What the layers around every handler may answer (``guard``, ``errors``, ``limits``): the
-    Host and Origin checks on every route, a full disk on writes, the watch cap on watches and
+    """What the layers around every handler may answer (``guard``, ``auth``, ``errors``, ``limits``):
+    the Host and Origin checks and authentication on every route, a full disk on writes, the watch cap on watches and
     followed logs."""
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():

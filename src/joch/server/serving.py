@@ -19,9 +19,10 @@ agents, and the app serves their logs and artifacts through it. The manager star
 manifests are applied (its first list sees them) and before the port opens, and on shutdown it
 stops (releasing the leader lease) before the runtime and then the store are closed.
 
-There is no authentication yet. ``joch.server.guard`` keeps web pages out on any address, but on
-an address other than loopback anyone who can connect can create runs, and so run commands as
-this user: ``serve`` says so in a WARNING at start, naming the ways to restrict it.
+Authentication (``joch.server.auth``): on an address other than loopback, anyone who can connect
+could create runs and so run commands as this user, so ``serve`` refuses to start there without an
+authenticator (``--token-file`` or ``--oidc-issuer-url``), saying how to configure one. On
+loopback, no authenticator means auth none: every caller is ``system:anonymous`` and allowed.
 
 Resources: ``serve`` raises the process's soft open-file limit to the hard one first (see
 ``joch.server.limits``; the default ``max_watches`` then follows the raised limit). Should the
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import getpass
 import logging
 import signal
 import socket
@@ -60,8 +60,9 @@ from joch.api.meta import DEFAULT_NAMESPACE
 from joch.controllers import manager as managing
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
-from joch.server import guard, limits
+from joch.server import limits
 from joch.server.app import create_app
+from joch.server.auth import options as auth_options
 from joch.server.options import ServerOptions
 from joch.store import exhaustion, open_store
 from joch.store.base import Store
@@ -78,7 +79,7 @@ def serve(
     options = replace(options or ServerOptions(), bind_host=host)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    warn_if_exposed(host, port)
+    auth_options.check_exposure(host, options.auth)
     limits.raise_fd_limit()
     store = open_store(store_url)
     runtime: Runtime | None = None
@@ -107,25 +108,6 @@ def serve(
         if runtime is not None:
             runtime.close()
         store.close()
-
-
-def warn_if_exposed(host: str, port: int) -> None:
-    if guard.is_loopback(host):
-        return
-    where = "every address of this machine" if guard.is_wildcard(host) else host
-    logger.warning(
-        "listening on %s port %d WITHOUT AUTHENTICATION: anyone who can reach it can create agent runs "
-        "and so run commands as user %s on this machine. Listen on 127.0.0.1 (the default --host) "
-        "and reach it through an SSH tunnel, or allow only trusted peers with a firewall.",
-        where, port, _user(),
-    )
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name in the environment nor in the password database
-        return "(this process's user)"
 
 
 def _controllers(

@@ -2,7 +2,8 @@
 
 ``ServerThread`` runs uvicorn in a background thread: watches, Server-Sent Events and the custom
 ``WATCH`` method behave as in production, which an in-process ASGI transport does not guarantee.
-The socket is bound before the thread starts, so the URL is known up front and no port can be
+``tls`` (a certificate and key file) serves HTTPS, for clients that send bearer tokens only over
+TLS (kubectl). The socket is bound before the thread starts, so the URL is known up front and no port can be
 taken in between; ``start`` returns once uvicorn accepts connections.
 
 ``live_server`` bundles that with an httpx client; ``ndjson`` and ``sse_events`` read the two
@@ -32,17 +33,21 @@ from joch.store.base import Obj, Store
 
 
 class ServerThread:
-    def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", startup_timeout: float = 10.0) -> None:
+    def __init__(
+        self, app: FastAPI, *, host: str = "127.0.0.1", startup_timeout: float = 10.0,
+        tls: tuple[str, str] | None = None,
+    ) -> None:
         # An explicit IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
         # and without it every response written in two parts waits out a 40 ms delayed ACK.
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, 0))
         port = self._socket.getsockname()[1]
-        self.url = f"http://{host}:{port}"
+        self.url = f"{'https' if tls else 'http'}://{host}:{port}"
+        certfile, keyfile = tls or (None, None)
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, http="h11", lifespan="off",
-            timeout_graceful_shutdown=1,
+            timeout_graceful_shutdown=1, ssl_certfile=certfile, ssl_keyfile=keyfile,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

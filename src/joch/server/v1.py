@@ -13,6 +13,8 @@
   Each request is one write transaction, so its size is capped: more than
   ``ServerOptions.max_apply_documents`` objects or ``max_apply_bytes`` of body is a 413 naming the
   limit and the ``joch server`` flag that sets it. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
+  Every document is authorized (create, or update of an existing object, on its kind in its
+  namespace) before anything is written: one the caller may not write is a 403 naming it.
 * ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions[/{name}]`` (AgentRuns; ``POST``
   creates one), ``approvals[/{name}]``: the same list/get answers as the ``/apis`` routes. The run
   routes beyond the object (``executions/{name}/log``, ``approvals/{name}/decide``,
@@ -33,8 +35,10 @@ from starlette.responses import Response
 from joch.admission import apply as admission
 from joch.admission import documents
 from joch.api import errors, kinds
+from joch.api.identity import ANONYMOUS, current_user
 from joch.api.registry import Registry
 from joch.server import limits, params, resources, sse, wire
+from joch.server.auth import rbac
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType, KindHandlers
 from joch.server.schemas import SERVER_SENT_EVENTS, KindSchemas
@@ -83,14 +87,20 @@ def install(
                 "(joch server --max-apply-documents): split the manifests into several requests")
         return docs
 
+    def authorized(docs: list[documents.Document], namespace: str | None, *, create_only: bool) -> None:
+        authorizer: rbac.Authorizer = app.state.authorizer
+        rbac.authorize_documents(authorizer, store, current_user() or ANONYMOUS, docs, namespace=namespace,
+                                 create_only=create_only)
+
     def apply(
         body: bytes = Depends(read_manifests), content_type: ContentType = None, dry_run: params.DryRun = None,
         namespace: params.Namespace = None,
     ) -> Response:
         dry = params.dry_run(dry_run)
         ns = params.check_namespace(namespace)
-        result = admission.apply_documents(store, manifests(body, content_type, "apply"), dry_run=dry,
-                                           options=options.admission, namespace=ns)
+        docs = manifests(body, content_type, "apply")
+        authorized(docs, ns, create_only=False)
+        result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
         return wire.json_response(apply_body(result, dry), warnings=result.warnings())
 
     def create(
@@ -99,8 +109,9 @@ def install(
     ) -> Response:
         dry = params.dry_run(dry_run)
         ns = params.check_namespace(namespace)
-        result = admission.create_documents(store, manifests(body, content_type, "create"), dry_run=dry,
-                                            options=options.admission, namespace=ns)
+        docs = manifests(body, content_type, "create")
+        authorized(docs, ns, create_only=True)
+        result = admission.create_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
         return wire.json_response(apply_body(result, dry), status_code=201, warnings=result.warnings())
 
     manifest_body = {"requestBody": {"required": True, "content": {

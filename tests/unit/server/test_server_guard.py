@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import logging
+from pathlib import Path
 
 import pytest
 
-from joch.server import guard, serving
+from joch.api import errors
+from joch.server import guard
+from joch.server.auth import options as auth_options
+from joch.server.auth.options import AuthOptions
 
 
 @pytest.mark.parametrize(("value", "parsed"), [
@@ -57,15 +60,14 @@ def test_loopback_and_wildcard_addresses() -> None:
     assert not any(guard.is_wildcard(h) for h in ("127.0.0.1", "10.0.0.1", "localhost"))
 
 
-def test_a_non_loopback_bind_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="joch.server"):
-        serving.warn_if_exposed("127.0.0.1", 8080)
-        serving.warn_if_exposed("localhost", 8080)
-        assert caplog.records == []
-        serving.warn_if_exposed("0.0.0.0", 8080)
-        serving.warn_if_exposed("10.0.0.5", 9000)
-    first, second = (r.getMessage() for r in caplog.records)
-    assert first.startswith("listening on every address of this machine port 8080 WITHOUT AUTHENTICATION: "
-                            "anyone who can reach it can create agent runs and so run commands as user ")
-    assert "Listen on 127.0.0.1" in first and second.startswith("listening on 10.0.0.5 port 9000 WITHOUT")
-    assert {r.levelname for r in caplog.records} == {"WARNING"}
+def test_a_non_loopback_bind_without_an_authenticator_is_refused(tmp_path: Path) -> None:
+    auth_options.check_exposure("127.0.0.1", AuthOptions())
+    auth_options.check_exposure("localhost", AuthOptions())
+    with pytest.raises(errors.BadRequest) as refused:
+        auth_options.check_exposure("0.0.0.0", AuthOptions())
+    message = refused.value.message
+    assert message.startswith("refusing to listen on every address of this machine (0.0.0.0) without authentication")
+    assert "--token-file" in message and "--oidc-issuer-url" in message and "127.0.0.1" in message
+    with pytest.raises(errors.BadRequest, match=r"refusing to listen on 10\.0\.0\.5"):
+        auth_options.check_exposure("10.0.0.5", AuthOptions())
+    auth_options.check_exposure("0.0.0.0", AuthOptions(token_file=tmp_path / "tokens.csv"))
