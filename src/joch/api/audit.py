@@ -9,8 +9,11 @@ holds a secret value or a request body: ``reason`` is a sentence written by Joch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import datetime as dt
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from joch.api.identity import CONTROLLER, current_request
 
 Decision = Literal["allowed", "denied"]
 
@@ -27,3 +30,82 @@ class AuditEntry:
     groups: tuple[str, ...] = ()
     request_id: str = ""
     source_ip: str = ""
+
+
+REASON_MAX = 1024
+"""A reason longer than this many characters is clipped (it is a sentence, not a payload)."""
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 5000
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+"""How the store writes ``time``: RFC 3339 UTC with microseconds, always 27 characters, so the text
+order of two times is their order (the time filters compare text in both dialects)."""
+
+
+def format_time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime(TIME_FORMAT)
+
+
+def clip(reason: str) -> str:
+    return reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 1] + "…"
+
+
+def filled(entry: AuditEntry) -> AuditEntry:
+    """``entry`` with an empty actor, groups, request id and source IP taken from the current request;
+    outside any request (a controller) the actor is Joch's controller identity. The reason is clipped."""
+    ctx = current_request()
+    user = ctx.user if ctx is not None else CONTROLLER
+    return replace(
+        entry,
+        actor=entry.actor or user.name,
+        groups=entry.groups or (user.groups if not entry.actor else ()),
+        request_id=entry.request_id or (ctx.request_id if ctx else ""),
+        source_ip=entry.source_ip or (ctx.source_ip if ctx else ""),
+        reason=clip(entry.reason),
+    )
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One stored row of the audit log, as ``GET /v1/audit`` serves it."""
+
+    id: int
+    time: str
+    actor: str
+    groups: tuple[str, ...]
+    verb: str
+    kind: str
+    namespace: str
+    name: str
+    decision: Decision
+    reason: str
+    request_id: str
+    source_ip: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "time": self.time, "actor": self.actor, "groups": list(self.groups),
+                "verb": self.verb, "kind": self.kind, "namespace": self.namespace, "name": self.name,
+                "decision": self.decision, "reason": self.reason, "requestId": self.request_id,
+                "sourceIP": self.source_ip}
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """Which rows to read, newest first: every filter given must match exactly; ``since`` is
+    inclusive, ``until`` exclusive; ``after_id`` (from a continue token) starts below that id."""
+
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    actor: str | None = None
+    verb: str | None = None
+    kind: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    decision: Decision | None = None
+    limit: int = DEFAULT_LIMIT
+    before_id: int | None = None
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    items: list[AuditEvent]
+    more: bool  # rows below the last item match too (the next page starts at its id)
