@@ -10,6 +10,7 @@ holds a secret value or a request body: ``reason`` is a sentence written by Joch
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -36,13 +37,15 @@ REASON_MAX = 1024
 """A reason longer than this many characters is clipped (it is a sentence, not a payload)."""
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-"""How the store writes ``time``: RFC 3339 UTC with microseconds, always 27 characters, so the text
+"""How the store writes ``time`` (``format_time``): RFC 3339 UTC with microseconds, always 27 characters, so the text
 order of two times is their order (the time filters compare text in both dialects)."""
 
 
 def format_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime(TIME_FORMAT)
+    u = when.astimezone(dt.UTC)
+    # Not strftime: its %Y does not pad years before 1000 everywhere, and the width must not vary.
+    return (f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}."
+            f"{u.microsecond:06d}Z")
 
 
 def clip(reason: str) -> str:
@@ -109,3 +112,44 @@ class AuditQuery:
 class AuditPage:
     items: list[AuditEvent]
     more: bool  # rows below the last item match too (the next page starts at its id)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as ``90s``, ``1h30m`` or ``7d`` (Go's units, and ``d``); ``0`` is 0."""
+    value = text.strip()
+    if value == "0":
+        return 0.0
+    parts = _DURATION.findall(value)
+    if not parts or "".join(number + unit for number, unit in parts) != value:
+        raise ValueError(f"{text!r} is not a duration: use a number and a unit (ms, s, m, h, d), e.g. 1h30m or 7d")
+    return sum(float(number) * _UNITS[unit] for number, unit in parts)
+
+
+def parse_moment(text: str, *, now: dt.datetime) -> dt.datetime:
+    """An RFC 3339 time (``2026-01-02T15:04:05Z``), or a duration before ``now`` (``1h``: an hour ago)."""
+    value = text.strip()
+    if value[:1].isdigit() and ("T" in value or "-" in value[1:]):
+        try:
+            when = dt.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{text!r} is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration "
+                             "(1h, 30m, 7d)") from None
+        if when.tzinfo is None:
+            raise ValueError(f"{text!r} has no time zone: add Z or an offset such as +02:00")
+        try:
+            return when.astimezone(dt.UTC)
+        except OverflowError:
+            raise ValueError(f"{text!r} is out of range") from None
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration "
+                         "(1h, 30m, 7d)") from None
+    try:
+        return now - dt.timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{text!r} reaches back before year 1") from None

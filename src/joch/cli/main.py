@@ -363,6 +363,10 @@ def server_command(
     max_apply_bytes: Annotated[int, typer.Option(
         "--max-apply-bytes", metavar="BYTES",
         help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
+    audit_retention: Annotated[str, typer.Option(
+        "--audit-retention", metavar="DURATION",
+        help="How long audit rows are kept (e.g. 90d, 720h); 0 keeps them forever. Pruned at start "
+             "and hourly.")] = "90d",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
@@ -376,7 +380,8 @@ def server_command(
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits)
+                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits,
+                audit_retention=serving.retention_seconds(audit_retention))
 
 
 @command("controller")

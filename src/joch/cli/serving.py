@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from joch.api import audit as audits
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
 
@@ -204,6 +205,7 @@ def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
     controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None, limits: ServerLimits | None = None,
+    audit_retention: float = 90 * 86400.0,
 ) -> None:
     limits = limits or ServerLimits()
     limits.check()
@@ -215,6 +217,7 @@ def run(
         allowed_origins=_checked("--allowed-origin", allowed_origins, guard.normalize_origin),
         max_watches=limits.max_watches, watch_buffer_events=limits.watch_buffer_events,
         max_apply_documents=limits.max_apply_documents, max_apply_bytes=limits.max_apply_bytes,
+        audit_retention=audit_retention,
     )
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
@@ -223,6 +226,14 @@ def run(
                      options=options, apply_missing_paths=apply_missing or None)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
+
+
+def retention_seconds(text: str) -> float:
+    """``--audit-retention``: a duration (``90d``, ``720h``); ``0`` keeps audit rows forever."""
+    try:
+        return audits.parse_duration(text)
+    except ValueError as exc:
+        raise errors.BadRequest(f"--audit-retention: {exc}") from None
 
 
 def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) -> tuple[str, ...]:

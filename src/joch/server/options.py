@@ -62,6 +62,8 @@ class ServerOptions:
     ``watch_buffer_bytes`` unread by one watcher, past which it is ended with a 410 (see
     ``joch.store.feed``); ``max_apply_documents`` objects and ``max_apply_bytes`` of body in one
     ``/v1/resources/apply`` or ``create``, which is one write transaction (413 past either).
+
+    ``audit_retention``: seconds an audit row is kept (``joch.server.retention``; 0 keeps every row).
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -78,3 +80,4 @@ class ServerOptions:
     bind_host: str = "127.0.0.1"
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    audit_retention: float = 90 * 86400.0
