@@ -42,7 +42,7 @@ from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.cli import applying, helptypes, manifests, namespaces, reading, runs, serving
+from joch.cli import applying, auditing, helptypes, manifests, namespaces, reading, runs, serving
 from joch.cli.client import Client, server_url
 from joch.cli.namespaces import Namespace
 
@@ -495,6 +495,45 @@ def get_command(
         failure = reading.get(client, request, report=report)
     if failure is not None:
         raise typer.Exit(failure.exit_code)
+
+
+@command("audit")
+def audit_command(
+    ctx: typer.Context,
+    since: Annotated[str | None, typer.Option("--since", metavar="TIME", show_default=False,
+                                              help="Rows at or after: a duration back from now (1h, 30m, 7d) "
+                                                   "or an RFC 3339 time.")] = None,
+    until: Annotated[str | None, typer.Option("--until", metavar="TIME", show_default=False,
+                                              help="Rows before: as --since.")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", metavar="USER", show_default=False,
+                                              help="Only what this user did.")] = None,
+    verb: Annotated[str | None, typer.Option("--verb", metavar="VERB", show_default=False,
+                                             help="create, update, patch, delete, decide, ...")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", metavar="KIND", show_default=False,
+                                             help="Kind, plural or short name.")] = None,
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", show_default=False,
+                                             help="Only rows about objects of this name.")] = None,
+    decision: Annotated[str | None, typer.Option("--decision", metavar="allowed|denied", show_default=False,
+                                                 help="Only allowed or only denied actions.")] = None,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="Print at most N rows (newest).")] = 500,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option(
+        "--all-namespaces", "-A", help="Every namespace, and rows of no namespace (failed logins, "
+                                       "cluster-scoped objects).")] = False,
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="json|yaml", show_default=False,
+                                               help="json or yaml instead of a table.")] = None,
+    server: ServerOption = None,
+) -> None:
+    """Show the audit log, newest first: who did what to which object, allowed or denied.
+
+    The log is append-only (the server keeps rows for joch server --audit-retention)."""
+    request = auditing.AuditRequest(
+        namespace=None if all_namespaces else _namespace(ctx, namespace).name, since=since, until=until,
+        actor=actor, verb=verb, kind=kind, name=name, decision=_one_of("--decision", decision, ("allowed", "denied")),
+        limit=limit, output=_one_of("--output", output, ("json", "yaml")),
+    )
+    with _client(ctx, server) as client:
+        auditing.show(client, request)
 
 
 @command("describe")
