@@ -49,6 +49,7 @@ import abc
 import base64
 import binascii
 import builtins
+import functools
 import json
 import secrets
 import threading
@@ -217,7 +218,9 @@ def _supersede(conn: Conn, kind: str, namespace: str, name: str) -> int | None:
     return max((int(r[0]) for r in rows), default=None)
 
 
+@functools.lru_cache(maxsize=256)
 def _groups(groups: tuple[str, ...]) -> str:
+    # Cached: every row of a request has the same groups, and an apply writes hundreds of rows.
     return json.dumps(list(groups), separators=(",", ":"), ensure_ascii=False)
 
 
