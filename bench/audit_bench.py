@@ -8,16 +8,18 @@ objects/s is printed, with the number of audit rows the server holds afterwards 
 "n/a" on a server without it). Every object written during a request costs one audit row in the
 same transaction (rows are batched into one ``INSERT`` per 80 objects).
 
-The figure of a Joch without the audit log comes from the same script run against that source tree:
-``git archive <commit> src | tar -x -C /tmp/before && PYTHONPATH=/tmp/before/src .venv/bin/python
-bench/audit_bench.py`` (the first line printed says which ``joch`` was measured). On a shared 2-core
-machine objects/s swing by tens of percent between runs: alternate before/after runs and compare
-medians.
+``--before SRC`` compares with a Joch without the audit log (``git archive <commit> src | tar -x -C
+/tmp/before`` then ``--before /tmp/before/src``): two servers run side by side over stores of their
+own, one importing ``joch`` from SRC, and their rounds alternate, so load from other processes on a
+shared machine hits both alike; the ratio after/before is printed. (Run one after the other, the
+objects/s of a shared 2-core machine swing by tens of percent.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import sys
 import time
@@ -39,20 +41,50 @@ def body(round_: int, objects: int) -> str:
     return yaml.safe_dump_all([agent(f"r{round_}-a{i}") for i in range(objects)])
 
 
-def measure(store_url: str, rounds: int, objects: int) -> tuple[float, str]:
+def server(store_url: str, source: str | None) -> Server:
+    """``joch server`` importing ``joch`` from ``source`` (None: this checkout)."""
+    saved = os.environ.get("PYTHONPATH")
+    if source:
+        os.environ["PYTHONPATH"] = source
+    try:
+        return Server(store_url)
+    finally:
+        if source:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
+def rate(http: httpx.Client, text: str, objects: int) -> float:
+    started = time.perf_counter()
+    response = http.post("/v1/resources/apply", content=text, headers={"Content-Type": "application/yaml"})
+    elapsed = time.perf_counter() - started
+    response.raise_for_status()
+    return objects / elapsed
+
+
+def audit_rows(http: httpx.Client) -> str:
+    audit = http.get("/v1/audit", params={"limit": 5000, "verb": "create"})
+    return str(len(audit.json()["items"])) if audit.status_code == 200 else "n/a"
+
+
+def measure(urls: list[str], sources: list[str | None], rounds: int, objects: int) -> list[tuple[float, str]]:
+    """Median objects/s and audit rows per server; the servers' rounds alternate."""
     bodies = [body(r, objects) for r in range(rounds + 1)]
-    with Server(store_url) as server, httpx.Client(base_url=server.base, timeout=120) as http:
-        rates = []
+    with contextlib.ExitStack() as stack:
+        clients = []
+        for url, source in zip(urls, sources, strict=True):
+            running = stack.enter_context(server(url, source))
+            clients.append(stack.enter_context(httpx.Client(base_url=running.base, timeout=120)))
+        rates: list[list[float]] = [[] for _ in clients]
         for r, text in enumerate(bodies):
-            started = time.perf_counter()
-            response = http.post("/v1/resources/apply", content=text, headers={"Content-Type": "application/yaml"})
-            elapsed = time.perf_counter() - started
-            response.raise_for_status()
-            if r:  # round 0 warms the server up
-                rates.append(objects / elapsed)
-        audit = http.get("/v1/audit", params={"limit": 5000, "verb": "create"})
-        rows = str(len(audit.json()["items"])) if audit.status_code == 200 else "n/a"
-    return statistics.median(rates), rows
+            for i, http in enumerate(clients if r % 2 else reversed(clients)):
+                index = i if r % 2 else len(clients) - 1 - i
+                measured = rate(http, text, objects)
+                if r:  # round 0 warms the servers up
+                    rates[index].append(measured)
+        return [(statistics.median(rs), audit_rows(http)) for rs, http in zip(rates, clients, strict=True)]
 
 
 def main() -> None:
@@ -61,16 +93,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--objects", type=int, default=500)
     parser.add_argument("--postgres", default=POSTGRES)
+    parser.add_argument("--before", metavar="SRC", help="also measure the joch package in SRC, alternating")
     args = parser.parse_args()
-    print(f"joch from {Path(joch.__file__).resolve().parent}")
+    print(f"joch from {Path(joch.__file__).resolve().parent}" + (f", before from {args.before}" if args.before else ""))
     backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
+    sources: list[str | None] = [None, args.before] if args.before else [None]
     with workdir() as tmp:
         for backend in backends:
-            url_of = sqlite_url(Path(tmp), "audit") if backend == "sqlite" else postgres_url(args.postgres, "audit")
-            with url_of as url:
-                rate, rows = measure(url, args.rounds, args.objects)
-            print(f"{backend:8} HTTP apply of {args.objects} objects: median {rate:7.0f} objects/s over "
-                  f"{args.rounds} rounds; audit rows: {rows}")
+            with contextlib.ExitStack() as stack:
+                urls = [stack.enter_context(sqlite_url(Path(tmp), f"audit{i}") if backend == "sqlite"
+                                            else postgres_url(args.postgres, f"audit{i}"))
+                        for i in range(len(sources))]
+                results = measure(urls, sources, args.rounds, args.objects)
+            (after, rows), *before = results
+            line = (f"{backend:8} HTTP apply of {args.objects} objects, median of {args.rounds} rounds: "
+                    f"{after:6.0f} objects/s (audit rows: {rows})")
+            if before:
+                line += f"; before: {before[0][0]:6.0f} objects/s; after/before = {after / before[0][0]:.0%}"
+            print(line)
 
 
 if __name__ == "__main__":
