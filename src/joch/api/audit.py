@@ -3,8 +3,19 @@
 ``{id, time, actor, groups, verb, kind, namespace, name, decision, reason, requestId, sourceIP}``
 (DESIGN.md §4, the Kradle seed's audit event). ``actor``, ``groups``, ``requestId`` and
 ``sourceIP`` left empty are filled by the store from the current request
-(``joch.api.identity.current_request``); ``id`` and ``time`` are always the store's. An entry never
-holds a secret value or a request body: ``reason`` is a sentence written by Joch.
+(``joch.api.identity.current_request``; outside any request the actor is Joch's ``CONTROLLER``);
+``id`` and ``time`` are always the store's. An entry never holds a secret value or a request body:
+``reason`` is a sentence written by Joch, clipped to ``REASON_MAX`` characters. ``kind`` is the
+Kind's name as the registry spells it (``AgentRun``, what the store writes for an object), so
+``?kind=`` finds explicit entries and the automatic rows alike.
+
+How to record a decision (``Store.audit``): inside ``store.transaction()`` the row joins that
+transaction, on the same thread even when called on the ``Store`` rather than the transaction's
+``Writer``; outside one it commits on its own, from any thread. A denial whose change rolls back
+is recorded after the failed transaction, so the rollback does not take its row with it.
+
+``AuditEvent`` is a stored row, ``AuditQuery`` what ``Store.audit_events`` filters by (newest first),
+``parse_moment`` the ``since``/``until`` syntax of the API and the CLI (RFC 3339 or ``1h``).
 """
 
 from __future__ import annotations

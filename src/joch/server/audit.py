@@ -25,7 +25,7 @@ import binascii
 import datetime as dt
 import json
 from enum import Enum
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from starlette.responses import Response
@@ -94,12 +94,17 @@ def query_of(
         limit = audits.DEFAULT_LIMIT
     if not 1 <= limit <= audits.MAX_LIMIT:
         raise bad("limit", f"{limit}: a page holds 1 to {audits.MAX_LIMIT} rows")
-    if decision not in (None, "", *get_args(audits.Decision)):
+    wanted: audits.Decision | None = None
+    if decision == "allowed":
+        wanted = "allowed"
+    elif decision == "denied":
+        wanted = "denied"
+    elif decision:
         raise bad("decision", f"{decision!r}: use allowed or denied")
     return audits.AuditQuery(
         since=moment("since", since, now), until=moment("until", until, now),
         actor=actor or None, verb=verb or None, kind=kind_name(registry, kind), namespace=namespace or None,
-        name=name or None, decision=decision or None,  # type: ignore[arg-type]  # checked above
+        name=name or None, decision=wanted,
         limit=limit, before_id=decode_continue(token) if token else None,
     )
 
