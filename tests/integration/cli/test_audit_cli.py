@@ -4,6 +4,14 @@ page, and bad flags reported as errors naming them."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from integration.cli.conftest import JOCH, free_port
+from support import stop_server, wait_ready
 
 
 def providers(prefix: str) -> str:
@@ -53,3 +61,32 @@ def test_audit_reports_bad_flags_by_name(joch) -> None:
     assert joch("audit", "--limit", "0").code == 2
     retention = joch("server", "--audit-retention", "forever")
     assert retention.code == 2 and "--audit-retention" in retention.err
+
+
+def test_joch_server_prunes_rows_older_than_audit_retention_at_start(tmp_path: Path) -> None:
+    def start(*flags: str) -> tuple[subprocess.Popen[str], str]:
+        port = free_port()
+        proc = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path), "--port", str(port),
+                                 "--no-controllers", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base, proc)
+        return proc, base
+
+    proc, base = start()
+    try:
+        applied = httpx.post(f"{base}/v1/resources/apply", content=providers("old"),
+                             headers={"Content-Type": "application/yaml"})
+        assert applied.status_code == 200, applied.text
+        assert len(httpx.get(f"{base}/v1/audit").json()["items"]) == 3
+    finally:
+        stop_server(proc)
+    time.sleep(1.5)
+    proc, base = start("--audit-retention", "1s")
+    try:
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{base}/v1/audit").json()["items"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert httpx.get(f"{base}/v1/audit").json()["items"] == []
+    finally:
+        stop_server(proc)
