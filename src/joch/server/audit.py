@@ -7,15 +7,16 @@ decision (``Store.audit``); only retention (``joch server --audit-retention``) d
 Answers ``{"kind": "AuditEventList", "apiVersion": "v1", "metadata": {"continue": ...}, "items":
 [...]}``, **newest first**: the first page is the most recent activity, and each ``continue``
 token (opaque; it holds the id below which the next page starts) pages back in time. Rows
-written after the first page was read do not shift later pages, since ids only grow. A page is
-complete when ``metadata.continue`` is absent.
+written after the first page was read do not shift later pages, since ids only grow. A page
+without ``metadata.continue`` is the last.
 
 Query parameters: ``since`` (inclusive) and ``until`` (exclusive), each an RFC 3339 time or a
 duration back from now (``1h``, ``30m``, ``7d``); ``actor``, ``verb``, ``kind`` (any name kubectl
 accepts for a Joch kind, else matched as written), ``namespace``, ``name``, ``decision``
-(``allowed`` or ``denied``) match exactly; ``limit`` is 1 to 5000 (default 500). A bad value is a
-400 ``Status`` naming the parameter. Authorization is the auth section's: verb ``list`` on
-``auditevents`` (group ``ops.joch.dev``) in the namespace of ``?namespace=``.
+(``allowed`` or ``denied``) match exactly (``namespace`` must be a DNS-1123 label, as on every
+route); ``limit`` is 1 to 5000 (default 500). A bad value is a 400 ``Status`` naming the parameter.
+Authorization is the auth section's: verb ``list`` on ``auditevents`` (group ``ops.joch.dev``) in
+the namespace of ``?namespace=``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from starlette.responses import Response
 from joch.api import audit as audits
 from joch.api import errors
 from joch.api.registry import Registry
-from joch.server import wire
+from joch.server import params, wire
 from joch.server.schemas import AUDIT_EVENT_LIST_REF, KindSchemas
 from joch.store.base import Store
 
@@ -103,7 +104,8 @@ def query_of(
         raise bad("decision", f"{decision!r}: use allowed or denied")
     return audits.AuditQuery(
         since=moment("since", since, now), until=moment("until", until, now),
-        actor=actor or None, verb=verb or None, kind=kind_name(registry, kind), namespace=namespace or None,
+        actor=actor or None, verb=verb or None, kind=kind_name(registry, kind),
+        namespace=params.check_namespace(namespace),
         name=name or None, decision=wanted,
         limit=limit, before_id=decode_continue(token) if token else None,
     )

@@ -9,8 +9,13 @@ import time
 from pathlib import Path
 
 import httpx
+from typer.testing import CliRunner
 
 from integration.cli.conftest import JOCH, free_port
+from joch.api.audit import MAX_LIMIT, AuditEntry
+from joch.cli.main import app
+from joch.server.testing import live_server
+from joch.store import open_store
 from support import stop_server, wait_ready
 
 
@@ -90,3 +95,20 @@ def test_joch_server_prunes_rows_older_than_audit_retention_at_start(tmp_path: P
         assert httpx.get(f"{base}/v1/audit").json()["items"] == []
     finally:
         stop_server(proc)
+
+
+def test_audit_pages_through_continue_up_to_the_limit(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    try:
+        with store.transaction() as tx:
+            for i in range(MAX_LIMIT + 3):
+                tx.audit(AuditEntry("dispatch", kind="AgentRun", namespace="default", name=f"r{i}"))
+        with live_server(store) as server:
+            result = CliRunner().invoke(app, ["--server", server.url, "audit", "--limit", str(MAX_LIMIT + 2),
+                                              "-o", "json"], env={"JOCH_NAMESPACE": None})
+            assert result.exit_code == 0, result.stderr
+            names = [item["name"] for item in json.loads(result.stdout)["items"]]
+            # Newest first across the server's two pages, and no more than asked for.
+            assert names == [f"r{i}" for i in range(MAX_LIMIT + 2, 0, -1)]
+    finally:
+        store.close()

@@ -108,6 +108,7 @@ def test_filters_and_newest_first_paging(server: LiveServer, store: Store) -> No
     ({"limit": "many"}, "limit"),
     ({"decision": "maybe"}, "decision"),
     ({"continue": "not-a-token"}, "continue"),
+    ({"namespace": "Bad_NS"}, "namespace"),
 ])
 def test_a_bad_parameter_is_a_400_naming_it(server: LiveServer, params: dict[str, str], parameter: str) -> None:
     response = server.http.get("/v1/audit", params=params)
