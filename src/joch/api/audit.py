@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from joch.api.identity import CONTROLLER, current_request
@@ -63,18 +63,25 @@ def clip(reason: str) -> str:
     return reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 1] + "…"
 
 
+def text(value: str) -> str:
+    """``value`` without NUL characters, which Postgres text cannot hold: a user name or an object
+    name taken from a request must not make the write it records fail."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
 def filled(entry: AuditEntry) -> AuditEntry:
     """``entry`` with an empty actor, groups, request id and source IP taken from the current request;
-    outside any request (a controller) the actor is Joch's controller identity. The reason is clipped."""
+    outside any request (a controller) the actor is Joch's controller identity. The reason is
+    clipped, and NUL characters are replaced (``text``)."""
     ctx = current_request()
     user = ctx.user if ctx is not None else CONTROLLER
-    return replace(
-        entry,
-        actor=entry.actor or user.name,
+    return AuditEntry(
+        verb=text(entry.verb), kind=text(entry.kind), namespace=text(entry.namespace or ""),
+        name=text(entry.name or ""), decision=entry.decision, reason=text(clip(entry.reason)),
+        actor=text(entry.actor or user.name),
         groups=entry.groups or (user.groups if not entry.actor else ()),
-        request_id=entry.request_id or (ctx.request_id if ctx else ""),
-        source_ip=entry.source_ip or (ctx.source_ip if ctx else ""),
-        reason=clip(entry.reason),
+        request_id=text(entry.request_id or (ctx.request_id if ctx else "")),
+        source_ip=text(entry.source_ip or (ctx.source_ip if ctx else "")),
     )
 
 

@@ -37,6 +37,13 @@ How long the change log keeps what (``KindInfo.history`` and ``KindInfo.sensitiv
   renewed every two seconds costs the log one row, so it does not push user objects' changes
   past the horizon.
 
+* **Audit rows ride in the write's transaction.** ``_Tx._record`` queues a row for every object
+  written while a request is current, ``audit`` queues explicit entries, and ``flush_audit`` inserts
+  them (80 per statement) just before the commit: a rollback drops them with the change. Rows are
+  written only under the write lock (``Store.audit`` outside a transaction opens one), so on
+  Postgres too an id commits after every smaller id and a reader paging by id skips nothing.
+  Retention deletes in batches without the revision lock: it touches no row a writer needs.
+
 * **A key with a NUL character names nothing.** Postgres text cannot hold NUL (the statement fails),
   SQLite can; admission refuses NUL in every string, so no stored object has one in its name or
   namespace. Lookups by such a key are answered here without asking the database — not found, an
@@ -309,7 +316,7 @@ class _Tx(Writer):
         if ctx is not None:
             # Written during an HTTP request: its audit row, in this transaction (module docstring).
             self._audit.append((
-                audits.format_time(datetime.now(UTC)), ctx.user.name, _groups(ctx.user.groups), ctx.verb,
+                audits.format_time(datetime.now(UTC)), audits.text(ctx.user.name), _groups(ctx.user.groups), ctx.verb,
                 kind.kind, namespace, name, "allowed", action, ctx.request_id, ctx.source_ip,
             ))
         return obj

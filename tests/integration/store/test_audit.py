@@ -106,6 +106,16 @@ def test_an_explicit_entry_keeps_its_own_fields_and_outside_a_request_is_the_con
     assert (auth.actor, auth.groups, auth.request_id, auth.source_ip) == ("mallory", (), "req-1", "10.0.0.7")
 
 
+def test_nul_characters_from_a_request_do_not_fail_the_write_they_record(store: Store) -> None:
+    odd = RequestContext(UserInfo("eve\x00il", ("g\x00",)), request_id="r", source_ip="::1", verb="create")
+    with acting_as(odd):
+        store.create(AGENT_PROVIDER, provider("p", namespace="default"))
+        store.audit(AuditEntry("authenticate", actor="who\x00", name="a\x00b", decision="denied"))
+    denied, created = store.audit_events(AuditQuery()).items
+    assert (created.actor, created.groups) == ("eve\ufffdil", ("g\x00",))
+    assert (denied.actor, denied.name) == ("who\ufffd", "a\ufffdb")
+
+
 def test_store_audit_works_from_another_thread_while_a_transaction_is_open(store: Store) -> None:
     done = threading.Event()
 
