@@ -42,7 +42,7 @@ from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.cli import access, applying, contexts, helptypes, manifests, namespaces, reading, runs, serving
+from joch.cli import access, applying, auditing, contexts, helptypes, manifests, namespaces, reading, runs, serving
 from joch.cli.client import Client, server_url
 from joch.cli.namespaces import Namespace
 
@@ -398,6 +398,10 @@ def server_command(
     oidc_signing_algs: Annotated[str | None, typer.Option(
         "--oidc-signing-algs", metavar="ALGS", show_default=False,
         help="Comma-separated JWS algorithms accepted (default RS256).")] = None,
+    audit_retention: Annotated[str, typer.Option(
+        "--audit-retention", metavar="DURATION",
+        help="How long audit rows are kept (e.g. 90d, 720h); 0 keeps them forever. Pruned at start "
+             "and hourly.")] = "90d",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -424,7 +428,8 @@ def server_command(
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth)
+                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth,
+                audit_retention=serving.retention_seconds(audit_retention))
 
 
 @command("controller")
@@ -538,6 +543,45 @@ def get_command(
         failure = reading.get(client, request, report=report)
     if failure is not None:
         raise typer.Exit(failure.exit_code)
+
+
+@command("audit")
+def audit_command(
+    ctx: typer.Context,
+    since: Annotated[str | None, typer.Option("--since", metavar="TIME", show_default=False,
+                                              help="Rows at or after: a duration back from now (1h, 30m, 7d) "
+                                                   "or an RFC 3339 time.")] = None,
+    until: Annotated[str | None, typer.Option("--until", metavar="TIME", show_default=False,
+                                              help="Rows before: as --since.")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", metavar="USER", show_default=False,
+                                              help="Only what this user did.")] = None,
+    verb: Annotated[str | None, typer.Option("--verb", metavar="VERB", show_default=False,
+                                             help="create, update, patch, delete, decide, ...")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", metavar="KIND", show_default=False,
+                                             help="Kind, plural or short name.")] = None,
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", show_default=False,
+                                             help="Only rows about objects of this name.")] = None,
+    decision: Annotated[str | None, typer.Option("--decision", metavar="allowed|denied", show_default=False,
+                                                 help="Only allowed or only denied actions.")] = None,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="Print at most N rows (newest).")] = 500,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option(
+        "--all-namespaces", "-A", help="Every namespace, and rows of no namespace (failed logins, "
+                                       "cluster-scoped objects).")] = False,
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="json|yaml", show_default=False,
+                                               help="json or yaml instead of a table.")] = None,
+    server: ServerOption = None,
+) -> None:
+    """Show the audit log, newest first: who did what to which object, allowed or denied.
+
+    The log is append-only (the server keeps rows for joch server --audit-retention)."""
+    request = auditing.AuditRequest(
+        namespace=None if all_namespaces else _namespace(ctx, namespace).name, since=since, until=until,
+        actor=actor, verb=verb, kind=kind, name=name, decision=_one_of("--decision", decision, ("allowed", "denied")),
+        limit=limit, output=_one_of("--output", output, ("json", "yaml")),
+    )
+    with _client(ctx, server) as client:
+        auditing.show(client, request)
 
 
 @command("describe")

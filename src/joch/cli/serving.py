@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from joch.api import audit as audits
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
 
@@ -209,6 +210,7 @@ def run(
     controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None, limits: ServerLimits | None = None,
     auth: AuthOptions | None = None,
+    audit_retention: float = 90 * 86400.0,
 ) -> None:
     limits = limits or ServerLimits()
     limits.check()
@@ -223,6 +225,7 @@ def run(
         max_watches=limits.max_watches, watch_buffer_events=limits.watch_buffer_events,
         max_apply_documents=limits.max_apply_documents, max_apply_bytes=limits.max_apply_bytes,
         auth=auth or AuthOptions(),
+        audit_retention=audit_retention,
     )
     if auth is not None and auth.token_file is not None:
         tokenfile.TokenFile(auth.token_file)  # a malformed file stops the start here, naming the line
@@ -233,6 +236,14 @@ def run(
                      options=options, apply_missing_paths=apply_missing or None)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
+
+
+def retention_seconds(text: str) -> float:
+    """``--audit-retention``: a duration (``90d``, ``720h``); ``0`` keeps audit rows forever."""
+    try:
+        return audits.parse_duration(text)
+    except ValueError as exc:
+        raise errors.BadRequest(f"--audit-retention: {exc}") from None
 
 
 def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) -> tuple[str, ...]:

@@ -66,6 +66,7 @@ class ServerOptions:
 
     ``auth``: the authenticators (token file, OIDC; neither: auth none) and the caches of
     ``joch.server.auth``.
+    ``audit_retention``: seconds an audit row is kept (``joch.server.retention``; 0 keeps every row).
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -83,3 +84,4 @@ class ServerOptions:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     auth: AuthOptions = field(default_factory=AuthOptions)
+    audit_retention: float = 90 * 86400.0

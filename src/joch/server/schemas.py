@@ -99,6 +99,38 @@ TABLE: dict[str, Any] = {
             "cells": {"type": "array"}, "object": {"type": "object"}}}},
     },
 }
+AUDIT_EVENT_LIST_REF: Ref = {"$ref": "#/components/schemas/AuditEventList"}
+AUDIT_EVENT: dict[str, Any] = {
+    "title": "AuditEvent", "type": "object",
+    "required": ["id", "time", "actor", "groups", "verb", "kind", "namespace", "name", "decision", "reason",
+                 "requestId", "sourceIP"],
+    "description": "One row of the audit log (`joch.server.audit`): who did what to which object, and "
+                   "whether it was allowed.",
+    "properties": {
+        "id": {"type": "integer", "description": "increases with every row"},
+        "time": {"type": "string", "format": "date-time"},
+        "actor": {"type": "string"},
+        "groups": {"type": "array", "items": {"type": "string"}},
+        "verb": {"type": "string"},
+        "kind": {"type": "string"},
+        "namespace": {"type": "string", "description": "empty for a cluster-scoped object"},
+        "name": {"type": "string"},
+        "decision": {"type": "string", "enum": ["allowed", "denied"]},
+        "reason": {"type": "string"},
+        "requestId": {"type": "string", "description": "the request's Audit-Id; empty outside a request"},
+        "sourceIP": {"type": "string"},
+    },
+}
+AUDIT_EVENT_LIST: dict[str, Any] = {
+    "title": "AuditEventList", "type": "object", "required": ["kind", "apiVersion", "metadata", "items"],
+    "description": "A page of audit events, newest first; `metadata.continue` fetches the next (older) page.",
+    "properties": {
+        "kind": {"const": "AuditEventList"},
+        "apiVersion": {"const": "v1"},
+        "metadata": {"type": "object", "properties": {"continue": {"type": "string"}}},
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/AuditEvent"}},
+    },
+}
 SERVER_SENT_EVENTS: dict[str, Any] = {
     "type": "string",
     "description": "A text/event-stream: per change an event `ADDED`, `MODIFIED` or `DELETED` with "
@@ -132,7 +164,8 @@ class KindSchemas:
         refs, top = models_json_schema([(m, mode) for m in models],
                                        ref_template="#/components/schemas/{model}")
         self._refs: dict[object, Ref] = {model: dict(ref) for (model, _), ref in refs.items()}
-        self.components: dict[str, Any] = {**top.get("$defs", {}), "WatchEvent": WATCH_EVENT, "Table": TABLE}
+        self.components: dict[str, Any] = {**top.get("$defs", {}), "WatchEvent": WATCH_EVENT, "Table": TABLE,
+                                                  "AuditEvent": AUDIT_EVENT, "AuditEventList": AUDIT_EVENT_LIST}
         if self._refs[Status] != STATUS_REF:  # a kind named Status would take the name
             raise RuntimeError(f"the Status schema is {self._refs[Status]}, not {STATUS_REF}")
 

@@ -34,6 +34,9 @@ SIGINT and SIGTERM stop the server gracefully and ``serve`` then *returns* (so t
 and ``joch server`` exits 0). uvicorn itself re-raises the signal after its shutdown, which turns
 Ctrl-C into a ``KeyboardInterrupt`` traceback and SIGTERM into a kill that skips closing the
 store; ``_Server`` keeps uvicorn's handlers but not the re-raise.
+
+Audit retention (``ServerOptions.audit_retention``, ``--audit-retention``) runs on its own thread
+from start to shutdown (``joch.server.retention``).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from joch.api.meta import DEFAULT_NAMESPACE
 from joch.controllers import manager as managing
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
-from joch.server import limits
+from joch.server import limits, retention
 from joch.server.app import create_app
 from joch.server.auth import options as auth_options
 from joch.server.options import ServerOptions
@@ -102,7 +105,7 @@ def serve(
             app, host=host, port=port, log_level=log_level,
             access_log=access_log, http="h11", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
-        with _controllers(store, runtime, controllers):
+        with retention.AuditPruner(store, options.audit_retention), _controllers(store, runtime, controllers):
             _Server(config, store).run()
     finally:
         if runtime is not None:

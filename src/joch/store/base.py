@@ -25,6 +25,12 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
   Status, as if its revision had been compacted: list again.
 * Every write and its change-log row commit in one transaction (``transaction()`` groups several
   writes: all of them commit or none does).
+* **Audit.** Every object written while an HTTP request is current (``joch.api.identity``) gets an
+  audit row in the same transaction (actor, groups, request id, source IP and verb from the
+  request; decision ``allowed``): a write that rolls back (a failed apply, a dry run) leaves none,
+  a committed one always has its row. Writes outside any request (controllers) get no automatic
+  row; they call ``audit`` where a decision must be recorded. Rows are append-only: only
+  ``prune_audit`` (retention) deletes them.
 * A write that fails because the disk is full raises ``InsufficientStorage`` naming the disk (never
   a bare driver error), and nothing of it is committed; writes succeed again once space returns.
 """
@@ -35,9 +41,10 @@ import abc
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from joch.api.audit import AuditEntry
+from joch.api.audit import AuditEntry, AuditPage, AuditQuery
 from joch.api.registry import KindInfo
 
 Obj = dict[str, Any]
@@ -139,8 +146,9 @@ class Writer(abc.ABC):
 
     def audit(self, entry: AuditEntry) -> None:
         """Append ``entry`` to the audit log, in this transaction when inside one (so the record
-        commits or rolls back with the change it describes). Until a backend keeps an audit log
-        this does nothing."""
+        commits or rolls back with the change it describes); ``Store.audit`` outside a transaction
+        commits it on its own. Empty actor, groups, request id and source IP are taken from the
+        current request (``joch.api.audit.filled``). A backend without an audit log does nothing."""
         del entry
 
 
@@ -155,6 +163,17 @@ class Store(Writer):
 
     @abc.abstractmethod
     def current_revision(self) -> int: ...
+
+    def audit_events(self, query: AuditQuery) -> AuditPage:
+        """Audit rows matching ``query``, newest first (a backend without an audit log has none)."""
+        del query
+        return AuditPage(items=[], more=False)
+
+    def prune_audit(self, before: datetime) -> int:
+        """Delete the audit rows older than ``before`` (retention; nothing else deletes them);
+        returns how many. Runs in small transactions so writers never wait long."""
+        del before
+        return 0
 
     @abc.abstractmethod
     def compacted_revision(self) -> int: ...

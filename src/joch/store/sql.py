@@ -37,6 +37,13 @@ How long the change log keeps what (``KindInfo.history`` and ``KindInfo.sensitiv
   renewed every two seconds costs the log one row, so it does not push user objects' changes
   past the horizon.
 
+* **Audit rows ride in the write's transaction.** ``_Tx._record`` queues a row for every object
+  written while a request is current, ``audit`` queues explicit entries, and ``flush_audit`` inserts
+  them (80 per statement) just before the commit: a rollback drops them with the change. Rows are
+  written only under the write lock (``Store.audit`` outside a transaction opens one), so on
+  Postgres too an id commits after every smaller id and a reader paging by id skips nothing.
+  Retention deletes in batches without the revision lock: it touches no row a writer needs.
+
 * **A key with a NUL character names nothing.** Postgres text cannot hold NUL (the statement fails),
   SQLite can; admission refuses NUL in every string, so no stored object has one in its name or
   namespace. Lookups by such a key are answered here without asking the database — not found, an
@@ -49,6 +56,7 @@ import abc
 import base64
 import binascii
 import builtins
+import functools
 import json
 import secrets
 import threading
@@ -56,9 +64,13 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from joch.api import audit as audits
 from joch.api import errors, selectors
+from joch.api.audit import AuditEntry, AuditEvent, AuditPage, AuditQuery
+from joch.api.identity import current_request
 from joch.api.meta import now
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store import feed as feeds
@@ -67,6 +79,10 @@ from joch.store.base import ListOptions, ListResult, Obj, Store, Watch, WatchOpt
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
 _LIST_CHUNK = 500
+_AUDIT_COLUMNS = "time, actor, groups, verb, kind, namespace, name, decision, reason, request_id, source_ip"
+_AUDIT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_AUDIT_BATCH = 80  # rows per INSERT: 880 parameters, under SQLite's oldest limit of 999
+_PRUNE_BATCH = 5000  # rows per pruning transaction, so writers never wait long for the lock
 
 
 class Cursor(Protocol):
@@ -209,6 +225,12 @@ def _supersede(conn: Conn, kind: str, namespace: str, name: str) -> int | None:
     return max((int(r[0]) for r in rows), default=None)
 
 
+@functools.lru_cache(maxsize=256)
+def _groups(groups: tuple[str, ...]) -> str:
+    # Cached: every row of a request has the same groups, and an apply writes hundreds of rows.
+    return json.dumps(list(groups), separators=(",", ":"), ensure_ascii=False)
+
+
 def _ident(kind: KindInfo, namespace: str, name: str) -> str:
     return f'{kind.resource} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
 
@@ -249,6 +271,9 @@ class _Tx(Writer):
         # apply of many objects naming the same provider, or an update that admission has just
         # read, costs no second round trip.
         self._seen: dict[tuple[str, str, str], str | None] = {}
+        # Audit rows of this transaction, written by ``flush_audit`` just before it commits: one
+        # statement per batch of rows instead of one round trip per object.
+        self._audit: builtins.list[tuple[Any, ...]] = []
 
     def _load(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
         key = (kind.key, namespace, name)
@@ -263,7 +288,7 @@ class _Tx(Writer):
             body = self._seen[key] = row[0] if row else None
         return json.loads(body) if body is not None else None
 
-    def _record(self, kind: KindInfo, obj: Obj, event: str, previous: Obj | None = None) -> Obj:
+    def _record(self, kind: KindInfo, obj: Obj, event: str, previous: Obj | None = None, *, action: str) -> Obj:
         revision = self.revision + 1
         m = obj["metadata"]
         m["resourceVersion"] = str(revision)
@@ -287,7 +312,31 @@ class _Tx(Writer):
                                        kind=kind.plural, name=name)
         self._seen[(kind.key, namespace, name)] = None if event == "DELETED" else body
         self.revision = revision
+        ctx = current_request()
+        if ctx is not None:
+            # Written during an HTTP request: its audit row, in this transaction (module docstring).
+            self._audit.append((
+                audits.format_time(datetime.now(UTC)), audits.text(ctx.user.name), _groups(ctx.user.groups), ctx.verb,
+                kind.kind, namespace, name, "allowed", action, ctx.request_id, ctx.source_ip,
+            ))
         return obj
+
+    def audit(self, entry: AuditEntry) -> None:
+        e = audits.filled(entry)
+        self._audit.append((
+            audits.format_time(datetime.now(UTC)), e.actor, _groups(e.groups), e.verb, e.kind,
+            e.namespace or "", e.name or "", e.decision, e.reason, e.request_id, e.source_ip,
+        ))
+
+    def flush_audit(self) -> None:
+        rows, self._audit = self._audit, []
+        for start in range(0, len(rows), _AUDIT_BATCH):
+            batch = rows[start:start + _AUDIT_BATCH]
+            self.conn.execute(
+                f"INSERT INTO joch_audit ({_AUDIT_COLUMNS}) VALUES "
+                + ", ".join([_AUDIT_ROW] * len(batch)),
+                [value for row in batch for value in row],
+            )
 
     def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
         ns = object_key(kind, namespace)
@@ -323,7 +372,7 @@ class _Tx(Writer):
             m.pop("namespace", None)
         new = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": m}
         new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata"))
-        return self._record(kind, new, "ADDED")
+        return self._record(kind, new, "ADDED", action="created")
 
     def _generate_name(self, kind: KindInfo, namespace: str, prefix: str) -> str:
         for _ in range(8):
@@ -355,10 +404,10 @@ class _Tx(Writer):
                                          "the object is being deleted", "FieldValueForbidden")],
                 )
             if not new_meta.get("finalizers"):
-                return self._record(kind, new, "DELETED", current)
+                return self._record(kind, new, "DELETED", current, action="deleted (its last finalizer removed)")
         if new == current:
             return current
-        return self._record(kind, new, "MODIFIED", current)
+        return self._record(kind, new, "MODIFIED", current, action="updated")
 
     def update_status(self, kind: KindInfo, obj: Obj) -> Obj:
         m = obj.get("metadata") or {}
@@ -372,7 +421,7 @@ class _Tx(Writer):
             new.pop("status", None)
         else:
             new["status"] = status
-        return self._record(kind, new, "MODIFIED", current)
+        return self._record(kind, new, "MODIFIED", current, action="status updated")
 
     def delete(
         self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
@@ -385,8 +434,9 @@ class _Tx(Writer):
             if cm.get("deletionTimestamp"):
                 return current
             marked = {**current, "metadata": {**cm, "deletionTimestamp": now()}}
-            return self._record(kind, marked, "MODIFIED", current)
-        return self._record(kind, current, "DELETED", current)
+            return self._record(kind, marked, "MODIFIED", current,
+                                action="marked for deletion (waiting for its finalizers)")
+        return self._record(kind, current, "DELETED", current, action="deleted")
 
 
 def _encode_continue(revision: int, namespace: str, name: str) -> str:
@@ -476,6 +526,29 @@ def _list_filter(
     return " AND ".join(where), params
 
 
+def _audit_filter(query: AuditQuery) -> tuple[builtins.list[str], builtins.list[Any]]:
+    where: builtins.list[str] = []
+    params: builtins.list[Any] = []
+    if query.before_id is not None:
+        where.append("id < ?")
+        params.append(query.before_id)
+    if query.since is not None:
+        where.append("time >= ?")
+        params.append(audits.format_time(query.since))
+    if query.until is not None:
+        where.append("time < ?")
+        params.append(audits.format_time(query.until))
+    for column, value in (("actor", query.actor), ("verb", query.verb), ("kind", query.kind),
+                          ("namespace", query.namespace), ("name", query.name), ("decision", query.decision)):
+        if value is not None:
+            # Postgres text cannot hold NUL: no row has one, so such a filter matches nothing.
+            if not _nameable(value):
+                return ["1 = 0"], []
+            where.append(f"{column} = ?")
+            params.append(value)
+    return where, params
+
+
 class SqlStore(Store):
     def __init__(self, backend: Backend, *, history: int | None = None, compact_interval: float = 30.0) -> None:
         self.backend = backend
@@ -503,16 +576,19 @@ class SqlStore(Store):
         self._local.writing = True
         try:
             with self._transaction() as tx:
+                self._local.tx = tx
                 yield tx
         finally:
             self._local.writing = False
+            self._local.tx = None
 
     @contextmanager
-    def _transaction(self) -> Iterator[Writer]:
+    def _transaction(self) -> Iterator[_Tx]:
         with self.backend.write() as conn:
             (revision,) = conn.execute(self.backend.lock_revision_sql).fetchone()
             tx = _Tx(conn, int(revision), self.backend)
             yield tx
+            tx.flush_audit()
             if tx.revision != tx.start:
                 conn.execute("UPDATE joch_meta SET value = ? WHERE key = 'revision'", (tx.revision,))
                 self.backend.notify(conn, tx.revision)
@@ -552,11 +628,51 @@ class SqlStore(Store):
         with self.transaction() as tx:
             return tx.delete(kind, namespace, name, resource_version=resource_version, uid=uid)
 
+    def audit(self, entry: AuditEntry) -> None:
+        """In this thread's open transaction if there is one (the row commits or rolls back with
+        it), else in a transaction of its own, from any thread."""
+        tx: _Tx | None = getattr(self._local, "tx", None)
+        if tx is not None:
+            tx.audit(entry)
+            return
+        with self.transaction() as writer:
+            writer.audit(entry)
+
+    def prune_audit(self, before: datetime) -> int:
+        cutoff = audits.format_time(before)
+        pruned = 0
+        while True:
+            # Small transactions without the revision lock: writers wait for one batch at most.
+            with self.backend.write() as conn:
+                deleted = conn.execute(
+                    "DELETE FROM joch_audit WHERE id IN "
+                    "(SELECT id FROM joch_audit WHERE time < ? ORDER BY id LIMIT ?) RETURNING id",
+                    (cutoff, _PRUNE_BATCH),
+                ).fetchall()
+            pruned += len(deleted)
+            if len(deleted) < _PRUNE_BATCH:
+                return pruned
+
     # --- reads ------------------------------------------------------------------------------------
 
     def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
         with self.backend.read() as conn:
             return _list(conn, kind, options or ListOptions())
+
+    def audit_events(self, query: AuditQuery) -> AuditPage:
+        where, params = _audit_filter(query)
+        sql = f"SELECT id, {_AUDIT_COLUMNS} FROM joch_audit"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        with self.backend.read() as conn:
+            rows = conn.execute(sql, [*params, query.limit + 1]).fetchall()
+        items = [
+            AuditEvent(int(r[0]), r[1], r[2], tuple(json.loads(r[3])), r[4], r[5], r[6], r[7], r[8], r[9],
+                       r[10], r[11])
+            for r in rows[: query.limit]
+        ]
+        return AuditPage(items=items, more=len(rows) > query.limit)
 
     def current_revision(self) -> int:
         with self.backend.read() as conn:
