@@ -109,7 +109,8 @@ def _v1(method: str, verb: str, path: str, rest: list[str], query: str, registry
     params = parse_qs(query)
     namespace = params.get("namespace", [""])[-1]
     if rest in (["resources", "apply"], ["resources", "create"]) and method == "POST":
-        return RequestInfo(verb="create", path=path, namespace=namespace, batch=True)
+        # The audit log's verb; each document is authorized as the create or update it is.
+        return RequestInfo(verb=rest[1], path=path, namespace=namespace, batch=True)
     if (rest == ["resources", "watch"] and method == "GET") or (rest == ["resources"] and method == "WATCH"):
         kind = params.get("kind", [""])[-1]
         group, resource = "", ALL
