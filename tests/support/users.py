@@ -1,56 +1,60 @@
-"""A real server whose callers say who they are in a header: a stand-in for authentication.
+"""A real server with token authentication and a few known users, for tests of what the server does
+with an identity (who decided, who created).
 
-Authentication (bearer tokens, OIDC) puts the caller's ``UserInfo`` in ``scope["joch.user"]``,
-and the server's request-context middleware makes it the current user of the request. ``AsUser``
-does just that from ``X-Test-User: NAME`` (groups from ``X-Test-Groups``, comma-separated), in
-front of the real app, so tests of what the server does with an identity — who decided, who
-created — run over a real socket and store. It only sets the identity; everything after it is the
-production code path.
+``users_server`` starts the real app with a kube-apiserver-style token file (see
+``joch.server.auth``) holding one token per user in ``USERS``; ``as_user(name)`` is the
+``Authorization`` header of that user. Requests without it are made as ``admin`` (group
+``system:masters``), the client's default header. Everything after the token is the production path.
 """
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 
 import httpx
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from joch.api.identity import AUTHENTICATED, UserInfo
 from joch.server.app import create_app
-from joch.server.context import USER_KEY
+from joch.server.auth.options import AuthOptions
 from joch.server.options import ServerOptions
 from joch.server.testing import LiveServer, ServerThread
 from joch.store.base import Store
 
-USER_HEADER = "X-Test-User"
+MASTERS = "system:masters"
+USERS: dict[str, tuple[str, ...]] = {
+    "admin": (MASTERS,),
+    "carol": (MASTERS,),
+    "dave": (MASTERS,),
+    "erin": (MASTERS,),
+    "system:joch:controller": ("system:joch:controllers",),
+}
+
+
+def token_of(name: str) -> str:
+    return "t-" + hashlib.sha256(name.encode()).hexdigest()[:24]
 
 
 def as_user(name: str, *groups: str) -> dict[str, str]:
-    """The headers of a request made by ``name``."""
-    headers = {USER_HEADER: name}
-    if groups:
-        headers["X-Test-Groups"] = ",".join(groups)
-    return headers
+    """The headers of a request made by ``name`` (one of ``USERS``, with exactly those groups)."""
+    assert name in USERS and (not groups or set(groups) <= set(USERS[name])), f"{name} {groups} not in USERS"
+    return {"Authorization": f"Bearer {token_of(name)}"}
 
 
-class AsUser:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or ())
-            name = headers.get(USER_HEADER.lower().encode())
-            if name:
-                groups = [g for g in headers.get(b"x-test-groups", b"").decode().split(",") if g]
-                scope = {**scope, USER_KEY: UserInfo(name.decode(), (*groups, AUTHENTICATED))}
-        await self.app(scope, receive, send)
+def token_file(folder: Path) -> Path:
+    path = folder / "tokens.csv"
+    path.write_text("".join(f'{token_of(n)},{n},uid-{i},"{",".join(g)}"\n' for i, (n, g) in enumerate(USERS.items())))
+    return path
 
 
 @contextmanager
 def users_server(store: Store, options: ServerOptions | None = None) -> Iterator[LiveServer]:
-    with ServerThread(AsUser(create_app(store, options=options))) as thread, httpx.Client(
-        base_url=thread.url, timeout=httpx.Timeout(10.0)
-    ) as http:
-        yield LiveServer(thread.url, http, store)
+    with tempfile.TemporaryDirectory() as folder:
+        options = replace(options or ServerOptions(), auth=AuthOptions(token_file=token_file(Path(folder))))
+        with ServerThread(create_app(store, options=options)) as thread, httpx.Client(
+            base_url=thread.url, timeout=httpx.Timeout(10.0), headers=as_user("admin"),
+        ) as http:
+            yield LiveServer(thread.url, http, store)

@@ -30,13 +30,13 @@ HEADERS = ["TIME", "ACTOR", "VERB", "KIND", "NAMESPACE", "NAME", "DECISION", "RE
 
 def test_audit_prints_what_an_apply_did_newest_first(joch) -> None:
     joch.ok("apply", "-f", "-", input=providers("audited"))
-    out = joch.ok("audit", "--kind", "ap", "--since", "10m", "--verb", "create").out.splitlines()
+    out = joch.ok("audit", "--kind", "ap", "--since", "10m", "--verb", "apply").out.splitlines()
     assert out[0].split() == HEADERS
     rows = [line.split() for line in out[1:]]
     assert [r[5] for r in rows] == ["audited-2", "audited-1", "audited-0"]
     for r in rows:
         assert r[0].endswith("Z") and len(r[0]) == 20  # to the second
-        assert r[1:5] == ["system:anonymous", "create", "AgentProvider", "default"]
+        assert r[1:5] == ["system:anonymous", "apply", "AgentProvider", "default"]
         assert r[6:] == ["allowed", "created"]
 
 

@@ -1,6 +1,6 @@
 """Who decides, who asked and who created: identities come from the authenticated user, never from a
-request body (issue 8, items 1 and 6). Over a real server and store; ``support.users`` stands in
-for authentication by naming the caller in a header, as a token would."""
+request body (issue 8, items 1 and 6). Over a real server and store with token authentication
+(``support.users``: one bearer token per user)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from joch.api import kinds
-from joch.server.testing import LiveServer, is_status
+from joch.server.testing import LiveServer, is_status, live_server
 from joch.store import Store
 from support import provider
 from support.users import as_user, users_server
@@ -88,13 +88,14 @@ def test_a_body_decided_by_naming_someone_else_is_refused(server: LiveServer) ->
     assert own.status_code == 200 and own.json()["status"]["decidedBy"] == "dave"
 
 
-def test_anonymous_callers_cannot_name_a_decider_either(server: LiveServer) -> None:
-    run_by(server, CAROL)
-    approval_by(server, CAROL)
-    r = server.http.post(DECIDE.format("gate"), json={"decision": "approve", "decidedBy": "carol"})
-    assert is_status(r.json(), 422, "Invalid")
-    r = server.http.post(DECIDE.format("gate"), json={"decision": "approve"})
-    assert r.json()["status"]["decidedBy"] == "system:anonymous"
+def test_anonymous_callers_cannot_name_a_decider_either(store: Store) -> None:
+    with live_server(store) as anonymous:  # --auth none: every caller is system:anonymous
+        run_by(anonymous, {})
+        approval_by(anonymous, {})
+        r = anonymous.http.post(DECIDE.format("gate"), json={"decision": "approve", "decidedBy": "carol"})
+        assert is_status(r.json(), 422, "Invalid")
+        r = anonymous.http.post(DECIDE.format("gate"), json={"decision": "approve"})
+        assert r.json()["status"]["decidedBy"] == "system:anonymous"
 
 
 def test_separation_of_duties_bars_the_run_creator_and_the_requester(server: LiveServer) -> None:

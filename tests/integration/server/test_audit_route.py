@@ -48,7 +48,7 @@ def test_an_apply_of_n_objects_writes_n_rows_with_the_request_id_and_peer(server
                              "reason", "requestId", "sourceIP"}
         assert (item["requestId"], item["sourceIP"], item["decision"], item["kind"], item["namespace"],
                 item["actor"], item["verb"], item["reason"]) == (
-            "apply-1", "127.0.0.1", "allowed", "AgentProvider", "default", "system:anonymous", "create", "created")
+            "apply-1", "127.0.0.1", "allowed", "AgentProvider", "default", "system:anonymous", "apply", "created")
     # Re-applying the same file changes nothing, so it writes no row.
     assert apply(server, providers(7), "apply-2").status_code == 200
     assert len(audit(server)["items"]) == 7
@@ -82,7 +82,7 @@ def test_filters_and_newest_first_paging(server: LiveServer, store: Store) -> No
 
     assert [i["name"] for i in audit(server, namespace="team-b", kind="agentproviders")["items"]] == ["q1", "q0"]
     assert [i["reason"] for i in audit(server, decision="denied")["items"]] == ["policy no-main denies it"]
-    assert len(audit(server, actor="system:anonymous", verb="create", since="1h")["items"]) == 7
+    assert len(audit(server, actor="system:anonymous", verb="apply", since="1h")["items"]) == 7
     assert audit(server, until="1h")["items"] == []
     assert audit(server, since=(dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)).isoformat())["items"] == []
 
