@@ -47,6 +47,7 @@ from joch.api.registry import REGISTRY, Column, KindInfo, Reference, register
 JOCH = "joch.dev"
 RUNTIME = "runtime.joch.dev"
 OPS = "ops.joch.dev"
+MODELS = "model.joch.dev"
 V1ALPHA1 = "v1alpha1"
 
 RuntimeType = Literal["local", "kubernetes", "argo", "temporal", "custom"]
@@ -365,6 +366,9 @@ class AgentRunSpec(Model):
     secrets: list[Str] = Field(default_factory=list)
     input: dict[str, Any] = Field(default_factory=dict)
     timeoutSeconds: PositiveInt | None = None
+    # What the run may spend (USD): reserved against every Budget that applies before it is queued,
+    # and its own cap while it runs (the Agent's defaults.budgetUsd when left out).
+    budgetUsd: Number | None = Field(default=None, ge=0)
     idempotencyKey: Str | None = Field(default=None, min_length=1, max_length=253)
     ttlSecondsAfterFinished: NonNegativeInt | None = None
     # Desired state, like Argo's ``spec.shutdown``: ``joch cancel run`` sets it and the run
@@ -388,6 +392,12 @@ class Artifact(Model):
     url: Str | None = None
 
 
+class TokenUsage(Model):
+    inputTokens: NonNegativeInt = 0
+    outputTokens: NonNegativeInt = 0
+    cachedTokens: NonNegativeInt = 0
+
+
 RunPhase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
 
 
@@ -402,6 +412,7 @@ class AgentRunStatus(ConditionedStatus):
     specHash: Str | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
     costUsd: Number | None = None
+    usage: TokenUsage | None = None
     exitCode: Int | None = None
     compiledManifestHash: Str | None = None
 
@@ -422,6 +433,58 @@ class ApprovalStatus(ConditionedStatus):
     decidedBy: Str | None = None
     decidedAt: Str | None = None
     reason: Str | None = None
+
+
+# --- model.joch.dev/Model ------------------------------------------------------------------------
+
+class ModelPricing(Model):
+    """USD per million tokens. Cached input tokens cost ``cachedInputPerMillionUsd`` (the input price
+    when left out); see ``joch.controllers.metering`` for how a usage event is priced."""
+
+    inputPerMillionUsd: Number = Field(ge=0)
+    outputPerMillionUsd: Number = Field(ge=0)
+    cachedInputPerMillionUsd: Number | None = Field(default=None, ge=0)
+
+
+class ModelSpec(Model):
+    provider: Str = Field(min_length=1)
+    modelId: Str = Field(min_length=1)  # the id the provider reports in its usage (e.g. gpt-5-codex)
+    pricing: ModelPricing
+
+
+class ModelStatus(ConditionedStatus):
+    pass
+
+
+# --- ops.joch.dev/Budget -------------------------------------------------------------------------
+
+TEAM_LABEL = "joch.dev/team"
+"""The Agent label a Budget's ``scope.team`` matches."""
+
+
+class BudgetScope(Model):
+    """Which runs a Budget counts: all three narrow (left out: any). ``namespace`` only means
+    something in a Budget in ``joch-system``; elsewhere a Budget counts its own namespace's runs."""
+
+    namespace: Str | None = Field(default=None, min_length=1)
+    agent: Str | None = Field(default=None, min_length=1)
+    team: Str | None = Field(default=None, min_length=1)
+
+
+class BudgetSpec(Model):
+    scope: BudgetScope = Field(default_factory=BudgetScope)
+    period: Literal["day", "week", "month", "total"]
+    limitUsd: Number = Field(ge=0)
+    onExceed: Literal["deny", "hold"] = "deny"
+
+
+class BudgetStatus(ConditionedStatus):
+    spendUsd: Number | None = None        # metered in the current period
+    reservedUsd: Number | None = None     # what runs in flight may still spend of their reservations
+    remainingUsd: Number | None = None    # limitUsd - spendUsd, never below 0
+    runsCounted: NonNegativeInt | None = None
+    periodStart: Str | None = None
+    periodEnd: Str | None = None
 
 
 # --- ops.joch.dev/Secret and Event ---------------------------------------------------------------
@@ -524,7 +587,8 @@ AGE = Column("AGE", "metadata.creationTimestamp")
 AGENT = register(KindInfo(
     group=JOCH, version=V1ALPHA1, kind="Agent", plural="agents", short_names=("ag",),
     spec_model=AgentSpec, status_model=AgentStatus,
-    references=(Reference("spec.providerRef.name", "AgentProvider", missing="warn"),),
+    references=(Reference("spec.providerRef.name", "AgentProvider", missing="warn"),
+                Reference("spec.modelRoute", "Model", missing="warn")),
     columns=(Column("PROVIDER", "spec.providerRef.name"), READY,
              Column("RUNTIME", "spec.runtime.type", wide=True), AGE),
 ))
@@ -551,6 +615,7 @@ AGENT_RUN = register(KindInfo(
         Reference("spec.implementationRef.name", "ImplementationSpec"),
     ),
     columns=(Column("AGENT", "spec.agentRef.name"), Column("PHASE", "status.phase"),
+             Column("COST", "status.costUsd", type="number", description="USD metered so far (status.costUsd)."),
              Column("REASON", "status.reason", wide=True), Column("ATTEMPT", "status.attempt", wide=True),
              AGE),
     initial_phase="Pending",
@@ -561,6 +626,22 @@ APPROVAL = register(KindInfo(
     references=(Reference("spec.runRef.name", "AgentRun"),),
     columns=(Column("RUN", "spec.runRef.name"), Column("ACTION", "spec.action"),
              Column("PHASE", "status.phase"), AGE),
+))
+MODEL = register(KindInfo(
+    group=MODELS, version=V1ALPHA1, kind="Model", plural="models", short_names=("mdl",),
+    spec_model=ModelSpec, status_model=ModelStatus,
+    columns=(Column("PROVIDER", "spec.provider"), Column("MODEL ID", "spec.modelId"),
+             Column("INPUT USD/M", "spec.pricing.inputPerMillionUsd", type="number"),
+             Column("OUTPUT USD/M", "spec.pricing.outputPerMillionUsd", type="number"),
+             Column("CACHED USD/M", "spec.pricing.cachedInputPerMillionUsd", type="number", wide=True), AGE),
+))
+BUDGET = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Budget", plural="budgets", short_names=("bud",),
+    spec_model=BudgetSpec, status_model=BudgetStatus,
+    columns=(Column("SPEND", "status.spendUsd", type="number"), Column("LIMIT", "spec.limitUsd", type="number"),
+             Column("REMAINING", "status.remainingUsd", type="number"), Column("PERIOD", "spec.period"),
+             Column("ON EXCEED", "spec.onExceed", wide=True),
+             Column("RUNS", "status.runsCounted", wide=True, type="integer"), AGE),
 ))
 SECRET = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
@@ -581,5 +662,5 @@ LEASE = register(KindInfo(
     columns=(Column("HOLDER", "spec.holderIdentity"), Column("RENEWED", "spec.renewTime"), AGE),
 ))
 
-__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "EVENT", "IMPLEMENTATION_SPEC", "LEASE",
-           "POLICY", "SECRET", "CheckedSpec", "Condition", "Problem"]
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "BUDGET", "EVENT", "IMPLEMENTATION_SPEC", "LEASE",
+           "MODEL", "POLICY", "SECRET", "TEAM_LABEL", "CheckedSpec", "Condition", "Problem"]

@@ -313,6 +313,11 @@ SandboxOption = Annotated[
                       help="Run agents under bubblewrap: bwrap (refuse to start without it), auto (when it works, "
                            "else warn), none."),
 ]
+ApiUrlOption = Annotated[
+    str | None, typer.Option("--api-url", metavar="URL", show_default=False,
+                             help="The API server as agents on this machine reach it, for their usage callback "
+                                  "(JOCH_API_URL). joch server: default from --host and --port."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -363,13 +368,14 @@ def server_command(
     max_apply_bytes: Annotated[int, typer.Option(
         "--max-apply-bytes", metavar="BYTES",
         help="Bytes of body in one apply or create request (413 past it).")] = 16 * 1024 * 1024,
+    api_url: ApiUrlOption = None,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers."""
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
-        sandbox=sandbox if controllers else "none", store_file=store_file,
+        sandbox=sandbox if controllers else "none", store_file=store_file, api_url=api_url,
     )
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
@@ -391,6 +397,7 @@ def controller_command(
     max_log_bytes: MaxLogBytesOption = "64Mi",
     max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
     sandbox: SandboxOption = "auto",
+    api_url: ApiUrlOption = None,
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -400,7 +407,7 @@ def controller_command(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
-        sandbox=sandbox, store_file=store_file,
+        sandbox=sandbox, store_file=store_file, api_url=api_url,
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options)
 
@@ -743,6 +750,8 @@ def runner_command(
     hide: Annotated[list[Path] | None, typer.Option("--hide", metavar="PATH", show_default=False,
                                                     help="With --sandbox bwrap: a path the agent sees empty. "
                                                          "Repeatable.")] = None,
+    api_url: Annotated[str | None, typer.Option("--api-url", metavar="URL", show_default=False,
+                                                help="The Joch server, for the agent's usage callback.")] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
@@ -757,6 +766,7 @@ def runner_command(
     argv += ["--sandbox", sandbox]
     for path in hide or ():
         argv += ["--hide", str(path)]
+    argv += ["--api-url", api_url] if api_url else []
     raise typer.Exit(runner.main(argv))
 
 

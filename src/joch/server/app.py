@@ -16,7 +16,7 @@ from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
-from joch.server import context, discovery, errors, guard, health, limits, resources, runs, schemas, v1
+from joch.server import context, discovery, errors, guard, health, limits, metering, resources, runs, schemas, v1
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 
@@ -46,6 +46,7 @@ def create_app(
         resources.install(app, kind, store, options, kind_schemas, slots)
     v1.install(app, store, options, registry, kind_schemas, slots)
     runs.install(app, store, options, kind_schemas)
+    metering.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
     app.add_middleware(context.RequestContextMiddleware)
     app.add_middleware(guard.Guard, options=options)
