@@ -733,6 +733,33 @@ def artifacts_command(
 
 
 
+@command("cost")
+def cost_command(
+    ctx: typer.Context,
+    by: Annotated[str, typer.Option("--by", metavar="agent|namespace|team|model",
+                                    help="Group spend by Agent, namespace, team (the Agents' joch.dev/team label) "
+                                         "or Model.")] = "agent",
+    since: Annotated[str | None, typer.Option("--since", metavar="7d|24h|RFC3339", show_default=False,
+                                              help="Only spend metered since then: 30m, 24h, 7d, 2w back from now, "
+                                                   "or a time such as 2026-01-01T00:00:00Z (default: all).")] = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Sum every namespace.")] = False,
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="json|yaml", show_default=False,
+                                               help="Print the server's CostReport as json or yaml.")] = None,
+    server: ServerOption = None,
+) -> None:
+    """Sum metered spend (USD and tokens) by agent, namespace, team or model.
+
+    Spend is what runs reported through their callback (deleted runs included), priced by their
+    Models; budgets count the same figures."""
+    from joch.cli import costs
+
+    shown = _one_of("--output", output, ("json", "yaml"))
+    chosen = None if all_namespaces else _namespace(ctx, namespace).name
+    with _client(ctx, server) as client:
+        costs.show(client, by=by, since=since, namespace=chosen, output=shown)
+
+
 @command("runner", hidden=True)  # started by runtimes, not by people
 def runner_command(
     spec: Annotated[Path, typer.Option("--spec", metavar="PATH",
