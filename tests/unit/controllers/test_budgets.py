@@ -75,7 +75,8 @@ def test_the_dispatch_check_gives_the_limit_the_spend_and_the_reservation() -> N
     assert budgets.check([daily], scope, 0.0, {uid: 1.0}, {}, now) is not None
     assert budgets.check([daily], scope, 0.0, {uid: 0.99}, {}, now) is None
     held = budgets.check([budget("daily", on_exceed="hold")], scope, 0.5, {uid: 0.8}, {}, now)
-    assert held is not None and held.hold and held.message.endswith("held until the period ends at 2026-11-26T00:00:00Z")
+    assert held is not None and held.hold
+    assert held.message.endswith("held until the period ends at 2026-11-26T00:00:00Z")
     assert held.until == dt.datetime(2026, 11, 26, tzinfo=UTC)
 
 
