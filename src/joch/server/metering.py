@@ -40,7 +40,7 @@ from joch.controllers import metering
 from joch.server import resources, wire
 from joch.server.options import ServerOptions
 from joch.server.resources import ContentType
-from joch.server.schemas import KindSchemas
+from joch.server.schemas import KindSchemas, error_responses
 from joch.store.base import Store, UsageFilter, UsageGroup, UsageTotal
 
 TAGS: list[str | Enum] = ["cost"]
@@ -133,9 +133,11 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
         "costUsd": {"type": "number", "minimum": 0}}}
     body_doc = resources.request_body({"oneOf": [{"type": "object", "required": ["events"], "properties": {
         "events": {"type": "array", "items": event}}}, event]}, wire.JSON)
+    callback_doc = schemas.responses(200, None, "a UsageReport", body=True)
+    callback_doc.update(error_responses((401, "No valid run token for this run (missing, wrong or expired)")))
     app.add_api_route("/v1/namespaces/{namespace}/agentruns/{name}/callback", callback, methods=["POST"], tags=TAGS,
                       summary="Report a run's token usage (authenticated by the run's own token)",
-                      openapi_extra=body_doc, responses=schemas.responses(200, None, "a UsageReport", body=True))
+                      openapi_extra=body_doc, responses=callback_doc)
     app.add_api_route("/v1/cost", cost_all, methods=["GET"], tags=TAGS,
                       summary="Metered spend in every namespace, grouped",
                       responses=schemas.responses(200, None, "a CostReport"))
