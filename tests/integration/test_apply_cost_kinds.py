@@ -62,3 +62,14 @@ def test_budget_and_run_budget_fields_are_checked(store: Store) -> None:
     with pytest.raises(errors.Invalid) as caught:
         apply(store, agent(), run)
     assert fields(caught.value) == ["spec.budgetUsd"]
+
+
+def test_the_cost_examples_apply_as_they_are(store: Store) -> None:
+    from pathlib import Path
+
+    from joch.admission.documents import load_paths
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "cost"
+    result = apply_documents(store, load_paths([str(examples)]), dry_run=False)
+    assert sorted(item.name or "" for item in result.items) == ["claude-sonnet", "daily", "demo-monthly",
+                                                                "gpt-5-codex"]
