@@ -15,6 +15,12 @@ error that points to ``stringData``), and ``spec.stringData`` is write-only conv
 encodes it into ``data`` (a key in both takes the ``stringData`` value) and never stores it. The
 change log keeps only a Secret's newest change and leaves ``data`` out of its DELETED event, so a
 value that was changed or deleted cannot be replayed by a watch (``sensitive`` in the registry).
+
+Cost: a ``Model`` (model.joch.dev) prices tokens per million; ``Agent.spec.modelRoute`` names one (a
+reference admission warns about while it is missing). ``AgentRun.spec.budgetUsd`` (else the Agent's
+``defaults.budgetUsd``) is what a run reserves and may spend; its ``status.costUsd`` and
+``status.usage`` are what it reported. A ``Budget`` (ops.joch.dev) caps spend per UTC period; which
+runs it counts, and how, is ``joch.controllers.budgets``; how usage is metered, ``metering``.
 """
 
 from __future__ import annotations
