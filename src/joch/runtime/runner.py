@@ -104,14 +104,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from joch.runtime import disks, workspace
 from joch.runtime.base import (
@@ -129,6 +127,9 @@ from joch.runtime.base import (
 )
 from joch.runtime.redaction import Redactor, encodings
 from joch.runtime.sandbox import SANDBOXES, sandboxed
+
+if TYPE_CHECKING:
+    import urllib.error
 
 PATCH = "changes.patch"
 PASSED_ENV = frozenset({
@@ -708,6 +709,8 @@ def post_usage(url: str, token: str, events: Sequence[Mapping[str, Any]], *, att
                timeout: float = USAGE_TIMEOUT) -> dict[str, Any]:
     """POST ``{"events": events}`` to a run's callback; retried (same body, so the same event ids) when
     the server cannot be reached or answers 429/5xx. Never puts ``token`` in an exception."""
+    import urllib.error  # here, not at the top: the runner's start-up time is every run's latency
+    import urllib.request
     if not url.startswith(("http://", "https://")):
         raise UsageNotReported(f"the callback URL must be http:// or https://, not {url.split(':')[0]}:")
     body = json.dumps({"events": [dict(e) for e in events]}).encode()

@@ -368,3 +368,22 @@ def test_a_sandboxed_agent_reaches_the_callback_on_127_0_0_1(make_env: Callable[
     env.create_run("r", agent="a")
     run = status(env.wait_phase("r", "Succeeded", "Failed"))
     assert (run["phase"], run["costUsd"]) == ("Succeeded", 0.05)
+
+
+def test_runs_in_flight_hold_their_reservations(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    env.apply(provider("p", SLEEPER), agent("a", "p", defaults={"budgetUsd": 0.6}), budget("cap", 1.0, period="total"))
+    env.create_run("one", agent="a")
+    env.create_run("two", agent="a")
+    ended = status(env.wait(
+        "two", lambda r: status(r).get("phase") in ("Failed", "Running")
+        and status(env.run("one")).get("phase") in ("Failed", "Running")))
+    phases = sorted([status(env.run("one"))["phase"], ended["phase"]])
+    assert phases == ["Failed", "Running"]  # two runs reserving $0.60 each: only one fits in $1.00
+    refused = next(status(env.run(n)) for n in ("one", "two") if status(env.run(n))["phase"] == "Failed")
+    assert refused["reason"] == "BudgetExceeded"
+    assert "$0.60 reserved by runs in flight; this run reserves $0.60" in refused["message"]
+    deadline = time.monotonic() + 10
+    while (env.store.get(kinds.BUDGET, "default", "cap").get("status") or {}).get("reservedUsd") != 0.6:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
