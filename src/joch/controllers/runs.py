@@ -376,6 +376,12 @@ class RunController(Controller):
         block = self._budget_check(key, run, agent, reserve=True)
         if block is not None:
             return self._budget_blocked(key, run, block)
+        if any(c.get("type") == "Blocked" and c.get("status") == "True"
+               for c in (run.get("status") or {}).get("conditions") or []):
+            status = dict(run.get("status") or {})
+            status["conditions"] = set_condition(list(status.get("conditions") or []), _cond(
+                "Blocked", "False", "BudgetAvailable", "the run fits in every Budget that applies"))
+            run = self._write(run, status)
         hold = self.scheduler.claim(key, run, self._waiting_runs())
         if hold is not None:
             status = dict(run.get("status") or {})

@@ -300,7 +300,9 @@ def test_a_held_run_stays_queued_until_the_budget_allows_it(make_env: Callable[.
     assert (status(env.run("held"))["phase"], status(env.run("held"))["reason"]) == ("Queued", "BudgetExceeded")
     stored = env.store.get(kinds.BUDGET, "default", "hold")
     env.store.update(kinds.BUDGET, {**stored, "spec": {**stored["spec"], "limitUsd": 3.0}})
-    assert status(env.wait_phase("held", "Succeeded", "Failed"))["phase"] == "Succeeded"
+    done = status(env.wait_phase("held", "Succeeded", "Failed"))
+    assert done["phase"] == "Succeeded"
+    assert [c["status"] for c in done["conditions"] if c["type"] == "Blocked"] == ["False"]
 
 
 def test_budgets_count_only_their_scope(make_env: Callable[..., Env]) -> None:
