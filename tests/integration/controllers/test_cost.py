@@ -120,11 +120,9 @@ def make_env(tmp_path: Path) -> Iterator[Callable[..., Env]]:
         data = tmp_path / "data"
         options = ControllerOptions(data_dir=data, leader_election=False, grace_seconds=1.0, resync_period=2.0)
         # The server's socket is bound before it starts, so the runtime can be told its URL first.
-        runtime_box: list[LocalRuntime] = []
         app = create_app(store)
         thread = ServerThread(app)
         runtime = LocalRuntime(data, sandbox=sandbox, api_url=thread.url)
-        runtime_box.append(runtime)
         app.state.runtime = runtime
         thread.start()
         manager = Manager(store, build_controllers(store, runtime, options), options)
