@@ -15,6 +15,12 @@ error that points to ``stringData``), and ``spec.stringData`` is write-only conv
 encodes it into ``data`` (a key in both takes the ``stringData`` value) and never stores it. The
 change log keeps only a Secret's newest change and leaves ``data`` out of its DELETED event, so a
 value that was changed or deleted cannot be replayed by a watch (``sensitive`` in the registry).
+
+Cost: a ``Model`` (model.joch.dev) prices tokens per million; ``Agent.spec.modelRoute`` names one (a
+reference admission warns about while it is missing). ``AgentRun.spec.budgetUsd`` (else the Agent's
+``defaults.budgetUsd``) is what a run reserves and may spend; its ``status.costUsd`` and
+``status.usage`` are what it reported. A ``Budget`` (ops.joch.dev) caps spend per UTC period; which
+runs it counts, and how, is ``joch.controllers.budgets``; how usage is metered, ``metering``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from joch.api.registry import REGISTRY, Column, KindInfo, Reference, register
 JOCH = "joch.dev"
 RUNTIME = "runtime.joch.dev"
 OPS = "ops.joch.dev"
+MODELS = "model.joch.dev"
 V1ALPHA1 = "v1alpha1"
 
 RuntimeType = Literal["local", "kubernetes", "argo", "temporal", "custom"]
@@ -370,6 +377,9 @@ class AgentRunSpec(Model):
     secrets: list[Str] = Field(default_factory=list)
     input: dict[str, Any] = Field(default_factory=dict)
     timeoutSeconds: PositiveInt | None = None
+    # What the run may spend (USD): reserved against every Budget that applies before it is queued,
+    # and its own cap while it runs (the Agent's defaults.budgetUsd when left out).
+    budgetUsd: Number | None = Field(default=None, ge=0)
     idempotencyKey: Str | None = Field(default=None, min_length=1, max_length=253)
     ttlSecondsAfterFinished: NonNegativeInt | None = None
     # Desired state, like Argo's ``spec.shutdown``: ``joch cancel run`` sets it and the run
@@ -393,6 +403,12 @@ class Artifact(Model):
     url: Str | None = None
 
 
+class TokenUsage(Model):
+    inputTokens: NonNegativeInt = 0
+    outputTokens: NonNegativeInt = 0
+    cachedTokens: NonNegativeInt = 0
+
+
 RunPhase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
 
 
@@ -407,6 +423,7 @@ class AgentRunStatus(ConditionedStatus):
     specHash: Str | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
     costUsd: Number | None = None
+    usage: TokenUsage | None = None
     exitCode: Int | None = None
     compiledManifestHash: Str | None = None
 
@@ -456,6 +473,58 @@ class ApprovalStatus(ConditionedStatus):
     decidedBy: Str | None = None
     decidedAt: Str | None = None
     reason: Str | None = None
+
+
+# --- model.joch.dev/Model ------------------------------------------------------------------------
+
+class ModelPricing(Model):
+    """USD per million tokens. Cached input tokens cost ``cachedInputPerMillionUsd`` (the input price
+    when left out); see ``joch.controllers.metering`` for how a usage event is priced."""
+
+    inputPerMillionUsd: Number = Field(ge=0)
+    outputPerMillionUsd: Number = Field(ge=0)
+    cachedInputPerMillionUsd: Number | None = Field(default=None, ge=0)
+
+
+class ModelSpec(Model):
+    provider: Str = Field(min_length=1)
+    modelId: Str = Field(min_length=1)  # the id the provider reports in its usage (e.g. gpt-5-codex)
+    pricing: ModelPricing
+
+
+class ModelStatus(ConditionedStatus):
+    pass
+
+
+# --- ops.joch.dev/Budget -------------------------------------------------------------------------
+
+TEAM_LABEL = "joch.dev/team"
+"""The Agent label a Budget's ``scope.team`` matches."""
+
+
+class BudgetScope(Model):
+    """Which runs a Budget counts: all three narrow (left out: any). ``namespace`` only means
+    something in a Budget in ``joch-system``; elsewhere a Budget counts its own namespace's runs."""
+
+    namespace: Str | None = Field(default=None, min_length=1)
+    agent: Str | None = Field(default=None, min_length=1)
+    team: Str | None = Field(default=None, min_length=1)
+
+
+class BudgetSpec(Model):
+    scope: BudgetScope = Field(default_factory=BudgetScope)
+    period: Literal["day", "week", "month", "total"]
+    limitUsd: Number = Field(ge=0)
+    onExceed: Literal["deny", "hold"] = "deny"
+
+
+class BudgetStatus(ConditionedStatus):
+    spendUsd: Number | None = None        # metered in the current period
+    reservedUsd: Number | None = None     # what runs in flight may still spend of their reservations
+    remainingUsd: Number | None = None    # limitUsd - spendUsd, never below 0
+    runsCounted: NonNegativeInt | None = None
+    periodStart: Str | None = None
+    periodEnd: Str | None = None
 
 
 # --- ops.joch.dev/Secret and Event ---------------------------------------------------------------
@@ -601,7 +670,8 @@ AGE = Column("AGE", "metadata.creationTimestamp")
 AGENT = register(KindInfo(
     group=JOCH, version=V1ALPHA1, kind="Agent", plural="agents", short_names=("ag",),
     spec_model=AgentSpec, status_model=AgentStatus,
-    references=(Reference("spec.providerRef.name", "AgentProvider", missing="warn"),),
+    references=(Reference("spec.providerRef.name", "AgentProvider", missing="warn"),
+                Reference("spec.modelRoute", "Model", missing="warn")),
     columns=(Column("PROVIDER", "spec.providerRef.name"), READY,
              Column("RUNTIME", "spec.runtime.type", wide=True), AGE),
 ))
@@ -628,6 +698,7 @@ AGENT_RUN = register(KindInfo(
         Reference("spec.implementationRef.name", "ImplementationSpec"),
     ),
     columns=(Column("AGENT", "spec.agentRef.name"), Column("PHASE", "status.phase"),
+             Column("COST", "status.costUsd", type="number", description="USD metered so far (status.costUsd)."),
              Column("REASON", "status.reason", wide=True), Column("ATTEMPT", "status.attempt", wide=True),
              AGE),
     initial_phase="Pending",
@@ -640,6 +711,22 @@ APPROVAL = register(KindInfo(
              Column("PHASE", "status.phase"), Column("REQUESTED-BY", "spec.requestedBy"),
              Column("DECIDED-BY", "status.decidedBy"), Column("EXPIRES", "spec.expiresAt", wide=True),
              Column("REASON", "spec.reason", wide=True), AGE),
+))
+MODEL = register(KindInfo(
+    group=MODELS, version=V1ALPHA1, kind="Model", plural="models", short_names=("mdl",),
+    spec_model=ModelSpec, status_model=ModelStatus,
+    columns=(Column("PROVIDER", "spec.provider"), Column("MODEL ID", "spec.modelId"),
+             Column("INPUT USD/M", "spec.pricing.inputPerMillionUsd", type="number"),
+             Column("OUTPUT USD/M", "spec.pricing.outputPerMillionUsd", type="number"),
+             Column("CACHED USD/M", "spec.pricing.cachedInputPerMillionUsd", type="number", wide=True), AGE),
+))
+BUDGET = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Budget", plural="budgets", short_names=("bud",),
+    spec_model=BudgetSpec, status_model=BudgetStatus,
+    columns=(Column("SPEND", "status.spendUsd", type="number"), Column("LIMIT", "spec.limitUsd", type="number"),
+             Column("REMAINING", "status.remainingUsd", type="number"), Column("PERIOD", "spec.period"),
+             Column("ON EXCEED", "spec.onExceed", wide=True),
+             Column("RUNS", "status.runsCounted", wide=True, type="integer"), AGE),
 ))
 SECRET = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
@@ -666,5 +753,5 @@ ROLE_BINDING = register(KindInfo(
     columns=(Column("ROLE", "spec.roleRef.name"), Column("SUBJECTS", "spec.subjects[*].name"), AGE),
 ))
 
-__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "CREATED_BY", "EVENT", "IMPLEMENTATION_SPEC", "LEASE",
-           "POLICY", "ROLE_BINDING", "SECRET", "CheckedSpec", "Condition", "Problem"]
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "BUDGET", "CREATED_BY", "EVENT", "IMPLEMENTATION_SPEC",
+           "LEASE", "MODEL", "POLICY", "ROLE_BINDING", "SECRET", "TEAM_LABEL", "CheckedSpec", "Condition", "Problem"]

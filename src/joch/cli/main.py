@@ -322,6 +322,11 @@ SandboxOption = Annotated[
                       help="Run agents under bubblewrap: bwrap (refuse to start without it), auto (when it works, "
                            "else warn), none."),
 ]
+ApiUrlOption = Annotated[
+    str | None, typer.Option("--api-url", metavar="URL", show_default=False,
+                             help="The API server as agents on this machine reach it, for their usage callback "
+                                  "(JOCH_API_URL). joch server: default from --host and --port."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -402,6 +407,7 @@ def server_command(
         "--audit-retention", metavar="DURATION",
         help="How long audit rows are kept (e.g. 90d, 720h); 0 keeps them forever. Pruned at start "
              "and hourly.")] = "90d",
+    api_url: ApiUrlOption = None,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -421,7 +427,7 @@ def server_command(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
-        sandbox=sandbox if controllers else "none", store_file=store_file,
+        sandbox=sandbox if controllers else "none", store_file=store_file, api_url=api_url,
     )
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
@@ -444,6 +450,7 @@ def controller_command(
     max_log_bytes: MaxLogBytesOption = "64Mi",
     max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
     sandbox: SandboxOption = "auto",
+    api_url: ApiUrlOption = None,
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -453,7 +460,7 @@ def controller_command(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
-        sandbox=sandbox, store_file=store_file,
+        sandbox=sandbox, store_file=store_file, api_url=api_url,
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options)
 
@@ -825,6 +832,33 @@ def artifacts_command(
 
 
 
+@command("cost")
+def cost_command(
+    ctx: typer.Context,
+    by: Annotated[str, typer.Option("--by", metavar="agent|namespace|team|model",
+                                    help="Group spend by Agent, namespace, team (the Agents' joch.dev/team label) "
+                                         "or Model.")] = "agent",
+    since: Annotated[str | None, typer.Option("--since", metavar="7d|24h|RFC3339", show_default=False,
+                                              help="Only spend metered since then: 30m, 24h, 7d, 2w back from now, "
+                                                   "or a time such as 2026-01-01T00:00:00Z (default: all).")] = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Sum every namespace.")] = False,
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="json|yaml", show_default=False,
+                                               help="Print the server's CostReport as json or yaml.")] = None,
+    server: ServerOption = None,
+) -> None:
+    """Sum metered spend (USD and tokens) by agent, namespace, team or model.
+
+    Spend is what runs reported through their callback (deleted runs included), priced by their
+    Models; budgets count the same figures."""
+    from joch.cli import costs
+
+    shown = _one_of("--output", output, ("json", "yaml"))
+    chosen = None if all_namespaces else _namespace(ctx, namespace).name
+    with _client(ctx, server) as client:
+        costs.show(client, by=by, since=since, namespace=chosen, output=shown)
+
+
 @command("runner", hidden=True)  # started by runtimes, not by people
 def runner_command(
     spec: Annotated[Path, typer.Option("--spec", metavar="PATH",
@@ -842,6 +876,8 @@ def runner_command(
     hide: Annotated[list[Path] | None, typer.Option("--hide", metavar="PATH", show_default=False,
                                                     help="With --sandbox bwrap: a path the agent sees empty. "
                                                          "Repeatable.")] = None,
+    api_url: Annotated[str | None, typer.Option("--api-url", metavar="URL", show_default=False,
+                                                help="The Joch server, for the agent's usage callback.")] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
@@ -856,6 +892,7 @@ def runner_command(
     argv += ["--sandbox", sandbox]
     for path in hide or ():
         argv += ["--hide", str(path)]
+    argv += ["--api-url", api_url] if api_url else []
     raise typer.Exit(runner.main(argv))
 
 

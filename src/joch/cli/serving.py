@@ -137,7 +137,7 @@ def parse_size(flag: str, text: str) -> int | None:
 def controller_options(
     *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
     lease_duration: float, identity: str | None, max_log_bytes: str = "64Mi", max_artifact_bytes: str = "1Gi",
-    sandbox: str = "none", store_file: Path | None = None,
+    sandbox: str = "none", store_file: Path | None = None, api_url: str | None = None,
 ) -> ControllerOptions:
     for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
                         ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
@@ -152,7 +152,10 @@ def controller_options(
         raise errors.BadRequest(f"--max-log-bytes must be at least {MIN_LOG_BYTES} (1Ki), or 0 for no limit "
                                 f"(got {max_log_bytes})")
     sandbox = _sandbox(sandbox)
+    if api_url is not None and not api_url.startswith(("http://", "https://")):
+        raise errors.BadRequest(f'--api-url must be an http:// or https:// URL (got "{api_url}")')
     return ControllerOptions(
+        api_url=api_url.rstrip("/") if api_url else None,
         sandbox=sandbox, sandbox_hide=_secret_files(store_file),
         data_dir=data_dir, identity=identity or default_identity(), lease_duration=lease_duration,
         renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
@@ -269,7 +272,8 @@ def run_controllers(*, data_dir: Path, store: str | None, options: ControllerOpt
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
     try:
-        runtime = LocalRuntime(options.data_dir, sandbox=options.sandbox, hide=options.sandbox_hide)
+        runtime = LocalRuntime(options.data_dir, sandbox=options.sandbox, hide=options.sandbox_hide,
+                               api_url=options.api_url)
         try:
             with managing.running(opened, runtime, options) as manager:
                 with _stopping_on_signals(manager.request_stop):

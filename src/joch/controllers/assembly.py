@@ -11,6 +11,8 @@ from joch.store.base import Store
 def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions) -> list[Controller]:
     from joch.controllers.agents import AgentController
     from joch.controllers.approvals import ApprovalController
+    from joch.controllers.budgets import BudgetController
     from joch.controllers.runs import RunController
 
-    return [AgentController(), RunController(runtime, options), ApprovalController()]
+    return [AgentController(), RunController(runtime, options), ApprovalController(),
+            BudgetController(options.resync_period)]

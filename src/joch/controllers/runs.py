@@ -30,6 +30,15 @@ lost update. What the controller decides and why:
 * Retries (``Agent.spec.defaults.retryLimit``) apply to failures that another attempt might not
   repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout, a
   binary that cannot start or a full disk (``DiskFull``) fail at once.
+* **Budgets** (``budgets``): before a run is queued, and again before it takes a slot, its
+  reservation is checked against every Budget that applies; a run that does not fit ends
+  ``Failed/BudgetExceeded`` (``onExceed: deny``) or waits ``Queued`` with reason ``BudgetExceeded``
+  (``hold``) until the period rolls over, and each block is audited. An admitted run holds its
+  reservation in memory (``_reservations``) until it ends. While it runs, a usage report that
+  crosses a cap sets its ``BudgetExceeded`` condition (``metering``); this controller then cancels
+  it through the runtime and ends it ``Failed/BudgetExceeded``, whatever the agent did meanwhile.
+* **The run token** (``metering.run_token``) reaches the runner with the secrets, as
+  ``JOCH_RUN_TOKEN``: the same for a resumed start, worthless once the attempt is over.
 * **Limits** (``--max-log-bytes``, ``--max-artifact-bytes``) go to the runner in the spec. An
   output it refused is listed in ``status.refusedArtifacts`` (name, path, size, why) with an
   ``ArtifactsRefused`` condition, never in ``status.artifacts``, which holds what can be downloaded.
@@ -42,17 +51,20 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from joch.admission import uniqueness
 from joch.api import errors, kinds
+from joch.api.audit import AuditEntry
+from joch.api.identity import CONTROLLER
 from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.compiler import manifest as compiler
 from joch.compiler import render
-from joch.controllers import approvals, events, scheduling
+from joch.controllers import approvals, budgets, events, metering, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.runtime import base as rt
@@ -110,25 +122,33 @@ class RunController(Controller):
         self._cancel_sent: set[tuple[Key, str]] = set()
         self._cleaned: set[tuple[Key, str]] = set()
         self._ctx: Context | None = None
+        self._budget_lock = threading.Lock()
+        self._reservations: dict[Key, budgets.Reserved] = {}
 
     # --- wiring -----------------------------------------------------------------------------------
 
     def secondary(self) -> Sequence[tuple[KindInfo, Mapper]]:
-        return ((kinds.APPROVAL, approvals.run_of), (kinds.AGENT, self._runs_of_agent))
+        return ((kinds.APPROVAL, approvals.run_of), (kinds.AGENT, self._runs_of_agent),
+                (kinds.BUDGET, self._runs_of_budget))
 
     def setup(self, ctx: Context) -> None:
         self._ctx = ctx
         # Every kind reconcile reads comes from a cache; asking for them now gets them synced with
         # the rest before the first reconcile.
-        for kind in (kinds.AGENT_PROVIDER, kinds.IMPLEMENTATION_SPEC, kinds.SECRET, kinds.APPROVAL):
+        for kind in (kinds.AGENT_PROVIDER, kinds.IMPLEMENTATION_SPEC, kinds.SECRET, kinds.APPROVAL, kinds.BUDGET):
             ctx.cache(kind)
         self.runtime.subscribe(self._runtime_changed)
 
     def started(self) -> None:
-        self.scheduler.seed(r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Running")
+        running = [r for r in self.ctx.cache(kinds.AGENT_RUN).list() if _phase(r) == "Running"]
+        self.scheduler.seed(running)
+        for run in running:
+            self._hold_reservation(Key.of(run), run)
 
     def stopped(self) -> None:
         self.scheduler.clear()
+        with self._budget_lock:
+            self._reservations.clear()
         self._cancel_sent.clear()
         self._cleaned.clear()
 
@@ -147,6 +167,12 @@ class RunController(Controller):
         m = agent["metadata"]
         for run in self.ctx.cache(kinds.AGENT_RUN).list(m.get("namespace") or ""):
             if run["spec"]["agentRef"]["name"] == m["name"] and _phase(run) in (None, "Pending", "Queued"):
+                yield Key.of(run)
+
+    def _runs_of_budget(self, budget: Obj) -> Iterable[Key]:
+        # A Budget raised, or its period changed: the runs it holds may start now.
+        for run in self.ctx.cache(kinds.AGENT_RUN).list(budgets.counted_namespace(budget)):
+            if _phase(run) == "Queued":
                 yield Key.of(run)
 
     # --- reconcile --------------------------------------------------------------------------------
@@ -200,10 +226,9 @@ class RunController(Controller):
                       compiledManifestHash=plan.compiled.hash, observedGeneration=run["metadata"].get("generation"))
         if plan.requires_approval:
             return self._request_approval(key, run, status, plan)
-        queued = self._to_queued(status, "Accepted", "waiting for a run slot")
-        run = self._write(run, queued, ("Queued", f"accepted; agent {plan.agent['metadata']['name']}, attempt "
-                                                  f"{queued['attempt']}", "Normal"))
-        return self._queued(key, run)
+        return self._enqueue(key, run, status, plan.agent, "Accepted", "waiting for a run slot",
+                             ("Queued", f"accepted; agent {plan.agent['metadata']['name']}, attempt "
+                                        f"{status['attempt']}", "Normal"))
 
     def _plan(self, run: Obj) -> Plan:
         namespace = run["metadata"].get("namespace") or ""
@@ -335,9 +360,9 @@ class RunController(Controller):
         if decision == "Approved":
             status["conditions"] = set_condition(list(status.get("conditions") or []), _cond(
                 "AwaitingApproval", "False", "Approved", f"approved by {who}"))
-            queued = self._to_queued(status, "Approved", "approved; waiting for a run slot")
-            run = self._write(run, queued, ("Approved", f"approval {name} approved by {who}", "Normal"))
-            return self._queued(key, run)
+            agent = self._read(kinds.AGENT, key.namespace, run["spec"]["agentRef"]["name"])
+            return self._enqueue(key, run, status, agent, "Approved", "approved; waiting for a run slot",
+                                 ("Approved", f"approval {name} approved by {who}", "Normal"))
         if decision == "Denied":
             message = f"approval {name} denied by {who}" + (f": {why}" if why else "")
         elif decision == "Expired":
@@ -360,7 +385,26 @@ class RunController(Controller):
                                           _cond("Queued", "True", reason, message))
         return out
 
+    def _enqueue(self, key: Key, run: Obj, status: dict[str, Any], agent: Obj | None, reason: str, message: str,
+                 reported: tuple[str, str, Literal["Normal", "Warning"]]) -> Result | None:
+        """Queue a validated (and approved) run, unless a Budget it does not fit in says otherwise."""
+        block = self._budget_check(key, run, agent, reserve=False)
+        if block is None:
+            run = self._write(run, self._to_queued(status, reason, message), reported)
+            return self._queued(key, run)
+        return self._budget_blocked(key, {**run, "status": status}, block, write_from=run)
+
     def _queued(self, key: Key, run: Obj) -> Result | None:
+        agent = self._read(kinds.AGENT, key.namespace, run["spec"]["agentRef"]["name"])
+        block = self._budget_check(key, run, agent, reserve=True)
+        if block is not None:
+            return self._budget_blocked(key, run, block)
+        if any(c.get("type") == "Blocked" and c.get("status") == "True"
+               for c in (run.get("status") or {}).get("conditions") or []):
+            status = dict(run.get("status") or {})
+            status["conditions"] = set_condition(list(status.get("conditions") or []), _cond(
+                "Blocked", "False", "BudgetAvailable", "the run fits in every Budget that applies"))
+            run = self._write(run, status)
         hold = self.scheduler.claim(key, run, self._waiting_runs())
         if hold is not None:
             status = dict(run.get("status") or {})
@@ -382,8 +426,76 @@ class RunController(Controller):
         return limit if isinstance(limit, int) else None
 
     def _release(self, key: Key) -> None:
+        with self._budget_lock:
+            self._reservations.pop(key, None)
         for other in self.scheduler.release(key, self._waiting_runs()):
             self.ctx.enqueue(self.name, other)
+
+    # --- budgets ----------------------------------------------------------------------------------
+
+    def _budget_check(self, key: Key, run: Obj, agent: Obj | None, *, reserve: bool) -> budgets.Block | None:
+        """The Budget ``run`` does not fit in (``budgets.check``), or None; with ``reserve`` an
+        admitted run holds its reservation until it ends (``_release``)."""
+        scope = budgets.RunScope.of(run, agent)
+        amount = budgets.reservation(run, agent) or 0.0
+        cache = self.ctx.cache(kinds.BUDGET)
+        candidates = budgets.applicable([*cache.list(scope.namespace), *(
+            cache.list(budgets.SYSTEM_NAMESPACE) if scope.namespace != budgets.SYSTEM_NAMESPACE else [])], scope)
+        runs = self.ctx.cache(kinds.AGENT_RUN)
+        with self._budget_lock:
+            block: budgets.Block | None = None
+            if candidates:
+                now_ = self.ctx.clock.time()
+                costs = {k: budgets.cost_of(runs.get(k.namespace, k.name)) for k in self._reservations}
+                spent = {b["metadata"]["uid"]: budgets.spend_in_period(self.ctx.store, b, now_) for b in candidates}
+                held = {b["metadata"]["uid"]: budgets.outstanding(self._reservations, costs, b, excluding=key)
+                        for b in candidates}
+                block = budgets.check(candidates, scope, amount, spent, held, now_)
+            if block is None and reserve:
+                self._reservations[key] = budgets.Reserved(scope, amount)
+        return block
+
+    def _hold_reservation(self, key: Key, run: Obj) -> None:
+        """Count a run found running (after a restart, say) as holding its reservation."""
+        agent = self.ctx.cache(kinds.AGENT).get(key.namespace, run["spec"]["agentRef"]["name"])
+        with self._budget_lock:
+            self._reservations.setdefault(key, budgets.Reserved(budgets.RunScope.of(run, agent),
+                                                                budgets.reservation(run, agent) or 0.0))
+
+    def _budget_blocked(self, key: Key, run: Obj, block: budgets.Block, *, write_from: Obj | None = None
+                        ) -> Result | None:
+        """Fail the run (deny) or hold it Queued (hold); ``run`` carries the status to start from and
+        ``write_from`` the stored object when they differ."""
+        self._release(key)
+        status = dict(run.get("status") or {})
+        stored = write_from or run
+        first = status.get("reason") != metering.EXCEEDED or (stored.get("status") or {}).get("phase") != "Queued"
+        if not block.hold:
+            ended = _ended(run, "Failed", metering.EXCEEDED, block.message)
+            ended["conditions"] = set_condition(ended["conditions"], _cond("Blocked", "True", metering.EXCEEDED,
+                                                                           block.message))
+            self._write(stored, ended, (metering.EXCEEDED, block.message, "Warning"))
+            self._audit_block(run, block.message)
+            return None
+        if first or status.get("message") != block.message:
+            held = self._to_queued(status, metering.EXCEEDED, block.message)
+            held["conditions"] = set_condition(held["conditions"], _cond("Blocked", "True", metering.EXCEEDED,
+                                                                         block.message))
+            if first:
+                self._write(stored, held, (metering.EXCEEDED, block.message, "Warning"))
+                self._audit_block(run, block.message)
+            else:
+                self._write(stored, held)
+        if block.until is None:
+            return None  # a total Budget: a change to it requeues the run (_runs_of_budget)
+        return Result(requeue_after=max(1.0, block.until.timestamp() - self.ctx.clock.time()))
+
+    def _audit_block(self, run: Obj, message: str) -> None:
+        # Its own transaction: the run's write has committed, and a denial is recorded whatever follows.
+        m = run["metadata"]
+        self.ctx.store.audit(AuditEntry(verb="dispatch", kind="AgentRun", namespace=m.get("namespace"), name=m["name"],
+                                        decision="denied", reason=f"{metering.EXCEEDED}: {message}",
+                                        actor=CONTROLLER.name, groups=CONTROLLER.groups))
 
     def _dispatch(self, key: Key, run: Obj, *, resume: bool = False) -> Result | None:
         """Start the run in the slot ``_claim`` took, in three steps:
@@ -406,6 +518,7 @@ class RunController(Controller):
             git = _git(run)
             invocation = self._invocation(run, plan, self._workspace(run_id, git), run_id)
             secrets = self._secret_values(run, invocation)
+            secrets[metering.TOKEN_ENV] = metering.run_token(self.ctx.store, run_id.uid, attempt)
         except InvalidSpec as exc:
             if resume:
                 # A crashed replica may have started it before the spec went bad: stop what exists.
@@ -513,6 +626,7 @@ class RunController(Controller):
             self._write(run, _ended(run, "Failed", "RunnerLost", message), ("RunnerLost", message, "Warning"))
             return None
         self.scheduler.occupy(key, run)
+        self._hold_reservation(key, run)
         if ref.get("pending"):
             return self._dispatch(key, run, resume=True)
         state = self.runtime.status(ref)
@@ -521,7 +635,11 @@ class RunController(Controller):
         return self._ended_run(key, run, ref, state)
 
     def _still_running(self, key: Key, run: Obj, ref: rt.Ref, state: rt.RunState) -> Result:
-        if run["spec"].get("cancel") and state.reason == "Unreachable":
+        over = metering.exceeded(run)
+        if over is not None and state.reason != "Unreachable":
+            self._cancel_once(key, ref)  # it ends Failed/BudgetExceeded once the runner has stopped it
+            return Result(requeue_after=1.0)
+        if (run["spec"].get("cancel") or over is not None) and state.reason == "Unreachable":
             message = f"cancelled; {state.message}, so its process could not be stopped from here"
             self._write(run, _ended(run, "Cancelled", "Cancelled", message), ("Cancelled", message, "Warning"))
             self._release(key)
@@ -570,6 +688,16 @@ class RunController(Controller):
         artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
         _note_refused(status, state.refused)
         self._cleanup(key, ref, keep_records=True)
+        over = metering.exceeded(run)
+        if over is not None:
+            # Stopped for its spend: that is the outcome, however the agent's process ended.
+            ended = _ended(run, "Failed", metering.EXCEEDED, f"stopped: {over} (the agent: {message})",
+                           finished_at=state.finished_at)
+            ended.update(exitCode=state.exit_code, artifacts=artifacts)
+            _note_refused(ended, state.refused)
+            self._write(run, ended, (metering.EXCEEDED, ended["message"], "Warning"))
+            self._release(key)
+            return None
         if state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
                 and not run["spec"].get("cancel"):
             status.update(attempt=attempt + 1, exitCode=state.exit_code, artifacts=artifacts)

@@ -34,6 +34,10 @@ Ref = dict[str, Any]
 """An adapter's handle on a submitted run, stored in ``AgentRun.status.runtimeRef`` (JSON; no secrets)."""
 
 SPEC_VERSION = "runner.joch.dev/v1"
+RUN_TOKEN_ENV = "JOCH_RUN_TOKEN"  # noqa: S105 - a variable's name
+"""The agent's variable holding its run's token (a secret: the runner passes it with the others)."""
+API_URL_ENV = "JOCH_API_URL"
+"""The agent's variable holding the Joch server's URL as the runtime reaches it (``--api-url``)."""
 LOG_IDLE_SECONDS = 1.0
 """How long a followed log iterator may go without yielding (``b""`` when the agent is quiet)."""
 

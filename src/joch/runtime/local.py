@@ -125,12 +125,14 @@ class LocalRuntime(Runtime):
     type = TYPE
 
     def __init__(self, root: Path, *, poll_interval: float = 0.05, sandbox: str = "none",
-                 hide: tuple[Path, ...] = ()) -> None:
+                 hide: tuple[Path, ...] = (), api_url: str | None = None) -> None:
         """``sandbox``: ``bwrap`` runs every agent under bubblewrap (``ValueError`` when it does not work
         here), ``auto`` does so when it works and otherwise logs a warning and runs agents as plain
         processes, ``none`` never sandboxes. ``hide``: paths the sandboxed agent sees empty, besides
-        ``root``."""
+        ``root``. ``api_url``: the Joch server as agents on this machine reach it, handed to each
+        runner (``--api-url``) so its agent can report usage (None: agents get no callback)."""
         self.root = Path(root).resolve()
+        self.api_url = api_url
         self.poll_interval = poll_interval
         self.sandbox = resolve_sandbox(sandbox)
         self.hide = (self.root, *(Path(h).resolve() for h in hide))
@@ -207,6 +209,8 @@ class LocalRuntime(Runtime):
     def _start(self, spec: RunnerSpec, files: runner.RunFiles, secrets: Mapping[str, str] | None) -> Ref:
         env = runner.runner_env(os.environ)
         args = ["--workspace", str(self.workspace_root(spec.run)), "--cache", str(self.mirrors)]
+        if self.api_url:
+            args += ["--api-url", self.api_url]
         if self.sandbox == "bwrap":
             args += ["--sandbox", "bwrap"]
             for path in self.hide:

@@ -59,21 +59,36 @@ def encodings(value: bytes) -> set[bytes]:
 
 class Redactor:
     """Replaces secret values in a byte stream, holding back just enough of each chunk's end that
-    a secret split across two chunks is still found."""
+    a secret split across two chunks is still found: the longest end of the output that could be
+    the beginning of a secret (or of one of its forms), nothing when no secret could begin there.
+    Output that cannot be part of a secret reaches the log at once: every run has a secret (its
+    run token), and a live log must not lag by a secret's length."""
 
     def __init__(self, secrets: Iterable[bytes]) -> None:
         values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
         # Longest first: where one secret is a prefix of another, the longer one is replaced whole.
         self._pattern = re.compile(b"|".join(re.escape(v) for v in values)) if values else None
+        self._values = values
+        self._firsts = frozenset(v[0] for v in values)
         self._hold = max((len(v) for v in values), default=1) - 1
         self._pending = b""
+
+    def _held(self, data: bytes) -> int:
+        """How many bytes at the end of ``data`` may be the start of a secret not complete in it."""
+        for start in range(max(0, len(data) - self._hold), len(data)):
+            if data[start] in self._firsts:
+                tail = data[start:]
+                if any(len(v) > len(tail) and v.startswith(tail) for v in self._values):
+                    return len(data) - start
+        return 0
 
     def feed(self, chunk: bytes) -> bytes:
         if self._pattern is None:
             return chunk
         data = self._pending + chunk
-        # A match that starts before `safe` is complete: every secret starting there fits in data.
-        safe = len(data) - self._hold
+        # A match that starts before `safe` is complete: a secret starting there and running past
+        # the end of data would make the end from there a beginning of it, which `_held` keeps.
+        safe = len(data) - self._held(data)
         out, pos = [], 0
         for match in self._pattern.finditer(data):
             if match.start() >= safe:

@@ -43,6 +43,13 @@ to start on a directory that has one: a run attempt is executed once.
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
   ``--sandbox none`` runs it as a plain child process.
+* **Reporting usage.** With ``--api-url`` (the server as the runtime reaches it) the agent gets
+  ``JOCH_API_URL``, ``JOCH_RUN_NAMESPACE``, ``JOCH_RUN_NAME`` and ``JOCH_CALLBACK_URL`` (the run's
+  ``POST .../agentruns/<name>/callback``), and the run token ``JOCH_RUN_TOKEN`` arrives as a secret
+  (so it is redacted from the log like one). Usage the runner sees itself goes the same way:
+  ``Runner.report_usage`` posts events to that callback with that token (``post_usage``: retried
+  on connection failures and 5xx with the same event ids, which the server counts once), so there
+  is one path into metering (``joch.controllers.metering``) whoever reports.
 * **The deadline** (``timeout_seconds``) counts from the agent's start; preparing the workspace
   is bounded by the same length separately, so a hung clone cannot hold a run forever either.
   At the deadline, or when the runner gets SIGTERM or SIGINT (cancel), the agent's process group
@@ -97,18 +104,22 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from joch.runtime import disks, workspace
 from joch.runtime.base import (
+    API_URL_ENV,
+    RUN_TOKEN_ENV,
     SPEC_VERSION,
     ArtifactRecord,
     GitSource,
     RefusedArtifact,
+    RunId,
     RunnerPhase,
     RunnerSpec,
     RunState,
@@ -116,6 +127,9 @@ from joch.runtime.base import (
 )
 from joch.runtime.redaction import Redactor, encodings
 from joch.runtime.sandbox import SANDBOXES, sandboxed
+
+if TYPE_CHECKING:
+    import urllib.error
 
 PATCH = "changes.patch"
 PASSED_ENV = frozenset({
@@ -357,8 +371,9 @@ class _Ending:
 class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
                  environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
-                 hide: Iterable[Path] = ()) -> None:
+                 hide: Iterable[Path] = (), api_url: str | None = None) -> None:
         self.spec = spec
+        self.api_url = api_url
         self.files = files
         self.root = root
         self.cache = cache
@@ -466,6 +481,10 @@ class Runner:
         # what a login shell needs, plus what its provider and Agent declare and its allowed secrets.
         env = {k: v for k, v in self.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
         env.update(self.spec.env)
+        if self.api_url:
+            env.update({API_URL_ENV: self.api_url, "JOCH_RUN_NAMESPACE": self.spec.run.namespace,
+                        "JOCH_RUN_NAME": self.spec.run.name,
+                        "JOCH_CALLBACK_URL": callback_url(self.api_url, self.spec.run)})
         for name in self.spec.secret_env:
             if name in self.secret_values:
                 env[name] = self.secret_values[name]
@@ -477,6 +496,16 @@ class Runner:
             raise _StartError(f"cannot start the agent: {', '.join(repr(n) for n in bad)} cannot be the name of an "
                               "environment variable (it must be non-empty, without '=' or NUL); rename the key")
         return env
+
+    def report_usage(self, *events: Mapping[str, Any]) -> dict[str, Any]:
+        """Meter usage the runner saw itself: ``events`` (``{id, model, inputTokens, outputTokens,
+        cachedTokens, costUsd?}``, ids stable across retries) go to the run's callback with the run
+        token, exactly as an agent's own report does. The server's answer (what it accepted, the run's
+        totals); ``UsageNotReported`` when there is no callback or the server refused them."""
+        token = self.secret_values.get(RUN_TOKEN_ENV)
+        if not self.api_url or not token:
+            raise UsageNotReported("this runner has no callback: it was started without --api-url or a run token")
+        return post_usage(callback_url(self.api_url, self.spec.run), token, list(events))
 
     def secrets(self) -> list[bytes]:
         """The byte strings to redact: each secret value, and the forms tools print it in — without
@@ -660,6 +689,56 @@ class Runner:
             message = f"agent exited with code 0 but did not write output {', '.join(missing)}"
             return end("Failed", "MissingOutput", message)
         return end("Succeeded", "Completed", "agent exited with code 0")
+
+
+class UsageNotReported(Exception):
+    """Usage could not be reported (no callback, or the server refused it: the message says why)."""
+
+
+USAGE_ATTEMPTS = 4
+USAGE_TIMEOUT = 10.0
+
+
+def callback_url(api_url: str, run: RunId) -> str:
+    quote = urllib.parse.quote
+    return (f"{api_url.rstrip('/')}/v1/namespaces/{quote(run.namespace, safe='')}/agentruns/"
+            f"{quote(run.name, safe='')}/callback")
+
+
+def post_usage(url: str, token: str, events: Sequence[Mapping[str, Any]], *, attempts: int = USAGE_ATTEMPTS,
+               timeout: float = USAGE_TIMEOUT) -> dict[str, Any]:
+    """POST ``{"events": events}`` to a run's callback; retried (same body, so the same event ids) when
+    the server cannot be reached or answers 429/5xx. Never puts ``token`` in an exception."""
+    import urllib.error  # here, not at the top: the runner's start-up time is every run's latency
+    import urllib.request
+    if not url.startswith(("http://", "https://")):
+        raise UsageNotReported(f"the callback URL must be http:// or https://, not {url.split(':')[0]}:")
+    body = json.dumps({"events": [dict(e) for e in events]}).encode()
+    failure = ""
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(min(2.0, 0.2 * 2 ** attempt))
+        request = urllib.request.Request(url, data=body, method="POST", headers={  # noqa: S310 - http(s), checked
+            "Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s), checked
+                answer = json.loads(response.read() or b"{}")
+                return answer if isinstance(answer, dict) else {}
+        except urllib.error.HTTPError as exc:
+            failure = f"{exc.code}: {_status_message(exc)}"
+            if exc.code != 429 and exc.code < 500:
+                break
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            failure = str(getattr(exc, "reason", None) or exc)
+    raise UsageNotReported(f"usage was not recorded ({failure})")
+
+
+def _status_message(exc: urllib.error.HTTPError) -> str:
+    try:
+        status = json.loads(exc.read() or b"{}")
+    except (OSError, ValueError):
+        return str(exc.reason)
+    return str(status.get("message") or exc.reason) if isinstance(status, dict) else str(exc.reason)
 
 
 def _seconds(value: float) -> str:
@@ -954,6 +1033,9 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
                         help="with --sandbox bwrap: a directory the agent sees as empty (the data dir); repeatable")
     parser.add_argument("--secrets-stdin", action="store_true",
                         help="read the secret values as one JSON object from stdin, not from the environment")
+    parser.add_argument("--api-url", metavar="URL",
+                        help="the Joch server as this runner reaches it: the agent gets JOCH_API_URL and the "
+                             "run's callback URL for reporting usage")
     args = parser.parse_args(argv)
     if args.secrets_stdin and secrets is None:
         try:
@@ -981,7 +1063,7 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
     root = Path(args.workspace or files.dir / "workspace")
     cache = Path(args.cache or files.dir / "mirrors")
     runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
-                    hide=[Path(h) for h in args.hide])
+                    hide=[Path(h) for h in args.hide], api_url=args.api_url)
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:

@@ -17,7 +17,7 @@ from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
-from joch.server import audit, context, discovery, errors, guard, health, limits, resources, runs, schemas, v1
+from joch.server import audit, context, discovery, errors, guard, health, limits, metering, resources, runs, schemas, v1
 from joch.server.auth import setup as auth
 from joch.server.options import ServerOptions
 from joch.store.base import Store
@@ -49,6 +49,7 @@ def create_app(
     v1.install(app, store, options, registry, kind_schemas, slots)
     runs.install(app, store, options, kind_schemas)
     audit.install(app, store, registry, kind_schemas)
+    metering.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard

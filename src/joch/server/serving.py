@@ -15,8 +15,9 @@ default: at the target request rates it costs more than it tells.
 
 With ``controllers`` (``joch server`` passes them unless ``--no-controllers``), the controller
 manager runs in-process next to uvicorn: a ``LocalRuntime`` in ``controllers.data_dir`` runs the
-agents, and the app serves their logs and artifacts through it. The manager starts after the
-manifests are applied (its first list sees them) and before the port opens, and on shutdown it
+agents (handing each the server's URL, ``runtime_url``, for its usage callback), and the app
+serves their logs and artifacts through it. The manager starts after the manifests are applied
+(its first list sees them) and before the port opens, and on shutdown it
 stops (releasing the leader lease) before the runtime and then the store are closed.
 
 Authentication (``joch.server.auth``): on an address other than loopback, anyone who can connect
@@ -63,7 +64,7 @@ from joch.api.meta import DEFAULT_NAMESPACE
 from joch.controllers import manager as managing
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
-from joch.server import limits, retention
+from joch.server import guard, limits, retention
 from joch.server.app import create_app
 from joch.server.auth import options as auth_options
 from joch.server.options import ServerOptions
@@ -94,7 +95,10 @@ def serve(
         if controllers is not None:
             from joch.runtime.local import LocalRuntime
 
-            runtime = LocalRuntime(controllers.data_dir, sandbox=controllers.sandbox, hide=controllers.sandbox_hide)
+            if controllers.api_url is None:
+                controllers = replace(controllers, api_url=runtime_url(host, port))
+            runtime = LocalRuntime(controllers.data_dir, sandbox=controllers.sandbox, hide=controllers.sandbox_hide,
+                                   api_url=controllers.api_url)
         app = create_app(store, options=options, runtime=runtime)
         # Start-up built tens of thousands of long-lived objects (routes, schemas, validators);
         # moving them out of the collector's reach keeps full collections short while a request
@@ -111,6 +115,16 @@ def serve(
         if runtime is not None:
             runtime.close()
         store.close()
+
+
+def runtime_url(host: str, port: int) -> str:
+    """This server's URL as local agents reach it (their ``JOCH_API_URL``): a wildcard bind is
+    reached on 127.0.0.1, an IPv6 address in brackets."""
+    if guard.is_wildcard(host) or not host:
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def _controllers(

@@ -33,11 +33,16 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
   ``prune_audit`` (retention) deletes them.
 * A write that fails because the disk is full raises ``InsufficientStorage`` naming the disk (never
   a bare driver error), and nothing of it is committed; writes succeed again once space returns.
+* Metered usage (``record_usage``, ``usage_totals``) is a table beside the objects, not an object:
+  one row per (run uid, event id), so recording an event twice records it once; rows written in a
+  transaction commit with it (the run's ``status.costUsd`` and the rows that add up to it move
+  together). ``shared_key`` is a random key every server of the store sees, made on first use.
 """
 
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -118,6 +123,52 @@ class Watch(abc.ABC):
         self.close()
 
 
+@dataclass(frozen=True)
+class UsageRecord:
+    """One metered usage event of a run (``joch.controllers.metering`` fills it in)."""
+
+    run_uid: str
+    event_id: str
+    namespace: str
+    run_name: str
+    agent: str
+    team: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_usd: float
+    recorded_at: float  # epoch seconds
+
+
+UsageGroup = Literal["agent", "namespace", "team", "model", "run"]
+
+
+@dataclass(frozen=True)
+class UsageFilter:
+    """Which usage rows to sum: each field narrows (None: any). ``since`` is inclusive, epoch seconds."""
+
+    since: float | None = None
+    namespace: str | None = None
+    agent: str | None = None
+    team: str | None = None
+    run_uid: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageTotal:
+    """Sums over the rows of one group; ``group`` holds the grouping columns' values (``agent``:
+    namespace and agent; ``run``: namespace, run name and run uid; none when not grouped)."""
+
+    group: tuple[str, ...]
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    runs: int
+    events: int
+
+
 class Writer(abc.ABC):
     """The write half of the contract; a ``transaction()`` hands one out."""
 
@@ -150,6 +201,15 @@ class Writer(abc.ABC):
         commits it on its own. Empty actor, groups, request id and source IP are taken from the
         current request (``joch.api.audit.filled``). A backend without an audit log does nothing."""
         del entry
+
+    def record_usage(self, record: UsageRecord) -> bool:
+        """Add a usage row; False (and nothing written) when the run already has an event of that id."""
+        raise NotImplementedError(f"{type(self).__name__} does not meter usage")
+
+    def usage_totals(self, where: UsageFilter, by: UsageGroup | None = None) -> builtins.list[UsageTotal]:
+        """Sums of the usage rows ``where`` selects, one per group of ``by`` (one row, of zeros when
+        nothing matched, without it), largest cost first."""
+        raise NotImplementedError(f"{type(self).__name__} does not meter usage")
 
 
 class Store(Writer):
@@ -186,6 +246,11 @@ class Store(Writer):
         """Why writes cannot succeed now for want of disk space (a sentence naming the disk), or
         None. Readiness asks this; a backend that cannot tell says None."""
         return None
+
+    def shared_key(self, name: str) -> bytes:
+        """A random 32-byte key named ``name``, the same for every server of this store and across
+        restarts; created on first use. Never served by any route."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no shared keys")
 
     @abc.abstractmethod
     def stop_watches(self) -> None:

@@ -74,7 +74,19 @@ from joch.api.identity import current_request
 from joch.api.meta import now
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store import feed as feeds
-from joch.store.base import ListOptions, ListResult, Obj, Store, Watch, WatchOptions, Writer
+from joch.store.base import (
+    ListOptions,
+    ListResult,
+    Obj,
+    Store,
+    UsageFilter,
+    UsageGroup,
+    UsageRecord,
+    UsageTotal,
+    Watch,
+    WatchOptions,
+    Writer,
+)
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -437,6 +449,56 @@ class _Tx(Writer):
             return self._record(kind, marked, "MODIFIED", current,
                                 action="marked for deletion (waiting for its finalizers)")
         return self._record(kind, current, "DELETED", current, action="deleted")
+
+
+    def record_usage(self, record: UsageRecord) -> bool:
+        return _record_usage(self.conn, record)
+
+    def usage_totals(self, where: UsageFilter, by: UsageGroup | None = None) -> builtins.list[UsageTotal]:
+        return _usage_totals(self.conn, where, by)
+
+
+_USAGE_GROUPS: dict[str, tuple[str, ...]] = {
+    "agent": ("namespace", "agent"), "namespace": ("namespace",), "team": ("team",), "model": ("model",),
+    "run": ("namespace", "run_name", "run_uid"),
+}
+
+
+def _record_usage(conn: Conn, r: UsageRecord) -> bool:
+    row = conn.execute(
+        "INSERT INTO joch_usage (run_uid, event_id, namespace, run_name, agent, team, model, input_tokens, "
+        "output_tokens, cached_tokens, cost_usd, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (run_uid, event_id) DO NOTHING RETURNING run_uid",
+        (r.run_uid, r.event_id, r.namespace, r.run_name, r.agent, r.team, r.model, r.input_tokens,
+         r.output_tokens, r.cached_tokens, r.cost_usd, r.recorded_at),
+    ).fetchone()
+    return row is not None
+
+
+def _usage_totals(conn: Conn, where: UsageFilter, by: UsageGroup | None) -> list[UsageTotal]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if where.since is not None:
+        clauses.append("recorded_at >= ?")
+        params.append(where.since)
+    for column, value in (("namespace", where.namespace), ("agent", where.agent), ("team", where.team),
+                          ("run_uid", where.run_uid)):
+        if value is not None:
+            if not _nameable(value):
+                return [] if by else [UsageTotal((), 0.0, 0, 0, 0, 0, 0)]
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    columns = _USAGE_GROUPS[by] if by else ()
+    select = ", ".join(columns) + ", " if columns else ""
+    sql = (f"SELECT {select}COALESCE(SUM(cost_usd), 0), COALESCE(SUM(input_tokens), 0), "
+           "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cached_tokens), 0), COUNT(DISTINCT run_uid), COUNT(*) "
+           "FROM joch_usage" + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+           + (f" GROUP BY {', '.join(columns)}" if columns else ""))
+    n = len(columns)
+    totals = [UsageTotal(tuple(str(v) for v in row[:n]), float(row[n]), int(row[n + 1]), int(row[n + 2]),
+                         int(row[n + 3]), int(row[n + 4]), int(row[n + 5]))
+              for row in conn.execute(sql, params).fetchall()]
+    return sorted(totals, key=lambda t: (-t.cost_usd, t.group))
 
 
 def _encode_continue(revision: int, namespace: str, name: str) -> str:
@@ -803,6 +865,28 @@ class SqlStore(Store):
 
     def storage_problem(self) -> str | None:
         return self.backend.storage_problem()
+
+    # --- usage and keys ---------------------------------------------------------------------------
+
+    def record_usage(self, record: UsageRecord) -> bool:
+        with self.transaction() as tx:
+            return tx.record_usage(record)
+
+    def usage_totals(self, where: UsageFilter, by: UsageGroup | None = None) -> builtins.list[UsageTotal]:
+        with self.backend.read() as conn:
+            return _usage_totals(conn, where, by)
+
+    def shared_key(self, name: str) -> bytes:
+        select = "SELECT value FROM joch_keys WHERE name = ?"
+        with self.backend.read() as conn:
+            row = conn.execute(select, (name,)).fetchone()
+        if row is None:
+            # Two servers creating it at once: one insert wins, and both read the winner's.
+            with self.backend.write() as conn:
+                conn.execute("INSERT INTO joch_keys (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                             (name, secrets.token_hex(32)))
+                row = conn.execute(select, (name,)).fetchone()
+        return bytes.fromhex(str(row[0]))
 
     def stop_watches(self) -> None:
         self.feed.close_subscriptions()

@@ -103,3 +103,13 @@ def test_a_long_secrets_base64_wrapped_in_lines_is_redacted(width: int, newline:
     out = redact([value, *encodings(value)], chunks)
     left = [line for line in out.split(newline) if line and line != b"***"]
     assert all(len(line) < MIN_FRAGMENT_LENGTH for line in left), out
+
+
+def test_output_that_cannot_begin_a_secret_is_not_held_back() -> None:
+    # Every run has a secret (its run token): a live log must show a quiet agent's last line at once.
+    redactor = Redactor([b"jrt1_" + b"ab" * 32])
+    assert redactor.feed(b"sleeping\n") == b"sleeping\n"
+    assert redactor.feed(b"token: jrt1_ab") == b"token: "  # this might go on to be the token: held
+    assert redactor.feed(b"ab" * 31 + b"!\n") == b"***!\n"
+    assert redactor.feed(b"jrt1_x") == b"jrt1_x"  # it did not: released with the byte that says so
+    assert redactor.flush() == b""
