@@ -15,6 +15,7 @@ query string, never the body. The routes it knows:
 * ``GET /v1/resources/watch`` and ``WATCH /v1/resources``: ``watch`` on the kind of ``?kind=``
   (every kind when none: ``resource="*"``) in ``?namespace=`` (every namespace when none).
 * ``GET /v1/audit``: ``list`` on ``auditevents`` (ops.joch.dev) in ``?namespace=``.
+* ``GET /v1/cost`` and ``/v1/namespaces/NS/cost``: ``list`` on ``agentruns`` (every namespace, or NS).
 * ``POST /v1/resources/apply`` and ``/create``: ``batch``: the documents span kinds and
   namespaces, so the route authorizes each document itself before writing anything
   (``joch.server.auth.rbac.authorize_documents``).
@@ -124,6 +125,10 @@ def _v1(method: str, verb: str, path: str, rest: list[str], query: str, registry
     if rest == ["audit"]:
         group, resource = AUDIT_RESOURCE
         return RequestInfo(verb="list", path=path, resource=resource, api_group=group, namespace=namespace)
+    if method == "GET" and (rest == ["cost"] or (len(rest) == 3 and rest[0] == "namespaces" and rest[2] == "cost")):
+        # Spend is summed from runs' metered usage: who may list a namespace's runs may read it.
+        return RequestInfo(verb="list", path=path, resource=kinds.AGENT_RUN.plural, api_group=kinds.AGENT_RUN.group,
+                           namespace=rest[1] if len(rest) == 3 else "")
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, alias, tail = rest[1], rest[2], rest[3:]
         try:
