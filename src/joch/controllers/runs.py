@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from joch.api import errors, kinds
+from joch.api.audit import AuditEntry
+from joch.api.identity import CONTROLLER
 from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.compiler import manifest as compiler
@@ -382,7 +384,7 @@ class RunController(Controller):
             run_id = _run_id(run, attempt)
             git = _git(run)
             invocation = self._invocation(run, plan, self._workspace(run_id, git), run_id)
-            secrets = self._secret_values(run, invocation)
+            secrets = self._secret_values(run, invocation, plan.agent["metadata"]["name"])
         except InvalidSpec as exc:
             if resume:
                 # A crashed replica may have started it before the spec went bad: stop what exists.
@@ -454,11 +456,24 @@ class RunController(Controller):
         except ValueError as exc:
             raise InvalidSpec("InvalidPath", f"spec.execution.coordinates.git: {exc}") from None
 
-    def _secret_values(self, run: Obj, invocation: render.Invocation) -> dict[str, str]:
+    def _secret_values(self, run: Obj, invocation: render.Invocation, agent: str) -> dict[str, str]:
+        """The values of the run's secrets, read from the store (``reveal``) at the last moment —
+        the caches hold only their public view — and each Secret resolved recorded in the audit
+        log (its name, never a value). Allowed-ness was checked in ``_plan`` just before."""
         namespace = run["metadata"].get("namespace") or ""
         values: dict[str, str] = {}
+        revealed: dict[str, Obj | None] = {}
+
+        def reveal(name: str) -> Obj | None:
+            if name not in revealed:
+                try:
+                    revealed[name] = self.ctx.store.reveal(kinds.SECRET, namespace, name)
+                except errors.NotFound:
+                    revealed[name] = None
+            return revealed[name]
+
         for name in run["spec"].get("secrets") or []:
-            secret = self._read(kinds.SECRET, namespace, name)
+            secret = reveal(name)
             if secret is None:
                 raise InvalidSpec("MissingSecret", f'Secret "{name}" not found in namespace "{namespace}"')
             for k, v in ((secret.get("spec") or {}).get("data") or {}).items():
@@ -470,13 +485,18 @@ class RunController(Controller):
                                                           f"to the agent: {problem}; rename the key in the Secret")
                 values[k] = _decode(v)
         for env_name, secret_name, secret_key in invocation.secret_env:
-            secret = self._read(kinds.SECRET, namespace, secret_name)
+            secret = reveal(secret_name)
             data = ((secret or {}).get("spec") or {}).get("data") or {}
             if secret_key not in data:
                 where = "" if secret is not None else " (the Secret does not exist)"
                 raise InvalidSpec("MissingSecret", f'env {env_name}: key "{secret_key}" not found in Secret '
                                                    f'"{secret_name}" in namespace "{namespace}"{where}')
             values[env_name] = _decode(data[secret_key])
+        for name in sorted(n for n, found in revealed.items() if found is not None):
+            self.ctx.store.audit(AuditEntry(
+                verb="resolve", kind=kinds.SECRET.kind, namespace=namespace, name=name, actor=CONTROLLER.name,
+                groups=CONTROLLER.groups,
+                reason=f'resolved into AgentRun {namespace}/{run["metadata"]["name"]} for Agent {agent}'))
         return values
 
     # --- Running ----------------------------------------------------------------------------------

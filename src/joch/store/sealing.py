@@ -130,6 +130,10 @@ class KeyRing:
         return cls(parse_keys(value, ENV), source=ENV)
 
     @property
+    def keys(self) -> list[Key]:
+        return list(self._keys)
+
+    @property
     def primary(self) -> Key:
         return self._keys[0]
 
