@@ -80,10 +80,9 @@ def encode_key(material: bytes) -> str:
 def parse_keys(text: str, source: str) -> list[bytes]:
     """The keys in a key file's text or ``JOCH_SECRET_KEY`` (commas or lines), newest first."""
     keys: list[bytes] = []
-    for number, line in enumerate(text.replace(",", "\n").splitlines(), start=1):
-        entry = line.strip()
-        if not entry or entry.startswith("#"):
-            continue
+    entries = [entry.strip() for line in text.splitlines() if not line.strip().startswith("#")
+               for entry in line.split(",")]
+    for number, entry in enumerate((e for e in entries if e), start=1):
         try:
             material = base64.b64decode(entry, validate=True)
         except (binascii.Error, ValueError):
