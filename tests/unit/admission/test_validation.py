@@ -555,8 +555,9 @@ def test_secret_data_must_be_base64(reader: MemoryReader) -> None:
     exc = rejected(reader, SECRET_YAML + "  data:\n    ok: aGVsbG8=\n    token: hello world\n    tls.crt: abc\n")
     found = causes(exc)
     assert set(found) == {"spec.data.token", "spec.data[tls.crt]"}
-    assert found["spec.data.token"].startswith('must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got '
-                                               '"hello world"; put plain text under spec.stringData')
+    assert found["spec.data.token"].startswith('must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got 11 '
+                                               'characters that are not; put plain text under spec.stringData')
+    assert "hello world" not in str(exc.to_status())  # a value is never echoed back
 
 
 def test_secret_string_data_is_encoded_into_data_and_not_kept(reader: MemoryReader) -> None:
