@@ -109,6 +109,10 @@ class RunController(Controller):
         self.scheduler = scheduling.Scheduler(options, self._agent_limit)
         self._cancel_sent: set[tuple[Key, str]] = set()
         self._cleaned: set[tuple[Key, str]] = set()
+        # Run attempts whose secrets this replica has audited as resolved: a start resumed by the
+        # same replica (its intent write came back through the cache first) reads them again, but
+        # is the same resolution. Forgotten when the run ends or goes away.
+        self._resolved: dict[str, int] = {}
         self._ctx: Context | None = None
 
     # --- wiring -----------------------------------------------------------------------------------
@@ -131,6 +135,7 @@ class RunController(Controller):
         self.scheduler.clear()
         self._cancel_sent.clear()
         self._cleaned.clear()
+        self._resolved.clear()
 
     @property
     def ctx(self) -> Context:
@@ -157,6 +162,8 @@ class RunController(Controller):
             self._release(key)
             self.scheduler.forget(key)
             return None
+        if _phase(run) in TERMINAL:
+            self._resolved.pop(str(run["metadata"].get("uid")), None)
         self.scheduler.remember(key)
         if run["metadata"].get("deletionTimestamp"):
             return self._finalize(key, run)
@@ -492,6 +499,10 @@ class RunController(Controller):
                 raise InvalidSpec("MissingSecret", f'env {env_name}: key "{secret_key}" not found in Secret '
                                                    f'"{secret_name}" in namespace "{namespace}"{where}')
             values[env_name] = _decode(data[secret_key])
+        uid, attempt = str(run["metadata"].get("uid")), int((run.get("status") or {}).get("attempt") or 1)
+        if self._resolved.get(uid) == attempt:
+            return values
+        self._resolved[uid] = attempt
         for name in sorted(n for n, found in revealed.items() if found is not None):
             self.ctx.store.audit(AuditEntry(
                 verb="resolve", kind=kinds.SECRET.kind, namespace=namespace, name=name, actor=CONTROLLER.name,

@@ -157,8 +157,8 @@ def test_plain_text_values_of_an_older_joch_are_sealed_at_start(store_url: str) 
     body = json.dumps(secret("kept"))
     run("INSERT INTO joch_changes (revision, kind, namespace, name, type, body) VALUES (1, ?, 'default', 'kept', "
         "'ADDED', ?)", (SECRET.key, body))
-    run("INSERT INTO joch_objects (kind, namespace, name, uid, revision, body) VALUES (?, 'default', 'kept', 'u', 1, ?)",
-        (SECRET.key, body))
+    run("INSERT INTO joch_objects (kind, namespace, name, uid, revision, body) "
+        "VALUES (?, 'default', 'kept', 'u', 1, ?)", (SECRET.key, body))
     run("UPDATE joch_meta SET value = 1 WHERE key = 'revision'")
     if store_url.startswith("sqlite:"):
         assert VALUE.encode() not in raw_database(store_url)  # base64 only
