@@ -29,10 +29,14 @@ How long the change log keeps what (``KindInfo.history`` and ``KindInfo.sensitiv
   cannot know what it holds: the row arrives as MODIFIED (an informer adds an object it did not
   have), and a label-selector watch gets DELETED for an object that does not match now, since it
   may have matched before (see ``feed.Filter.decode``).
-* ``sensitive`` fields (a Secret's ``spec.data``) appear in the change log only in the object's
-  newest change, which is what a current read shows; superseding deletes them with the row, and a
-  DELETED row leaves them out. ``change_body`` is the one place a sensitive value is written to
-  the change log, so encrypting or dropping it later is a change to that function only.
+* ``sensitive`` fields (a Secret's ``spec.data``) never reach an object row or the change log:
+  ``_Tx`` splits them off every write (``joch.api.secrets``), keeps the public view (the keys and
+  their sizes under ``status.keys``) as the body, and seals the values into ``joch_sealed`` with the
+  key ring (``joch.store.sealing``), in the same transaction. ``reveal`` reads them back; an update
+  that names no sensitive field keeps them (and compares decrypted values, so an equal write writes
+  nothing). At open every key id in ``joch_sealed`` is checked against the ring by decrypting one
+  value, and values an older joch left in plain text are sealed (``reseal``). ``change_body`` still
+  drops sensitive fields from a DELETED row, a second line of defence.
 * Auto-compaction (``history``) counts the change rows that are kept, not revisions: a Lease
   renewed every two seconds costs the log one row, so it does not push user objects' changes
   past the horizon.
