@@ -687,3 +687,12 @@ def test_repository_urls_git_must_not_be_given_are_rejected(reader: MemoryReader
     assert caught.value.causes[0].message.startswith(message)
     doc["spec"]["execution"]["coordinates"]["git"]["url"] = "github.invalid:org/repo.git"  # scp-style: fine
     admit(reader, doc, old=None)
+
+
+def test_a_secret_value_of_the_wrong_type_is_not_quoted_back(reader: MemoryReader) -> None:
+    exc = rejected(reader, SECRET_YAML + "  stringData:\n    pin: 98765432\n    flag: yes\n")
+    found = causes(exc)
+    assert set(found) == {"spec.stringData.pin", "spec.stringData.flag"}
+    assert found["spec.stringData.pin"].startswith("must be a string: quote the value in YAML")
+    shown = json.dumps(exc.to_status())
+    assert "98765432" not in shown and '"yes"' not in shown and "98765432" not in exc.message
