@@ -412,10 +412,13 @@ class _Tx(Writer):
         if kind.sensitive:
             # Named values replace the stored ones; none named keeps them (joch.api.secrets).
             new, given = views.split(kind, new)
-            ns = cm.get("namespace") or ""
-            if given is not None and given != self._values(kind, ns, cm["name"]):
-                sealed = given
+            stored = self._values(kind, cm.get("namespace") or "", cm["name"]) if given is not None else {}
+            if given is not None and {**stored, **given} != stored:
+                sealed = {**stored, **given}
             new = views.public(kind, new, sealed)
+            scrubbed = new["metadata"]  # a copy, when the view scrubbed an annotation
+            if isinstance(scrubbed, dict):
+                new_meta = scrubbed
         if new.get("spec") != current.get("spec") or sealed is not None:
             new_meta["generation"] = int(cm.get("generation") or 0) + 1
         if cm.get("deletionTimestamp"):

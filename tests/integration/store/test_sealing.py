@@ -223,6 +223,12 @@ def test_kubectls_last_applied_annotation_keeps_no_value(store_url: str) -> None
         created = s.create(SECRET, secret(annotations={annotation: json.dumps(manifest)}))
         kept = json.loads(created["metadata"]["annotations"][annotation])
         assert kept["metadata"]["name"] == "db" and kept["spec"] == {}
+        # kubectl apply of a changed value: the annotation again holds it, the store again drops it.
+        changed = {**secret(value=base64.b64encode(b"changed").decode()), "metadata": {
+            **created["metadata"], "annotations": {annotation: json.dumps(manifest)}}}
+        updated = s.update(SECRET, changed)
+        assert updated["metadata"]["generation"] == 2 and "stringData" not in json.dumps(updated)
+        assert s.get(SECRET, "default", "db") == updated
     finally:
         s.close()
     assert_absent(store_url)
