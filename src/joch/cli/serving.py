@@ -31,12 +31,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
-from joch.store import sealing
-from joch.store.sealing import KeyRing
+
+if TYPE_CHECKING:
+    from joch.store.sealing import KeyRing
 
 
 def store_source(store: str | None, store_file: Path | None) -> str | None:
@@ -207,6 +209,8 @@ def secret_keys(*, key_file: Path | None, data_dir: Path) -> KeyRing:
     ``--secret-key-file``, else ``JOCH_SECRET_KEY``, else ``DATA_DIR/secret.key``, generated on the
     first start. ``JOCH_SECRET_KEY`` is readable in ``/proc`` by every process of this user (agents
     too, without a sandbox), so using it is warned about, as a store password in ``--store`` is."""
+    from joch.store import sealing  # lazy: commands other than these do not load the store
+
     env_value = os.environ.get(sealing.ENV) if key_file is None else None
     if env_value:
         print(f"warning: {sealing.ENV} is readable by every process of this user (agents too) in /proc: prefer "
