@@ -232,3 +232,28 @@ def test_kubectls_last_applied_annotation_keeps_no_value(store_url: str) -> None
     finally:
         s.close()
     assert_absent(store_url)
+
+
+def test_joch_admin_rotate_secret_key_on_either_store(store_url: str, tmp_path: Path) -> None:
+    from joch.cli.admin import rotate_secret_key
+
+    old = new_key()
+    key_file = tmp_path / "ring.key"
+    write_key_file(key_file, [old])
+    s = open_store(store_url, secret_keys=KeyRing.from_file(key_file))
+    for name in ("a", "b"):
+        s.create(SECRET, secret(name))
+    s.close()
+    said = rotate_secret_key(key_file=key_file, store_url=store_url, data_dir=tmp_path / "unused")
+    rotated = KeyRing.from_file(key_file)
+    assert rotated.ids[1:] == [key_id(old)] and f"new key {rotated.ids[0]}" in said
+    assert "re-encrypted 2 Secrets" in said and str(key_file) in said
+    assert {k for _, k, _ in sealed_rows(store_url)} == {rotated.ids[0]}
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    # A ring that cannot open the store is refused before the file changes.
+    stranger = tmp_path / "stranger.key"
+    write_key_file(stranger, [new_key()])
+    before = stranger.read_text()
+    with pytest.raises(SecretKeyError, match=rotated.ids[0]):
+        rotate_secret_key(key_file=stranger, store_url=store_url, data_dir=tmp_path)
+    assert stranger.read_text() == before
