@@ -16,6 +16,12 @@ lost update. What the controller decides and why:
   the run ``Failed`` with ``InvalidSpec`` and a reason naming it (``MissingAgent``,
   ``MissingProvider``, ``MissingImplementation``, ``MissingSecret``, ``SecretNotAllowed``,
   ``TemplateError``, ``InvalidPath``). A run that cannot start should say so at once rather than queue forever.
+* **Secret values are read at the last moment.** Pending checks that each Secret exists and is in
+  the Agent's ``security.allowedSecrets`` (``SecretNotAllowed`` otherwise) from the caches, which
+  hold only the public view (``joch.api.secrets``); the values are read from the store
+  (``Store.reveal``, decrypted) when the run is dispatched, go to the runtime's ``submit`` and
+  nowhere else, and each Secret resolved is recorded with ``Store.audit`` (verb ``resolve``, the
+  Secret and the run, never a value) — once per attempt on this replica.
 * **Scheduling** (``scheduling.Scheduler``) decides which Queued run may start under the global,
   namespace and agent limits; approvals (``approvals``) gate runs of agents that require one.
 * **Nothing starts twice.** The attempt number is fixed when a run is queued; before starting it
