@@ -174,10 +174,10 @@ class KeyRing:
             raise SecretKeyError(f"{what}: sealed with {cipher!r}, which this joch does not know")
         if not self.has(kid):
             raise missing_key(kid, self, what)
-        raw = base64.b64decode(payload)
         try:
+            raw = base64.b64decode(payload, validate=True)
             return self._ciphers[kid].decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
-        except InvalidTag:
+        except (InvalidTag, binascii.Error, ValueError):
             raise SecretKeyError(f"{what}: does not decrypt with key {kid} from {self.source}: the stored "
                                  "value was altered, or belongs to another object") from None
 
