@@ -255,6 +255,11 @@ class RunController(Controller):
         agent = run["spec"]["agentRef"]["name"]
         for i, name in enumerate(run["spec"].get("secrets") or []):
             if name not in allowed:
+                self.ctx.store.audit(AuditEntry(
+                    verb="resolve", kind=kinds.SECRET.kind, namespace=namespace, name=name, decision="denied",
+                    actor=CONTROLLER.name, groups=CONTROLLER.groups,
+                    reason=f'not allowed for Agent {agent}: AgentRun {namespace}/{run["metadata"]["name"]} fails '
+                           "SecretNotAllowed"))
                 raise InvalidSpec("SecretNotAllowed", f'spec.secrets[{i}]: Secret "{name}" is not allowed for Agent '
                                                       f'"{agent}"; add it to the agent\'s spec.security.allowedSecrets')
             if self._read(kinds.SECRET, namespace, name) is None:

@@ -1,7 +1,8 @@
 """Each Secret resolved into a run is recorded through ``Store.audit`` (its name and the run, never a
-value), read from the store at dispatch (``reveal``): a real controller manager, a real local
-runtime and a real SQLite store encrypting with a key ring, whose ``audit`` also keeps what it was
-given so the test can read it (the audit log itself is another section's)."""
+value), read from the store at dispatch (``reveal``); one refused as not allowed is recorded denied.
+A real controller manager, a real local runtime and a real SQLite store encrypting with a key ring,
+whose ``audit`` also keeps what it was given so the test can read it (the audit log itself is
+another section's)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def test_each_secret_resolved_into_a_run_is_audited_without_its_value(tmp_path: 
              "spec": {"data": {"api": base64.b64encode(b"value-two-4343").decode()}}},
             provider("p", [*script(code), str(out)], secretEnv=[{"name": "API", "secretRef": {"name": "keys",
                                                                                              "key": "api"}}]),
+            provider("q", script("pass")),
             agent("a", "p", security={"allowedSecrets": ["tok", "keys"]}),
-            agent("b", "p"),
+            agent("b", "q"),
         )
         denied = env.create_run("denied", agent="b", secrets=["tok"])
         assert env.wait(denied, {"Failed", "Succeeded"})["status"]["reason"] == "SecretNotAllowed"
@@ -58,7 +60,10 @@ def test_each_secret_resolved_into_a_run_is_audited_without_its_value(tmp_path: 
         store.close()
     resolved = [e for e in store.entries if e.verb == "resolve"]
     assert [(e.kind, e.namespace, e.name, e.decision) for e in resolved] == [
+        ("Secret", "default", "tok", "denied"),
         ("Secret", "default", "keys", "allowed"), ("Secret", "default", "tok", "allowed")]
+    assert resolved[0].reason == "not allowed for Agent b: AgentRun default/denied fails SecretNotAllowed"
+    resolved = resolved[1:]
     assert resolved[0].reason == "resolved into AgentRun default/fix for Agent a"
     assert resolved[0].actor == "system:joch:controller"
     shown = json.dumps([e.__dict__ for e in store.entries], default=str)
