@@ -128,6 +128,13 @@ def test_reapplying_get_output_keeps_the_values(server: LiveServer, sealed_store
     assert put.status_code == 200 and put.json()["metadata"]["resourceVersion"] == shown["metadata"]["resourceVersion"]
     assert sealed_store.reveal(SECRET, "default", "db")["spec"]["data"] == {
         "token": base64.b64encode(VALUE.encode()).decode()}
+    # A merge patch of labels leaves the data alone (and bumps no generation).
+    labelled = server.http.patch(server.path("secrets", "db"), content=json.dumps({"metadata": {"labels": {"a": "b"}}}),
+                                 headers=MERGE)
+    assert labelled.status_code == 200 and labelled.json()["metadata"]["generation"] == 1
+    assert sealed_store.reveal(SECRET, "default", "db")["spec"]["data"] == {
+        "token": base64.b64encode(VALUE.encode()).decode()}
+    shown = labelled.json()
     # Naming data: {} on purpose empties it.
     emptied = server.http.put(server.path("secrets", "db"), json={**shown, "spec": {"data": {}}})
     assert emptied.status_code == 200 and emptied.json()["status"]["keys"] == []
