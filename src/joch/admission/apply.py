@@ -337,6 +337,10 @@ def _write(writer: Writer, plan: _Plan) -> ApplyItem:
         stored, action = plan.old, "unchanged"
     else:
         stored = _update(writer, kind, plan.old, obj, always=False)
+        if stored["metadata"].get("resourceVersion") == plan.old["metadata"].get("resourceVersion"):
+            # The store found nothing to write: e.g. a Secret's data equal to the sealed values,
+            # which admission cannot compare, since reads never return them (joch.api.secrets).
+            action = "unchanged"
     m = stored["metadata"]
     return ApplyItem(index=plan.doc.index, kind=kind, namespace=m.get("namespace"), name=m["name"],
                      action=action, object=stored, warnings=list(plan.admitted.warnings),

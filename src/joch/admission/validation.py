@@ -113,7 +113,7 @@ def admit(
                   *check_one_approval(reader, kind, spec, metadata, old)]
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
     if causes:
-        raise invalid(kind, display_name(obj), causes)
+        raise invalid(kind, display_name(obj), _without_values(kind, causes))
     out: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind,
                            "metadata": _with_server_fields(metadata, obj, old), "spec": spec}
     status = _status(old) if old is not None else _initial_status(kind)
@@ -273,6 +273,23 @@ def _with_server_fields(
         value = given.get(precondition)
         if isinstance(value, str) and value:
             out[precondition] = value
+    return out
+
+
+def _without_values(kind: KindInfo, causes: list[Cause]) -> list[Cause]:
+    """A kind with sensitive fields (a Secret) gets no value quoted back: a cause about a value's
+    type there (which would say ``got number 98765432``) says what to do without it. Errors are
+    answered, logged and audited, and a Secret value must be in none of them."""
+    if not kind.sensitive:
+        return causes
+    roots = tuple(path.rsplit(".", 1)[0] + "." + leaf for path in kind.sensitive
+                  for leaf in (path.rsplit(".", 1)[-1], "stringData"))
+    out = []
+    for cause in causes:
+        if cause.field.startswith(roots) and cause.reason != "FieldValueInvalid":
+            cause = Cause(cause.field, "must be a string: quote the value in YAML (it is not shown here, since it "
+                          "is secret)", cause.reason)
+        out.append(cause)
     return out
 
 

@@ -21,6 +21,9 @@ reference admission warns about while it is missing). ``AgentRun.spec.budgetUsd`
 ``defaults.budgetUsd``) is what a run reserves and may spend; its ``status.costUsd`` and
 ``status.usage`` are what it reported. A ``Budget`` (ops.joch.dev) caps spend per UTC period; which
 runs it counts, and how, is ``joch.controllers.budgets``; how usage is metered, ``metering``.
+
+Beyond Kubernetes, ``data`` is never returned at all: the store seals it (``joch.store.sealing``) and
+reads show ``status.keys`` (each key and its size) instead — see ``joch.api.secrets``.
 """
 
 from __future__ import annotations
@@ -534,10 +537,10 @@ def _base64(value: str) -> str:
         # Go's decoder, which Kubernetes uses, skips line breaks: wrapped base64 is fine
         base64.b64decode(value.replace("\n", "").replace("\r", ""), validate=True)
     except binascii.Error:
-        shown = value if len(value) <= 40 else value[:40] + "…"
+        # The value is not echoed: it is a secret, and errors are answered, logged and audited.
         raise ValueError(
-            f'must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got "{shown}"; put plain text '
-            "under spec.stringData instead, which is encoded into data for you"
+            f'must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got {len(value)} characters that are not; put '
+            "plain text under spec.stringData instead, which is encoded into data for you"
         ) from None
     return value
 
@@ -570,8 +573,14 @@ class SecretSpec(CheckedSpec):
                        '"_" or "." (at most 253 characters)', "FieldValueInvalid")
 
 
+class SecretKeyStatus(Model):
+    name: Str
+    size: NonNegativeInt
+
+
 class SecretStatus(Model):
-    pass
+    # The store's account of the sealed values (``joch.api.secrets``): what reads show of spec.data.
+    keys: list[SecretKeyStatus] = Field(default_factory=list)
 
 
 class ObjectReference(Model):
@@ -732,7 +741,7 @@ SECRET = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Secret", plural="secrets", short_names=("sec",),
     spec_model=SecretSpec, status_model=SecretStatus, spec_required=False, categories=(),
     history="latest", sensitive=("spec.data",),
-    columns=(Column("TYPE", "spec.type"), AGE),
+    columns=(Column("TYPE", "spec.type"), Column("KEYS", "status.keys[*].name"), AGE),
 ))
 EVENT = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Event", plural="events", short_names=("ev",),

@@ -12,7 +12,9 @@ for kinds written over and over by controllers (a Lease renewed every few second
 nobody replays, and for kinds whose past values must not be replayable at all. ``sensitive`` names
 the fields that hold such values (a Secret's ``spec.data``): they require ``latest`` history, and
 the DELETED change of such an object leaves them out, so once a value is changed or deleted no
-watch can replay it. See ``joch.store.sql`` for how the store applies both.
+watch can replay it. Beyond that the store encrypts them at rest and no read returns them
+(``joch.api.secrets``: reads show ``status.keys``; ``Store.reveal`` is for Joch's own code). See
+``joch.store.sql`` for how the store applies all of it.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ unreadable as a YAML block. Events are the ``events.ops.joch.dev`` whose ``spec.
 names this object (``reading`` finds them), oldest first. Rendering is a pure function of the
 object, its events and ``now``.
 
-A ``Secret``'s values are never printed: like ``kubectl describe secret``, each key of
-``spec.data`` (base64) and ``spec.stringData`` shows only its size, ``token:  12 bytes``. A page
-is read over shoulders and pasted into tickets; ``get -o yaml`` is the deliberate way to see them.
+A ``Secret``'s values are never printed: like ``kubectl describe secret``, each key shows only its
+size under ``Data:``, ``token:  12 bytes`` — from ``status.keys``, which is all the server returns of
+a Secret (``joch.api.secrets``); a ``spec.data`` or ``spec.stringData`` in the object (an older
+server) is shown as sizes too.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def describe(
     if (rt.group, rt.kind) == AGENT_RUN:
         lines += _status({k: v for k, v in status.items() if k != "artifacts"}, now)
         lines += _artifacts(status.get("artifacts") or [])
+    elif (rt.group, rt.kind) == SECRET:
+        listed = {str(k.get("name")): f"{k.get('size')} bytes" for k in status.get("keys") or [] if isinstance(k, dict)}
+        lines += _section("Data", listed, 0)
+        lines += _status({k: v for k, v in status.items() if k != "keys"}, now)
     else:
         lines += _status(status, now)
     lines += _events(events, now)

@@ -295,6 +295,13 @@ StoreFileOption = Annotated[
                  help="A file holding the store URL: keeps its password out of this process's command line and "
                       "environment, which every process of the same user (agents too) can read."),
 ]
+SecretKeyFileOption = Annotated[
+    Path | None,
+    typer.Option("--secret-key-file", metavar="FILE", show_default=False,
+                 help="The Secret encryption key ring: one base64 32-byte key per line, newest first (the first "
+                      "encrypts, all decrypt). Default: JOCH_SECRET_KEY, else DATA_DIR/secret.key, generated "
+                      "(mode 0600) on first start."),
+]
 MaxRunsOption = Annotated[
     int, typer.Option("--max-concurrent-runs", metavar="N", help="Runs executing at once, in all namespaces."),
 ]
@@ -338,6 +345,7 @@ def server_command(
     data_dir: DataDirOption = Path(".joch"),
     store: StoreOption = None,
     store_file: StoreFileOption = None,
+    secret_key_file: SecretKeyFileOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (1-65535).")] = 8080,
     apply_paths: Annotated[list[str] | None, typer.Option("--apply", metavar="PATH", show_default=False,
@@ -428,6 +436,7 @@ def server_command(
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox if controllers else "none", store_file=store_file, api_url=api_url,
+        secret_key_file=secret_key_file,
     )
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
@@ -435,7 +444,7 @@ def server_command(
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
                 allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth,
-                audit_retention=serving.retention_seconds(audit_retention))
+                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file)
 
 
 @command("controller")
@@ -443,6 +452,7 @@ def controller_command(
     data_dir: DataDirOption = Path(".joch"),
     store: StoreOption = None,
     store_file: StoreFileOption = None,
+    secret_key_file: SecretKeyFileOption = None,
     max_concurrent_runs: MaxRunsOption = 10,
     max_concurrent_runs_per_namespace: MaxRunsPerNamespaceOption = None,
     lease_duration: LeaseDurationOption = 15.0,
@@ -460,9 +470,10 @@ def controller_command(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
-        sandbox=sandbox, store_file=store_file, api_url=api_url,
+        sandbox=sandbox, store_file=store_file, api_url=api_url, secret_key_file=secret_key_file,
     )
-    serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options)
+    serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
+                            secret_key_file=secret_key_file)
 
 
 @command("apply")
@@ -998,6 +1009,34 @@ def can_i_command(
         allowed = access.can_i(client, verb, resource, name, _namespace(ctx, namespace).name)
     if not allowed:
         raise typer.Exit(1)
+
+
+admin = typer.Typer(name="admin", help="Operations on the store itself (run where the store and its key file are).",
+                    no_args_is_help=True, rich_markup_mode="markdown",
+                    context_settings={"help_option_names": ["-h", "--help"]})
+app.add_typer(admin, name="admin")
+
+
+@admin.command("rotate-secret-key", cls=helptypes.Command)
+@reported
+def rotate_secret_key_command(
+    secret_key_file: SecretKeyFileOption = None,
+    data_dir: DataDirOption = Path(".joch"),
+    store: StoreOption = None,
+    store_file: StoreFileOption = None,
+) -> None:
+    """Generate a new Secret encryption key, put it first in the key file (mode 0600; the old keys
+    stay after it) and re-encrypt every Secret with it, in one transaction.
+
+    The key file is --secret-key-file, else DATA_DIR/secret.key (the ring JOCH_SECRET_KEY names is
+    written there when that file does not exist yet). A server reading the same file picks up the new
+    ring by itself. With several replicas, give every replica the new file (or share it); one that
+    took its keys from JOCH_SECRET_KEY needs the new ring there and a restart. Drop an old key from the
+    file only after a rotation: a store still needing a removed key refuses to open, naming it."""
+    from joch.cli import admin as admin_ops
+
+    url = serving.store_url(data_dir=data_dir, store=serving.store_source(store, store_file))
+    typer.echo(admin_ops.rotate_secret_key(key_file=secret_key_file, store_url=url, data_dir=data_dir))
 
 
 def main() -> None:

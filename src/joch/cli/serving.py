@@ -40,6 +40,7 @@ from joch.controllers.options import ControllerOptions, default_identity
 
 if TYPE_CHECKING:
     from joch.server.auth.options import AuthOptions
+    from joch.store.sealing import KeyRing
 
 
 def store_source(store: str | None, store_file: Path | None) -> str | None:
@@ -138,6 +139,7 @@ def controller_options(
     *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
     lease_duration: float, identity: str | None, max_log_bytes: str = "64Mi", max_artifact_bytes: str = "1Gi",
     sandbox: str = "none", store_file: Path | None = None, api_url: str | None = None,
+    secret_key_file: Path | None = None,
 ) -> ControllerOptions:
     for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
                         ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
@@ -156,7 +158,7 @@ def controller_options(
         raise errors.BadRequest(f'--api-url must be an http:// or https:// URL (got "{api_url}")')
     return ControllerOptions(
         api_url=api_url.rstrip("/") if api_url else None,
-        sandbox=sandbox, sandbox_hide=_secret_files(store_file),
+        sandbox=sandbox, sandbox_hide=_secret_files(store_file, secret_key_file),
         data_dir=data_dir, identity=identity or default_identity(), lease_duration=lease_duration,
         renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
         max_concurrent_runs=max_concurrent_runs, max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace,
@@ -183,10 +185,10 @@ def _sandbox(choice: str) -> str:
     return "none"
 
 
-def _secret_files(store_file: Path | None) -> tuple[Path, ...]:
-    """Files a sandboxed agent must not read besides the data dir: the store URL's file and libpq's
-    password file."""
-    candidates = [store_file, Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass")]
+def _secret_files(store_file: Path | None, secret_key_file: Path | None = None) -> tuple[Path, ...]:
+    """Files a sandboxed agent must not read besides the data dir: the store URL's file, libpq's
+    password file and the Secret key file."""
+    candidates = [store_file, Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass"), secret_key_file]
     return tuple(path.resolve() for path in candidates if path is not None and path.exists())
 
 
@@ -208,12 +210,30 @@ class ServerLimits:
                 raise errors.BadRequest(f"{flag} must be at least 1 (got {value})")
 
 
+def secret_keys(*, key_file: Path | None, data_dir: Path) -> KeyRing:
+    """The Secret key ring of ``joch server`` and ``joch controller`` (``sealing.load_ring``):
+    ``--secret-key-file``, else ``JOCH_SECRET_KEY``, else ``DATA_DIR/secret.key``, generated on the
+    first start. ``JOCH_SECRET_KEY`` is readable in ``/proc`` by every process of this user (agents
+    too, without a sandbox), so using it is warned about, as a store password in ``--store`` is."""
+    from joch.store import sealing  # lazy: commands other than these do not load the store
+
+    env_value = os.environ.get(sealing.ENV) if key_file is None else None
+    if env_value:
+        print(f"warning: {sealing.ENV} is readable by every process of this user (agents too) in /proc: prefer "
+              "--secret-key-file (a file the sandbox hides from agents)", file=sys.stderr)
+    ring, note = sealing.load_ring(key_file=key_file, env_value=env_value, data_dir=data_dir)
+    if note:
+        print(note, file=sys.stderr)
+    return ring
+
+
 def run(
     *, data_dir: Path, store: str | None, host: str, port: int, apply_paths: list[str] | None,
     controllers: ControllerOptions | None = None, allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (), apply_missing: list[str] | None = None, limits: ServerLimits | None = None,
     auth: AuthOptions | None = None,
     audit_retention: float = 90 * 86400.0,
+    secret_key_file: Path | None = None,
 ) -> None:
     limits = limits or ServerLimits()
     limits.check()
@@ -234,9 +254,10 @@ def run(
         tokenfile.TokenFile(auth.token_file)  # a malformed file stops the start here, naming the line
     check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
+    keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:
         server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
-                     options=options, apply_missing_paths=apply_missing or None)
+                     options=options, apply_missing_paths=apply_missing or None, secret_keys=keys)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 
@@ -256,7 +277,9 @@ def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) 
         raise errors.BadRequest(f"{flag} {exc}") from None
 
 
-def run_controllers(*, data_dir: Path, store: str | None, options: ControllerOptions) -> None:
+def run_controllers(
+    *, data_dir: Path, store: str | None, options: ControllerOptions, secret_key_file: Path | None = None,
+) -> None:
     """``joch controller``: run the controllers until SIGINT or SIGTERM."""
     import logging
 
@@ -267,8 +290,9 @@ def run_controllers(*, data_dir: Path, store: str | None, options: ControllerOpt
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     url = store_url(data_dir=data_dir, store=store)
+    keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:
-        opened = open_store(url)
+        opened = open_store(url, secret_keys=keys)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
     try:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 from joch.api import errors
 from joch.api.kinds import AGENT_PROVIDER, POLICY, SECRET, AgentProviderSpec, AgentSpec
 from joch.api.registry import KindInfo
+from joch.api.secrets import key_names as secret_keys
 from joch.compiler.render import check_templates
 from joch.store.base import Obj, Writer
 
@@ -189,7 +190,7 @@ def _secret_problems(
                     f'Secret "{secret}" not found{_in(namespace)} ({where}): create it (joch apply -f '
                     f"secret.yaml) or fix spec.secretEnv[{i}].secretRef.name"))
             continue
-        keys = sorted((stored.get("spec") or {}).get("data") or {})
+        keys = secret_keys(stored)  # the public view: key names only, never a value
         if key not in keys:
             has = f"it has {', '.join(keys)}" if keys else "it has no keys"
             yield Problem("SecretKeyNotFound", (

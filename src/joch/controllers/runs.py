@@ -16,6 +16,12 @@ lost update. What the controller decides and why:
   the run ``Failed`` with ``InvalidSpec`` and a reason naming it (``MissingAgent``,
   ``MissingProvider``, ``MissingImplementation``, ``MissingSecret``, ``SecretNotAllowed``,
   ``TemplateError``, ``InvalidPath``). A run that cannot start should say so at once rather than queue forever.
+* **Secret values are read at the last moment.** Pending checks that each Secret exists and is in
+  the Agent's ``security.allowedSecrets`` (``SecretNotAllowed`` otherwise) from the caches, which
+  hold only the public view (``joch.api.secrets``); the values are read from the store
+  (``Store.reveal``, decrypted) when the run is dispatched, go to the runtime's ``submit`` and
+  nowhere else, and each Secret resolved is recorded with ``Store.audit`` (verb ``resolve``, the
+  Secret and the run, never a value) — once per attempt on this replica.
 * **Scheduling** (``scheduling.Scheduler``) decides which Queued run may start under the global,
   namespace and agent limits; approvals (``approvals``) gate runs of agents that require one
   (denied: ``ApprovalDenied``; expired unanswered: ``ApprovalExpired``, with the time).
@@ -121,6 +127,10 @@ class RunController(Controller):
         self.scheduler = scheduling.Scheduler(options, self._agent_limit)
         self._cancel_sent: set[tuple[Key, str]] = set()
         self._cleaned: set[tuple[Key, str]] = set()
+        # Run attempts whose secrets this replica has audited as resolved: a start resumed by the
+        # same replica (its intent write came back through the cache first) reads them again, but
+        # is the same resolution. Forgotten when the run ends or goes away.
+        self._resolved: dict[str, int] = {}
         self._ctx: Context | None = None
         self._budget_lock = threading.Lock()
         self._reservations: dict[Key, budgets.Reserved] = {}
@@ -151,6 +161,7 @@ class RunController(Controller):
             self._reservations.clear()
         self._cancel_sent.clear()
         self._cleaned.clear()
+        self._resolved.clear()
 
     @property
     def ctx(self) -> Context:
@@ -183,6 +194,8 @@ class RunController(Controller):
             self._release(key)
             self.scheduler.forget(key)
             return None
+        if _phase(run) in TERMINAL:
+            self._resolved.pop(str(run["metadata"].get("uid")), None)
         self.scheduler.remember(key)
         if run["metadata"].get("deletionTimestamp"):
             return self._finalize(key, run)
@@ -267,6 +280,11 @@ class RunController(Controller):
         agent = run["spec"]["agentRef"]["name"]
         for i, name in enumerate(run["spec"].get("secrets") or []):
             if name not in allowed:
+                self.ctx.store.audit(AuditEntry(
+                    verb="resolve", kind=kinds.SECRET.kind, namespace=namespace, name=name, decision="denied",
+                    actor=CONTROLLER.name, groups=CONTROLLER.groups,
+                    reason=f'not allowed for Agent {agent}: AgentRun {namespace}/{run["metadata"]["name"]} fails '
+                           "SecretNotAllowed"))
                 raise InvalidSpec("SecretNotAllowed", f'spec.secrets[{i}]: Secret "{name}" is not allowed for Agent '
                                                       f'"{agent}"; add it to the agent\'s spec.security.allowedSecrets')
             if self._read(kinds.SECRET, namespace, name) is None:
@@ -517,7 +535,7 @@ class RunController(Controller):
             run_id = _run_id(run, attempt)
             git = _git(run)
             invocation = self._invocation(run, plan, self._workspace(run_id, git), run_id)
-            secrets = self._secret_values(run, invocation)
+            secrets = self._secret_values(run, invocation, plan.agent["metadata"]["name"])
             secrets[metering.TOKEN_ENV] = metering.run_token(self.ctx.store, run_id.uid, attempt)
         except InvalidSpec as exc:
             if resume:
@@ -590,11 +608,24 @@ class RunController(Controller):
         except ValueError as exc:
             raise InvalidSpec("InvalidPath", f"spec.execution.coordinates.git: {exc}") from None
 
-    def _secret_values(self, run: Obj, invocation: render.Invocation) -> dict[str, str]:
+    def _secret_values(self, run: Obj, invocation: render.Invocation, agent: str) -> dict[str, str]:
+        """The values of the run's secrets, read from the store (``reveal``) at the last moment —
+        the caches hold only their public view — and each Secret resolved recorded in the audit
+        log (its name, never a value). Allowed-ness was checked in ``_plan`` just before."""
         namespace = run["metadata"].get("namespace") or ""
         values: dict[str, str] = {}
+        revealed: dict[str, Obj | None] = {}
+
+        def reveal(name: str) -> Obj | None:
+            if name not in revealed:
+                try:
+                    revealed[name] = self.ctx.store.reveal(kinds.SECRET, namespace, name)
+                except errors.NotFound:
+                    revealed[name] = None
+            return revealed[name]
+
         for name in run["spec"].get("secrets") or []:
-            secret = self._read(kinds.SECRET, namespace, name)
+            secret = reveal(name)
             if secret is None:
                 raise InvalidSpec("MissingSecret", f'Secret "{name}" not found in namespace "{namespace}"')
             for k, v in ((secret.get("spec") or {}).get("data") or {}).items():
@@ -606,13 +637,22 @@ class RunController(Controller):
                                                           f"to the agent: {problem}; rename the key in the Secret")
                 values[k] = _decode(v)
         for env_name, secret_name, secret_key in invocation.secret_env:
-            secret = self._read(kinds.SECRET, namespace, secret_name)
+            secret = reveal(secret_name)
             data = ((secret or {}).get("spec") or {}).get("data") or {}
             if secret_key not in data:
                 where = "" if secret is not None else " (the Secret does not exist)"
                 raise InvalidSpec("MissingSecret", f'env {env_name}: key "{secret_key}" not found in Secret '
                                                    f'"{secret_name}" in namespace "{namespace}"{where}')
             values[env_name] = _decode(data[secret_key])
+        uid, attempt = str(run["metadata"].get("uid")), int((run.get("status") or {}).get("attempt") or 1)
+        if self._resolved.get(uid) == attempt:
+            return values
+        self._resolved[uid] = attempt
+        for name in sorted(n for n, found in revealed.items() if found is not None):
+            self.ctx.store.audit(AuditEntry(
+                verb="resolve", kind=kinds.SECRET.kind, namespace=namespace, name=name, actor=CONTROLLER.name,
+                groups=CONTROLLER.groups,
+                reason=f'resolved into AgentRun {namespace}/{run["metadata"]["name"]} for Agent {agent}'))
         return values
 
     # --- Running ----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Running a server: open the store, optionally apply manifests, serve with uvicorn until stopped.
 
-``serve`` owns the store: it opens it from the URL (which also applies migrations) and closes it
-when uvicorn returns. Manifests given with ``apply_paths`` (files, or directories whose ``*.yaml``,
+``serve`` owns the store: it opens it from the URL (which also applies migrations) with the Secret
+key ring it is given — always: a server encrypts Secrets at rest — and closes it when uvicorn
+returns. Manifests given with ``apply_paths`` (files, or directories whose ``*.yaml``,
 ``*.yml`` and ``*.json`` files are read in name order, not recursively, like ``kubectl apply -f``;
 admission's ``load_paths`` reads them) are applied as one atomic apply before the port opens, so
 ``make run`` serves a populated store or fails loudly. ``apply_missing_paths`` (``--apply-missing``,
@@ -68,7 +69,7 @@ from joch.server import guard, limits, retention
 from joch.server.app import create_app
 from joch.server.auth import options as auth_options
 from joch.server.options import ServerOptions
-from joch.store import exhaustion, open_store
+from joch.store import KeyRing, exhaustion, open_store
 from joch.store.base import Store
 
 logger = logging.getLogger("joch.server")
@@ -79,13 +80,19 @@ def serve(
     *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
     controllers: ControllerOptions | None = None, apply_missing_paths: Sequence[str] | None = None,
+    secret_keys: KeyRing | None = None,
 ) -> None:
     options = replace(options or ServerOptions(), bind_host=host)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     auth_options.check_exposure(host, options.auth)
     limits.raise_fd_limit()
-    store = open_store(store_url)
+    if secret_keys is None:
+        # The server always encrypts Secrets at rest: joch server passes the ring it loaded
+        # (--secret-key-file, JOCH_SECRET_KEY or DATA_DIR/secret.key; ``sealing.load_ring``).
+        raise ValueError("serve needs the Secret key ring (secret_keys): joch server loads it from "
+                         "--secret-key-file, JOCH_SECRET_KEY or DATA_DIR/secret.key")
+    store = open_store(store_url, secret_keys=secret_keys)
     runtime: Runtime | None = None
     try:
         if apply_paths:

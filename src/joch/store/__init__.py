@@ -8,8 +8,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from joch.store.base import ListOptions, ListResult, Store, Watch, WatchEvent, WatchOptions, Writer
+from joch.store.sealing import KeyRing
 
-__all__ = ["ListOptions", "ListResult", "Store", "Watch", "WatchEvent", "WatchOptions", "Writer",
+__all__ = ["KeyRing", "ListOptions", "ListResult", "Store", "Watch", "WatchEvent", "WatchOptions", "Writer",
            "default_url", "open_store"]
 
 
@@ -17,17 +18,22 @@ def default_url(data_dir: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(data_dir).resolve() / 'joch.db'}"
 
 
-def open_store(url: str, *, history: int | None = 100_000, compact_interval: float = 30.0) -> Store:
+def open_store(
+    url: str, *, history: int | None = 100_000, compact_interval: float = 30.0, secret_keys: KeyRing | None = None,
+) -> Store:
     """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]`` or
     ``postgresql://USER@HOST:PORT/DB`` (any libpq URL). ``history`` bounds the change log: beyond
     its newest ``history`` changes it is compacted every ``compact_interval`` seconds (None keeps
-    all)."""
+    all). ``secret_keys`` encrypts Secret values at rest (``joch.store.sealing``); without it
+    (tests and tools only — ``joch server`` always passes one) they are kept unencrypted, though
+    still never in object rows or the change log. Opening a store whose Secrets need a key the ring
+    does not have raises ``sealing.SecretKeyError`` naming it."""
     from joch.store.sql import SqlStore
 
     if url.startswith(("postgresql://", "postgres://")):
         from joch.store.postgres import PostgresBackend
 
-        return SqlStore(PostgresBackend(url), history=history, compact_interval=compact_interval)
+        return SqlStore(PostgresBackend(url), history=history, compact_interval=compact_interval, keys=secret_keys)
     if url.startswith("sqlite:"):
         parts = urlsplit(url)
         path = (parts.netloc + parts.path) if parts.netloc else parts.path
@@ -37,7 +43,7 @@ def open_store(url: str, *, history: int | None = 100_000, compact_interval: flo
         from joch.store.sqlite import SqliteBackend
 
         backend = SqliteBackend(Path(path), synchronous=options.get("synchronous", "NORMAL"))
-        return SqlStore(backend, history=history, compact_interval=compact_interval)
+        return SqlStore(backend, history=history, compact_interval=compact_interval, keys=secret_keys)
     raise ValueError(
         f"unsupported store URL {url!r}: use sqlite:///PATH/joch.db or postgresql://USER@HOST:PORT/DB"
     )

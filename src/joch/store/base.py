@@ -18,8 +18,12 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
   R older than the compaction horizon raises ``Gone``. Without R it first emits the current
   objects as ADDED, then follows. BOOKMARK events carry only ``metadata.resourceVersion``.
   For a kind whose ``history`` is ``latest`` only each object's newest change is kept, so a replay
-  gives its latest state (``sql`` explains the semantics); a DELETED event leaves out the kind's
-  ``sensitive`` fields.
+  gives its latest state (``sql`` explains the semantics).
+* A kind's ``sensitive`` fields (a Secret's ``spec.data``) are never in what a read, a watch event or
+  a write returns: those show the public view (``joch.api.secrets``: the keys and their sizes under
+  ``status.keys``). The store keeps the values sealed (``joch.store.sealing``: AES-256-GCM with the
+  key ring ``open_store`` was given) and ``reveal`` returns them decrypted. An update that names no
+  sensitive field keeps the stored values; one that names it replaces them.
 * A watch whose consumer falls behind by more than its buffer (``WatchOptions.buffer_events`` or
   ``buffer_bytes``) while following live ends with an ERROR event carrying a 410 ``Expired``
   Status, as if its revision had been compacted: list again.
@@ -194,6 +198,13 @@ class Writer(abc.ABC):
         self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
         uid: str | None = None,
     ) -> Obj: ...
+
+    def reveal(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
+        """The object *with* its sensitive fields (a Secret's ``spec.data``), decrypted: for Joch's
+        own code that needs the values (the run controller handing a run its secrets, at the last
+        moment). Never answer a request with it. Every other read returns the public view
+        (``joch.api.secrets``); a store that keeps nothing sealed returns what ``get`` returns."""
+        return self.get(kind, namespace, name)
 
     def audit(self, entry: AuditEntry) -> None:
         """Append ``entry`` to the audit log, in this transaction when inside one (so the record

@@ -106,6 +106,7 @@ class PostgresBackend(Backend):
 
     def __init__(self, conninfo: str, *, max_connections: int = 10) -> None:
         self.conninfo = conninfo
+        self.where = describe(conninfo)
         _probe(conninfo)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=True,

@@ -29,10 +29,14 @@ How long the change log keeps what (``KindInfo.history`` and ``KindInfo.sensitiv
   cannot know what it holds: the row arrives as MODIFIED (an informer adds an object it did not
   have), and a label-selector watch gets DELETED for an object that does not match now, since it
   may have matched before (see ``feed.Filter.decode``).
-* ``sensitive`` fields (a Secret's ``spec.data``) appear in the change log only in the object's
-  newest change, which is what a current read shows; superseding deletes them with the row, and a
-  DELETED row leaves them out. ``change_body`` is the one place a sensitive value is written to
-  the change log, so encrypting or dropping it later is a change to that function only.
+* ``sensitive`` fields (a Secret's ``spec.data``) never reach an object row or the change log:
+  ``_Tx`` splits them off every write (``joch.api.secrets``), keeps the public view (the keys and
+  their sizes under ``status.keys``) as the body, and seals the values into ``joch_sealed`` with the
+  key ring (``joch.store.sealing``), in the same transaction. ``reveal`` reads them back; an update
+  that names no sensitive field keeps them (and compares decrypted values, so an equal write writes
+  nothing). At open every key id in ``joch_sealed`` is checked against the ring by decrypting one
+  value, and values an older joch left in plain text are sealed (``reseal``). ``change_body`` still
+  drops sensitive fields from a DELETED row, a second line of defence.
 * Auto-compaction (``history``) counts the change rows that are kept, not revisions: a Lease
   renewed every two seconds costs the log one row, so it does not push user objects' changes
   past the horizon.
@@ -62,13 +66,14 @@ import secrets
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from joch.api import audit as audits
 from joch.api import errors, selectors
+from joch.api import secrets as views
 from joch.api.audit import AuditEntry, AuditEvent, AuditPage, AuditQuery
 from joch.api.identity import current_request
 from joch.api.meta import now
@@ -87,6 +92,7 @@ from joch.store.base import (
     WatchOptions,
     Writer,
 )
+from joch.store.sealing import IDENTITY, KeyRing, Sealer
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -125,6 +131,7 @@ class Backend(abc.ABC):
     """What differs between dialects: connections, locking, notification and migrations."""
 
     name: str
+    where: str = ""  # the database, for messages: a path, or user@host:port/db (never a password)
     lock_revision_sql = "SELECT value FROM joch_meta WHERE key = 'revision'"
 
     @abc.abstractmethod
@@ -178,6 +185,11 @@ class Backend(abc.ABC):
     def storage_problem(self) -> str | None:
         """See ``Store.storage_problem``."""
         return None
+
+    def scrubbing(self) -> AbstractContextManager[None]:
+        """Around a rewrite of sealed or formerly plain-text values: the dialect's way of not keeping
+        the bytes it replaces (SQLite: zero freed space, then empty the WAL). None by default."""
+        return nullcontext()
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -243,6 +255,29 @@ def _groups(groups: tuple[str, ...]) -> str:
     return json.dumps(list(groups), separators=(",", ":"), ensure_ascii=False)
 
 
+def _aad(kind_key: str, namespace: str, name: str) -> bytes:
+    """What a sealed value is bound to: the object it belongs to (``sealing``)."""
+    return f"{kind_key}\0{namespace}\0{name}".encode()
+
+
+_UPSERT_SEALED = ("INSERT INTO joch_sealed (kind, namespace, name, key_id, value) VALUES (?, ?, ?, ?, ?) "
+                  "ON CONFLICT (kind, namespace, name) DO UPDATE SET key_id = excluded.key_id, value = excluded.value")
+_SELECT_SEALED = "SELECT value FROM joch_sealed WHERE kind = ? AND namespace = ? AND name = ?"
+
+
+def _sensitive_kinds() -> dict[str, KindInfo]:
+    import joch.api.kinds  # noqa: F401 - registers the kinds (this module may be imported first)
+
+    return {k.key: k for k in REGISTRY if k.sensitive}
+
+
+def _open_sealed(
+    sealer: Sealer, kind: KindInfo, namespace: str, name: str, envelope: str, what: str | None = None,
+) -> views.Values:
+    return sealer.open(envelope, _aad(kind.key, namespace, name),
+                       what=what or f"cannot read the values of {_ident(kind, namespace, name)}")
+
+
 def _ident(kind: KindInfo, namespace: str, name: str) -> str:
     return f'{kind.resource} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
 
@@ -273,9 +308,11 @@ def _check_preconditions(
 class _Tx(Writer):
     """A write transaction: revisions are handed out in memory and the counter written at the end."""
 
-    def __init__(self, conn: Conn, revision: int, backend: Backend) -> None:
+    def __init__(self, conn: Conn, revision: int, backend: Backend, sealer: Sealer) -> None:
         self.conn = conn
         self.backend = backend
+        self.sealer = sealer
+        self._values_seen: dict[tuple[str, str, str], views.Values] = {}
         self.start = revision
         self.revision = revision
         # Rows this transaction has read or written, as stored text (None: no such object). The
@@ -324,6 +361,10 @@ class _Tx(Writer):
                                        kind=kind.plural, name=name)
         self._seen[(kind.key, namespace, name)] = None if event == "DELETED" else body
         self.revision = revision
+        if event == "DELETED" and kind.sensitive:
+            self.conn.execute("DELETE FROM joch_sealed WHERE kind = ? AND namespace = ? AND name = ?",
+                              (kind.key, namespace, name))
+            self._values_seen.pop((kind.key, namespace, name), None)
         ctx = current_request()
         if ctx is not None:
             # Written during an HTTP request: its audit row, in this transaction (module docstring).
@@ -349,6 +390,25 @@ class _Tx(Writer):
                 + ", ".join([_AUDIT_ROW] * len(batch)),
                 [value for row in batch for value in row],
             )
+
+    def _values(self, kind: KindInfo, namespace: str, name: str) -> views.Values:
+        """The sensitive values of a stored object, decrypted ({} when it has none)."""
+        key = (kind.key, namespace, name)
+        if key not in self._values_seen:
+            row = self.conn.execute(_SELECT_SEALED, key).fetchone()
+            self._values_seen[key] = {} if row is None else _open_sealed(self.sealer, kind, namespace, name, row[0])
+        return self._values_seen[key]
+
+    def _seal(self, kind: KindInfo, namespace: str, name: str, values: views.Values) -> None:
+        key_id, envelope = self.sealer.seal(values, _aad(kind.key, namespace, name))
+        self.conn.execute(_UPSERT_SEALED, (kind.key, namespace, name, key_id, envelope))
+        self._values_seen[(kind.key, namespace, name)] = values
+
+    def reveal(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
+        obj = self.get(kind, namespace, name)
+        if not kind.sensitive:
+            return obj
+        return views.merged(obj, self._values(kind, object_key(kind, namespace), name))
 
     def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
         ns = object_key(kind, namespace)
@@ -384,7 +444,12 @@ class _Tx(Writer):
             m.pop("namespace", None)
         new = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": m}
         new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata"))
-        return self._record(kind, new, "ADDED", action="created")
+        if not kind.sensitive:
+            return self._record(kind, new, "ADDED", action="created")
+        new, values = views.split(kind, new)
+        out = self._record(kind, views.public(kind, new, values or {}), "ADDED", action="created")
+        self._seal(kind, ns, name, values or {})
+        return out
 
     def _generate_name(self, kind: KindInfo, namespace: str, prefix: str) -> str:
         for _ in range(8):
@@ -404,7 +469,18 @@ class _Tx(Writer):
         new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status"))
         if "status" in current:
             new["status"] = current["status"]
-        if new.get("spec") != current.get("spec"):
+        sealed: views.Values | None = None  # new sensitive values to seal, when they change
+        if kind.sensitive:
+            # Named values replace the stored ones; none named keeps them (joch.api.secrets).
+            new, given = views.split(kind, new)
+            stored = self._values(kind, cm.get("namespace") or "", cm["name"]) if given is not None else {}
+            if given is not None and {**stored, **given} != stored:
+                sealed = {**stored, **given}
+            new = views.public(kind, new, sealed)
+            scrubbed = new["metadata"]  # a copy, when the view scrubbed an annotation
+            if isinstance(scrubbed, dict):
+                new_meta = scrubbed
+        if new.get("spec") != current.get("spec") or sealed is not None:
             new_meta["generation"] = int(cm.get("generation") or 0) + 1
         if cm.get("deletionTimestamp"):
             added = set(new_meta.get("finalizers") or ()) - set(cm.get("finalizers") or ())
@@ -417,15 +493,20 @@ class _Tx(Writer):
                 )
             if not new_meta.get("finalizers"):
                 return self._record(kind, new, "DELETED", current, action="deleted (its last finalizer removed)")
-        if new == current:
+        if new == current and sealed is None:
             return current
-        return self._record(kind, new, "MODIFIED", current, action="updated")
+        out = self._record(kind, new, "MODIFIED", current, action="updated")
+        if sealed is not None:
+            self._seal(kind, cm.get("namespace") or "", cm["name"], sealed)
+        return out
 
     def update_status(self, kind: KindInfo, obj: Obj) -> Obj:
         m = obj.get("metadata") or {}
         current = self.get(kind, m.get("namespace"), m.get("name") or "")
         _check_preconditions(kind, current, resource_version=m.get("resourceVersion"), uid=m.get("uid"))
         status = obj.get("status")
+        if kind.sensitive:  # status.keys is the store's account of the sealed values: not writable
+            status = {**(status or {}), "keys": (current.get("status") or {}).get("keys") or []}
         if status == current.get("status"):
             return current
         new = dict(current)
@@ -612,9 +693,16 @@ def _audit_filter(query: AuditQuery) -> tuple[builtins.list[str], builtins.list[
 
 
 class SqlStore(Store):
-    def __init__(self, backend: Backend, *, history: int | None = None, compact_interval: float = 30.0) -> None:
+    def __init__(self, backend: Backend, *, history: int | None = None, compact_interval: float = 30.0,
+                 keys: KeyRing | None = None) -> None:
         self.backend = backend
         self.history = history
+        self.sealer = Sealer(keys)
+        try:
+            self._check_sealed()
+        except BaseException:
+            backend.close()
+            raise
         self._local = threading.local()
         self.feed = feeds.Feed(
             read_changes=self._changes_after, current=self.current_revision,
@@ -648,7 +736,7 @@ class SqlStore(Store):
     def _transaction(self) -> Iterator[_Tx]:
         with self.backend.write() as conn:
             (revision,) = conn.execute(self.backend.lock_revision_sql).fetchone()
-            tx = _Tx(conn, int(revision), self.backend)
+            tx = _Tx(conn, int(revision), self.backend, self.sealer)
             yield tx
             tx.flush_audit()
             if tx.revision != tx.start:
@@ -670,6 +758,103 @@ class SqlStore(Store):
             raise _not_found(kind, ns, name)
         result: Obj = json.loads(row[0])
         return result
+
+    def reveal(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
+        ns = object_key(kind, namespace)
+        if not _nameable(ns, name):
+            raise _not_found(kind, ns, name)
+        with self.backend.read() as conn:
+            row = conn.execute("SELECT body FROM joch_objects WHERE kind = ? AND namespace = ? AND name = ?",
+                               (kind.key, ns, name)).fetchone()
+            sealed = conn.execute(_SELECT_SEALED, (kind.key, ns, name)).fetchone() if kind.sensitive else None
+        if row is None:
+            raise _not_found(kind, ns, name)
+        obj: Obj = json.loads(row[0])
+        if sealed is None:
+            return obj
+        return views.merged(obj, _open_sealed(self.sealer, kind, ns, name, sealed[0]))
+
+    # --- sealed values ----------------------------------------------------------------------------
+
+    def _check_sealed(self) -> None:
+        """At open: every key the stored values need must be in the ring and decrypt one of them
+        (a wrong key is an error now, not at the first run that needs a Secret); values an older
+        joch left in plain text, or a keyless store kept unencrypted, are sealed with the ring."""
+        kinds = _sensitive_kinds()
+        if not kinds:
+            return
+        with self.backend.read() as conn:
+            key_ids = [r[0] for r in conn.execute("SELECT DISTINCT key_id FROM joch_sealed").fetchall()]
+            samples = [conn.execute("SELECT kind, namespace, name, value FROM joch_sealed WHERE key_id = ? LIMIT 1",
+                                    (kid,)).fetchone() for kid in key_ids]
+            marks = ", ".join("?" for _ in kinds)
+            legacy = conn.execute(
+                f"SELECT 1 FROM joch_objects o WHERE o.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM joch_sealed s "
+                "WHERE s.kind = o.kind AND s.namespace = o.namespace AND s.name = o.name) LIMIT 1", list(kinds),
+            ).fetchone()
+        for kind_key, namespace, name, envelope in samples:
+            if kind_key in kinds:
+                kind = kinds[kind_key]
+                what = (f"cannot open the store {self.backend.where}: its {kind.kind}s (first "
+                        f"{_ident(kind, namespace, name)})")
+                _open_sealed(self.sealer, kind, namespace, name, envelope, what)
+        if legacy is not None or (self.sealer.ring is not None and IDENTITY in key_ids):
+            self.reseal(rotate=False)
+
+    def reseal(self, *, rotate: bool = True) -> int:
+        """Seal again, in one transaction, every stored value not sealed with the ring's first key
+        (``rotate``; without it only unencrypted ones), and seal the plain-text values an older joch
+        left in object rows and the change log. Returns how many objects' values were (re)sealed.
+        Revisions do not change: what a reader sees of the objects stays the same."""
+        kinds = _sensitive_kinds()
+        if not kinds:
+            return 0
+        count = 0
+        marks = ", ".join("?" for _ in kinds)
+        with self.backend.scrubbing(), self.backend.write() as conn:
+            conn.execute(self.backend.lock_revision_sql).fetchone()
+            legacy = conn.execute(
+                f"SELECT o.kind, o.namespace, o.name, o.body FROM joch_objects o WHERE o.kind IN ({marks}) AND NOT "
+                "EXISTS (SELECT 1 FROM joch_sealed s WHERE s.kind = o.kind AND s.namespace = o.namespace AND "
+                "s.name = o.name)", list(kinds),
+            ).fetchall()
+            for kind_key, namespace, name, body in legacy:
+                kind = kinds[kind_key]
+                obj, values = views.split(kind, json.loads(body))
+                conn.execute("UPDATE joch_objects SET body = ? WHERE kind = ? AND namespace = ? AND name = ?",
+                             (dumps(views.public(kind, obj, values or {})), kind_key, namespace, name))
+                key_id, envelope = self.sealer.seal(values or {}, _aad(kind_key, namespace, name))
+                conn.execute(_UPSERT_SEALED, (kind_key, namespace, name, key_id, envelope))
+                count += 1
+            for revision, kind_key, body in conn.execute(
+                f"SELECT revision, kind, body FROM joch_changes WHERE kind IN ({marks})", list(kinds)
+            ).fetchall():
+                obj, values = views.split(kinds[kind_key], json.loads(body))
+                if values is not None:
+                    conn.execute("UPDATE joch_changes SET body = ? WHERE revision = ?",
+                                 (dumps(views.public(kinds[kind_key], obj, values)), revision))
+            current = IDENTITY if self.sealer.ring is None else self.sealer.ring.primary.id
+            if rotate:
+                rows = conn.execute("SELECT kind, namespace, name, value FROM joch_sealed WHERE key_id <> ?",
+                                    (current,)).fetchall()
+            else:
+                rows = conn.execute("SELECT kind, namespace, name, value FROM joch_sealed WHERE key_id = ? AND "
+                                    "key_id <> ?", (IDENTITY, current)).fetchall()
+            for kind_key, namespace, name, envelope in rows:
+                if kind_key not in kinds:
+                    continue
+                values = _open_sealed(self.sealer, kinds[kind_key], namespace, name, envelope)
+                key_id, sealed = self.sealer.seal(values, _aad(kind_key, namespace, name))
+                conn.execute("UPDATE joch_sealed SET key_id = ?, value = ? WHERE kind = ? AND namespace = ? AND "
+                             "name = ?", (key_id, sealed, kind_key, namespace, name))
+                count += 1
+        return count
+
+    def sealed_key_ids(self) -> dict[str, int]:
+        """How many objects' values each key id seals (``identity``: unencrypted)."""
+        with self.backend.read() as conn:
+            rows = conn.execute("SELECT key_id, COUNT(*) FROM joch_sealed GROUP BY key_id").fetchall()
+        return {str(k): int(n) for k, n in rows}
 
     def create(self, kind: KindInfo, obj: Obj) -> Obj:
         with self.transaction() as tx:

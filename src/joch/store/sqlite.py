@@ -42,6 +42,7 @@ class SqliteBackend(Backend):
         if synchronous.upper() not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNC_MODES)}, got {synchronous!r}")
         self.path = path
+        self.where = str(path)
         self.synchronous = synchronous.upper()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._write_lock = threading.Lock()
@@ -96,6 +97,20 @@ class SqliteBackend(Backend):
                     conn.execute("ROLLBACK")
                 raise
             self._full = None
+
+    @contextmanager
+    def scrubbing(self) -> Iterator[None]:
+        """Freed space is zeroed while the rewrite runs (``secure_delete``), and the WAL, which holds
+        the page images it replaced, is checkpointed and truncated afterwards."""
+        with self._write_lock:
+            (previous,) = self._writer.execute("PRAGMA secure_delete").fetchone()
+            self._writer.execute("PRAGMA secure_delete=ON")
+        try:
+            yield
+        finally:
+            with self._write_lock:
+                self._writer.execute(f"PRAGMA secure_delete={int(previous)}")
+                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
     @contextmanager
     def _disk_errors(self) -> Iterator[None]:

@@ -452,7 +452,7 @@ def test_describe_secret_shows_sizes_not_values(joch) -> None:
               "spec:\n  data: {token: czNjcjN0LXZhbHVl}\n")  # s3cr3t-value
     joch.ok("apply", "-f", "-", input=secret)
     page = joch.ok("describe", "secret", "keys").out
-    assert "  data:\n    token:  12 bytes\n" in page
+    assert "Data:\n  token:  12 bytes\n" in page
     assert "czNjcjN0LXZhbHVl" not in page and "s3cr3t" not in page
 
 

@@ -28,6 +28,7 @@ def test_a_watch_from_revision_1_replays_no_value_of_a_deleted_secret(server: Li
     events, text = [json.loads(line) for line in lines], "\n".join(lines)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("DELETED", "db")]
     assert events[0]["object"]["spec"] == {"type": "Opaque"}
+    assert events[0]["object"]["status"] == {"keys": [{"name": "token", "size": len(VALUES[1])}]}
     for value in VALUES:
         assert value not in text and base64.b64encode(value.encode()).decode() not in text
 

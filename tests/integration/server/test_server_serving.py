@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from support import wait_ready
 
@@ -32,8 +33,10 @@ def free_port() -> int:
 
 def launch(store_url: str, port: int, manifests: Path, *, missing: bool = False) -> subprocess.Popen[str]:
     how = "apply_missing_paths" if missing else "apply_paths"
-    code = ("import sys; from joch.server import serve; "
-            f"serve(store_url=sys.argv[1], port=int(sys.argv[2]), {how}=[sys.argv[3]])")
+    # The Secret key ring as joch server has it: a key file generated once, next to the manifests.
+    code = ("import pathlib, sys; from joch.server import serve; from joch.store.sealing import load_ring; "
+            "keys = load_ring(key_file=None, env_value=None, data_dir=pathlib.Path(sys.argv[3]).parent / 'keys')[0]; "
+            f"serve(store_url=sys.argv[1], port=int(sys.argv[2]), {how}=[sys.argv[3]], secret_keys=keys)")
     return subprocess.Popen([sys.executable, "-c", code, store_url, str(port), str(manifests)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -166,3 +169,10 @@ def test_deeply_nested_yaml_is_400_and_the_server_lives_on(store_url: str, tmp_p
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
+
+
+def test_serve_always_encrypts_secrets_so_it_needs_a_key_ring(sqlite_url: str) -> None:
+    from joch.server import serve
+
+    with pytest.raises(ValueError, match="key ring"):
+        serve(store_url=sqlite_url, port=free_port())

@@ -25,8 +25,10 @@ def free_port() -> int:
 
 def test_sigint_with_open_watches_exits_cleanly(store_url: str, tmp_path: Path) -> None:
     port = free_port()
-    code = "import sys; from joch.server import serve; serve(store_url=sys.argv[1], port=int(sys.argv[2]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, store_url, str(port)],
+    code = ("import pathlib, sys; from joch.server import serve; from joch.store.sealing import load_ring; "
+            "keys = load_ring(key_file=None, env_value=None, data_dir=pathlib.Path(sys.argv[3]))[0]; "
+            "serve(store_url=sys.argv[1], port=int(sys.argv[2]), secret_keys=keys)")
+    proc = subprocess.Popen([sys.executable, "-c", code, store_url, str(port), str(tmp_path / "keys")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -72,13 +72,14 @@ def test_a_changed_then_deleted_secret_leaves_no_value_in_any_replay_or_row(stor
     created = store.create(SECRET, secret("db", FIRST))
     with store.watch(SECRET) as live:
         assert (added := live.get(timeout=5)) is not None and added.object == created
-        store.update(SECRET, {**created, "spec": {"type": "Opaque", "data": {"token": SECOND}}})
-        # A live watch sees each value as it is written, as a read at that moment would.
+        store.update(SECRET, {**created, "spec": {"type": "Opaque", "data": {"token": SECOND, "more": FIRST}}})
+        # A live watch sees each change as a read at that moment would: the keys, never a value.
         modified = live.get(timeout=5)
-        assert modified is not None and modified.object["spec"]["data"] == {"token": SECOND}
-        # Still there: a replay shows the current value, never the one it replaced.
+        assert modified is not None and "data" not in modified.object["spec"]
+        assert modified.object["status"]["keys"] == [{"name": "more", "size": 10}, {"name": "token", "size": 10}]
         shown = json.dumps([e.object for e in replay(store, SECRET, "1")])
-        assert SECOND in shown and FIRST not in shown
+        assert SECOND not in shown and FIRST not in shown
+        assert store.reveal(SECRET, "default", "db")["spec"]["data"] == {"token": SECOND, "more": FIRST}
         store.delete(SECRET, "default", "db")
         deleted = live.get(timeout=5)
     assert deleted is not None and deleted.type == "DELETED" and deleted.object["spec"] == {"type": "Opaque"}
@@ -100,8 +101,8 @@ def test_a_refused_create_of_an_existing_secret_keeps_its_change(store: Store, s
         with pytest.raises(errors.AlreadyExists):
             tx.create(SECRET, secret("db", SECOND))
         tx.create(AGENT, agent("a"))
-    assert [(name, type_, FIRST in body) for _, _, name, type_, body in change_rows(store_url)] == [
-        ("db", "ADDED", True), ("a", "ADDED", False)]
+    assert [(name, type_) for _, _, name, type_, _ in change_rows(store_url)] == [("db", "ADDED"), ("a", "ADDED")]
+    assert store.reveal(SECRET, "default", "db")["spec"]["data"] == {"token": FIRST}  # the refused one changed nothing
 
 
 def test_lease_renewals_keep_one_row_and_do_not_push_user_objects_past_the_horizon(store_url: str) -> None:
@@ -234,6 +235,9 @@ def test_upgrading_scrubs_secret_values_an_older_joch_left_in_the_change_log(sto
         assert after == [(3, "db", "DELETED"), (4, "kept", "ADDED"), (5, "a", "ADDED")]
         deleted = json.loads(change_rows(store_url)[0][4])
         assert deleted["spec"] == {"type": "Opaque"}
-        assert s.get(SECRET, "default", "kept")["spec"]["data"] == {"token": FIRST}  # the current value stays
+        # The current value stays, sealed now (migration 0005), and out of the object row
+        assert s.reveal(SECRET, "default", "kept")["spec"]["data"] == {"token": FIRST}
+        assert "data" not in s.get(SECRET, "default", "kept")["spec"]
+        assert not [body for *_, body in change_rows(store_url) if FIRST in body or SECOND in body]
     finally:
         s.close()

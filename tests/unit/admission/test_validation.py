@@ -555,8 +555,9 @@ def test_secret_data_must_be_base64(reader: MemoryReader) -> None:
     exc = rejected(reader, SECRET_YAML + "  data:\n    ok: aGVsbG8=\n    token: hello world\n    tls.crt: abc\n")
     found = causes(exc)
     assert set(found) == {"spec.data.token", "spec.data[tls.crt]"}
-    assert found["spec.data.token"].startswith('must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got '
-                                               '"hello world"; put plain text under spec.stringData')
+    assert found["spec.data.token"].startswith('must be base64-encoded (e.g. "aGVsbG8=" for "hello"), got 11 '
+                                               'characters that are not; put plain text under spec.stringData')
+    assert "hello world" not in str(exc.to_status())  # a value is never echoed back
 
 
 def test_secret_string_data_is_encoded_into_data_and_not_kept(reader: MemoryReader) -> None:
@@ -686,3 +687,12 @@ def test_repository_urls_git_must_not_be_given_are_rejected(reader: MemoryReader
     assert caught.value.causes[0].message.startswith(message)
     doc["spec"]["execution"]["coordinates"]["git"]["url"] = "github.invalid:org/repo.git"  # scp-style: fine
     admit(reader, doc, old=None)
+
+
+def test_a_secret_value_of_the_wrong_type_is_not_quoted_back(reader: MemoryReader) -> None:
+    exc = rejected(reader, SECRET_YAML + "  stringData:\n    pin: 98765432\n    flag: yes\n")
+    found = causes(exc)
+    assert set(found) == {"spec.stringData.pin", "spec.stringData.flag"}
+    assert found["spec.stringData.pin"].startswith("must be a string: quote the value in YAML")
+    shown = json.dumps(exc.to_status())
+    assert "98765432" not in shown and '"yes"' not in shown and "98765432" not in exc.message
