@@ -1,0 +1,205 @@
+"""One CEL expression: compiled once, with every mistake found at compile time reported at its
+line and column, and evaluated to a bool or a clear error.
+
+Compilation (``compile_expression``) is the library's parser plus two static checks the library
+does not do (it has no type checker): every variable the expression reads must be one Joch
+provides (``VARIABLES``; a typo such as ``objct.spec`` is an error where it is written, not a
+runtime failure on the first object), and every function must be one the CEL core library has
+(``FUNCTIONS``). Types are dynamic: a type mismatch (``1 + "a"``) is found when the rule runs,
+and reported then as that rule's error.
+
+``namespace`` is a reserved word in CEL (the grammar keeps it for packages), so an expression may
+not name it as an identifier. Joch's variable for the object's namespace is called ``namespace``
+all the same: before compiling, the identifier ``namespace`` (not a field such as
+``object.metadata.namespace``, not text inside a string) is rewritten to ``namespaceObject`` —
+the name Kubernetes' ValidatingAdmissionPolicy gives it, which works too — and positions in errors
+are mapped back to what the user wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+VARIABLES = frozenset({
+    "object", "oldObject", "request", "namespaceObject",
+    "run", "agent", "provider", "implementation", "environment",
+})
+"""What an expression may read (``namespace`` is spelled ``namespaceObject`` once compiled)."""
+
+FUNCTIONS = frozenset({
+    "size", "contains", "startsWith", "endsWith", "matches",
+    "int", "uint", "double", "string", "bytes", "dyn", "type", "timestamp", "duration",
+    "getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear",
+    "getHours", "getMinutes", "getSeconds", "getMilliseconds",
+})
+"""The CEL core library's functions that the implementation provides (its macros ``has``,
+``all``, ``exists``, ``exists_one``, ``map`` and ``filter`` are syntax, not functions)."""
+
+_TYPE_NAMES = frozenset({"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type",
+                         "type", "timestamp", "duration", "dyn"})
+_ALIAS = "namespaceObject"
+_RESERVED = "namespace"
+_SHIFT = len(_ALIAS) - len(_RESERVED)
+_POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
+_COMPREHENSION = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class CompileError(Exception):
+    """A CEL expression that does not compile: what is wrong, and where (1-based line and column)."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+class EvaluationError(Exception):
+    """An expression that failed on an object, or returned something other than a bool."""
+
+
+@dataclass(frozen=True)
+class Expression:
+    source: str
+    program: Any  # cel.Program (the library ships no type stubs)
+
+    def evaluate(self, context: Any) -> bool:
+        """The expression's value on ``context`` (a ``cel.Context`` built by ``activation``)."""
+        try:
+            value = self.program.execute(context)
+        except KeyError as exc:
+            raise EvaluationError(f"no such key: {exc.args[0] if exc.args else exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the library raises plain RuntimeError/TypeError/ValueError
+            raise EvaluationError(f"{type(exc).__name__}: {exc}") from None
+        if not isinstance(value, bool):
+            raise EvaluationError(f"the expression must evaluate to true or false, got {type(value).__name__} "
+                                  f"{_show(value)}")
+        return value
+
+
+def activation(variables: dict[str, Any]) -> Any:
+    """The variables as a ``cel.Context``: converted once, shared by every rule run on one object
+    (converting an object is most of what evaluating a rule costs)."""
+    values = dict(variables)
+    if _RESERVED in values:
+        values[_ALIAS] = values.pop(_RESERVED)
+    return cel.Context(values)
+
+
+def compile_expression(source: str) -> Expression:
+    rewritten, shifts = _rewrite(source)
+    try:
+        program = cel.compile(rewritten)
+    except (ValueError, RuntimeError) as exc:
+        raise _parse_error(str(exc), shifts) from None
+    _check_names(source, program)
+    return Expression(source=source, program=program)
+
+
+# --- positions -----------------------------------------------------------------------------------
+
+def _parse_error(text: str, shifts: dict[int, list[int]]) -> CompileError:
+    found = _POSITION.search(text)
+    if not found:
+        return CompileError(text.splitlines()[0] if text else "does not parse", 1, 1)
+    line, column, message = int(found.group(1)), int(found.group(2)), found.group(3).strip()
+    # The library's columns are 0-based in its caret line but printed 1-based after "<input>:L:".
+    column -= _SHIFT * sum(1 for at in shifts.get(line, []) if at < column)
+    message = message.replace(_ALIAS, _RESERVED)
+    return CompileError(message, line, max(column, 1))
+
+
+def _position(source: str, offset: int) -> tuple[int, int]:
+    line = source.count("\n", 0, offset) + 1
+    return line, offset - (source.rfind("\n", 0, offset) + 1) + 1
+
+
+def _code_spans(source: str) -> list[tuple[int, int]]:
+    """(start, end) of the parts of ``source`` outside string literals."""
+    spans: list[tuple[int, int]] = []
+    i, start, n = 0, 0, len(source)
+    while i < n:
+        ch = source[i]
+        if ch in "\"'":
+            spans.append((start, i))
+            quote = source[i:i + 3] if source[i:i + 3] in ('"""', "'''") else ch
+            raw = i > 0 and source[i - 1] in "rR"
+            j = i + len(quote)
+            while j < n and not source.startswith(quote, j):
+                j += 2 if source[j] == "\\" and not raw else 1
+            i = start = min(j + len(quote), n)
+            continue
+        i += 1
+    spans.append((start, n))
+    return spans
+
+
+def _identifiers(source: str) -> list[tuple[int, str]]:
+    """Identifiers outside strings that are not field selections (``x.name``): (offset, name)."""
+    found: list[tuple[int, str]] = []
+    for start, end in _code_spans(source):
+        for match in _IDENT.finditer(source, start, end):
+            before = source[:match.start()].rstrip()
+            if before.endswith(".") or (before.endswith("?.")):
+                continue
+            if match.start() > 0 and source[match.start() - 1].isdigit():
+                continue  # a number's suffix (1u) or exponent
+            found.append((match.start(), match.group()))
+    return found
+
+
+def _rewrite(source: str) -> tuple[str, dict[int, list[int]]]:
+    """``source`` with the identifier ``namespace`` spelled ``namespaceObject``, and per line the
+    1-based columns (in the rewritten text) where each rewrite ends."""
+    out, last = [], 0
+    shifts: dict[int, list[int]] = {}
+    for offset, name in _identifiers(source):
+        if name != _RESERVED:
+            continue
+        out.append(source[last:offset])
+        out.append(_ALIAS)
+        last = offset + len(_RESERVED)
+        line, column = _position(source, offset)
+        earlier = _SHIFT * len(shifts.get(line, []))
+        shifts.setdefault(line, []).append(column + earlier + len(_ALIAS) - 1)
+    out.append(source[last:])
+    return "".join(out), shifts
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+def _check_names(source: str, program: Any) -> None:
+    bound = set(_COMPREHENSION.findall(source))
+    allowed = VARIABLES | _TYPE_NAMES | bound
+    unknown = [name for name in program.variables() if name not in allowed]
+    if unknown:
+        name = unknown[0]
+        shown = _RESERVED if name == _ALIAS else name
+        line, column = _first(source, shown)
+        known = ", ".join(sorted((VARIABLES - {_ALIAS}) | {_RESERVED}))
+        raise CompileError(f'undeclared reference to "{shown}": the variables are {known}', line, column)
+    functions = [f for f in program.functions() if not f.startswith(("_", "!", "-", "@")) and f not in FUNCTIONS]
+    if functions:
+        name = functions[0]
+        line, column = _first(source, name, call=True)
+        raise CompileError(f'unknown function "{name}": CEL\'s core functions are {", ".join(sorted(FUNCTIONS))}',
+                           line, column)
+
+
+def _first(source: str, name: str, *, call: bool = False) -> tuple[int, int]:
+    for start, end in _code_spans(source):
+        pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])" + (r"\s*\(" if call else ""))
+        match = pattern.search(source, start, end)
+        if match:
+            return _position(source, match.start())
+    return 1, 1
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
