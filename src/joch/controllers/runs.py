@@ -16,6 +16,14 @@ lost update. What the controller decides and why:
   the run ``Failed`` with ``InvalidSpec`` and a reason naming it (``MissingAgent``,
   ``MissingProvider``, ``MissingImplementation``, ``MissingSecret``, ``SecretNotAllowed``,
   ``TemplateError``, ``InvalidPath``). A run that cannot start should say so at once rather than queue forever.
+* **Dispatch policies** run once the run resolves, before it is queued (``joch.policy``): the
+  Policies of the run's namespace and ``joch-system`` are read from the store (not the caches, so
+  a Policy applied just before the run counts). A ``deny`` ends it ``Failed`` with reason
+  ``PolicyDenied`` and a message naming the policy, the rule and its message; ``requireApproval``
+  sends it to ``AwaitingApproval`` with the run's one dispatch Approval, whose ``spec.reason``
+  names the rule, ``spec.policyRef`` points at it and ``spec.separationOfDuties`` is the Policy's
+  (an Agent that requires approval too still gets one Approval per run and action); ``warn`` is a
+  Warning Event. Denials and warnings are audited.
 * **Scheduling** (``scheduling.Scheduler``) decides which Queued run may start under the global,
   namespace and agent limits; approvals (``approvals``) gate runs of agents that require one.
 * **Nothing starts twice.** The attempt number is fixed when a run is queued; before starting it
@@ -46,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from joch.api import errors, kinds
+from joch.api.audit import AuditEntry
 from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.compiler import manifest as compiler
@@ -53,6 +62,8 @@ from joch.compiler import render
 from joch.controllers import approvals, events, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
+from joch.policy import decisions
+from joch.policy.rules import Outcome
 from joch.runtime import base as rt
 from joch.runtime import disks
 from joch.runtime.workspace import scp_like
@@ -196,8 +207,25 @@ class RunController(Controller):
         conditions = set_condition(conditions, _cond("InvalidSpec", "False", "Valid", "the spec is valid"))
         status.update(conditions=conditions, attempt=status.get("attempt") or 1,
                       compiledManifestHash=plan.compiled.hash, observedGeneration=run["metadata"].get("generation"))
-        if plan.requires_approval:
-            return self._request_approval(key, run, status, plan)
+        outcomes = decisions.dispatch(decisions.StoreSource(self.ctx.store), run)
+        denied = [o for o in outcomes if o.action == "deny"]
+        if denied:
+            message = "; ".join(f'denied by Policy {o.policy.ref} rule "{o.rule.name}": {o.message}' for o in denied)
+            ended = _ended(run, "Failed", "PolicyDenied", message)
+            ended["conditions"] = set_condition(ended["conditions"], _cond("Blocked", "True", "PolicyDenied", message))
+            self._write(run, ended, ("PolicyDenied", message, "Warning"))
+            self._audit(run, denied, "denied")
+            return None
+        warned = [o for o in outcomes if o.action == "warn"]
+        if warned:
+            with self.ctx.store.transaction() as w:
+                for o in warned:
+                    events.record(w, run, reason="PolicyWarning", message=o.reason, type="Warning",
+                                  component=COMPONENT)
+            self._audit(run, warned, "allowed")
+        asked = next((o for o in outcomes if o.action == "requireApproval"), None)
+        if plan.requires_approval or asked is not None:
+            return self._request_approval(key, run, status, plan, asked)
         queued = self._to_queued(status, "Accepted", "waiting for a run slot")
         run = self._write(run, queued, ("Queued", f"accepted; agent {plan.agent['metadata']['name']}, attempt "
                                                   f"{queued['attempt']}", "Normal"))
@@ -272,11 +300,20 @@ class RunController(Controller):
 
     # --- AwaitingApproval -------------------------------------------------------------------------
 
-    def _request_approval(self, key: Key, run: Obj, status: dict[str, Any], plan: Plan) -> Result | None:
+    def _audit(self, run: Obj, outcomes: Sequence[Outcome], decision: Literal["allowed", "denied"]) -> None:
+        m = run["metadata"]
+        for o in outcomes:
+            self.ctx.store.audit(AuditEntry(verb="dispatch", kind="AgentRun", namespace=m.get("namespace"),
+                                            name=m["name"], decision=decision, reason=o.reason))
+
+    def _request_approval(self, key: Key, run: Obj, status: dict[str, Any], plan: Plan,
+                          asked: Outcome | None = None) -> Result | None:
         name = approvals.name_for(run)
         agent = plan.agent["metadata"]["name"]
+        why = (f'Policy {asked.policy.ref} rule "{asked.rule.name}" requires approval: {asked.message}'
+               if asked is not None else f'Agent "{agent}" requires approval')
         status.update(phase="AwaitingApproval", reason="AwaitingApproval",
-                      message=f'Agent "{agent}" requires approval: joch approve approval {name}')
+                      message=f"{why}: joch approve approval {name}")
         status["conditions"] = set_condition(status["conditions"], _cond(
             "AwaitingApproval", "True", "ApprovalRequested", f"waiting for Approval {name}"))
         with self.ctx.store.transaction() as w:
@@ -289,7 +326,13 @@ class RunController(Controller):
                 w.delete(kinds.APPROVAL, key.namespace, name, uid=existing["metadata"]["uid"])
                 existing = None
             if existing is None:
-                approval = w.create(kinds.APPROVAL, approvals.for_run(run, name, agent, requested_by=COMPONENT))
+                body = approvals.for_run(run, name, agent, requested_by=COMPONENT)
+                if asked is not None:
+                    body["spec"].update(
+                        reason=why, separationOfDuties=asked.policy.separation_of_duties,
+                        policyRef={"namespace": asked.policy.namespace, "name": asked.policy.name,
+                                   "rule": asked.rule.name})
+                approval = w.create(kinds.APPROVAL, body)
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
