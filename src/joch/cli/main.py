@@ -715,7 +715,8 @@ def policy_test_command(
     filenames: FilenameOption = None,
     namespace: NamespaceOption = None,
     user: Annotated[str | None, typer.Option("--user", metavar="NAME", show_default=False,
-                                             help="request.user the rules see (default: empty).")] = None,
+                                             help="request.user the rules see (for an AgentRun's dispatch rules: its "
+                                                  "creator). Default: empty.")] = None,
     groups: Annotated[list[str] | None, typer.Option("--group", metavar="GROUP", show_default=False,
                                                      help="A group in request.groups. Repeatable.")] = None,
 ) -> None:
@@ -732,8 +733,8 @@ def policy_test_command(
     from joch.cli import policies
 
     docs = [doc for source in _read(filenames) for doc in load_documents(source.text, source.name)]
-    chosen = namespace or _settings(ctx).namespace
-    code = policies.test(docs, namespace=namespaces.choose(chosen).name, user=user, groups=list(groups or []),
+    chosen = _namespace(ctx, namespace)
+    code = policies.test(docs, namespace=chosen.name, explicit=chosen.explicit, user=user, groups=list(groups or []),
                          echo=typer.echo)
     if code:
         raise typer.Exit(code)

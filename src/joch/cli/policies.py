@@ -6,6 +6,8 @@ are admitted the way the server would (a dry-run apply into a throwaway SQLite s
 that does not compile is reported exactly as ``joch apply`` would report it. Then every other
 object is evaluated as the server would: the Policies of its namespace and ``joch-system``,
 narrowed by their selectors; admission rules for every object, dispatch rules for AgentRuns too.
+``--user``/``--group`` are the ``request`` the admission rules see; a run's dispatch rules see its
+creator (``joch.dev/created-by``), which is ``--user`` unless the run's manifest records one.
 
 Output: per object, one line per rule that applies to it — ``ALLOW``, ``DENY``, ``WARN`` or
 ``REQUIRE-APPROVAL`` with the policy, the rule, its phase and (unless allowed) its message.
@@ -15,6 +17,7 @@ when some rule denies some object, 2 when a document is invalid.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,7 +28,6 @@ from joch.admission.documents import Document
 from joch.admission.validation import resolve_kind
 from joch.api import errors, kinds
 from joch.api.identity import RequestContext, UserInfo, acting_as
-from joch.api.meta import DEFAULT_NAMESPACE
 from joch.api.registry import KindInfo
 from joch.policy import decisions, rules
 from joch.store import open_store
@@ -52,13 +54,15 @@ class _Objects:
         return [o for (k, ns, _), o in self._by.items() if k == kind.kind and (namespace is None or ns == namespace)]
 
 
-def test(docs: list[Document], *, namespace: str | None, user: str | None, groups: list[str],
+def test(docs: list[Document], *, namespace: str, explicit: bool, user: str | None, groups: list[str],
          echo: Callable[[str], None]) -> int:
-    """Evaluate; print the results with ``echo``; return the exit code."""
+    """Evaluate; print the results with ``echo``; return the exit code. ``namespace`` is given to
+    documents naming none; ``explicit`` (``-n``): a document naming another one is an error."""
     objects = [_placed(doc, namespace) for doc in docs]
-    definitions = [d for d, o in zip(docs, objects, strict=True) if o.get("kind") in _DEFINITIONS]
-    stored = _admitted(definitions, namespace)
-    others = [o for o in objects if o.get("kind") not in _DEFINITIONS]
+    definitions = [dataclasses.replace(d, obj=_placed(d, namespace, uid=False))
+                   for d, o in zip(docs, objects, strict=True) if o.get("kind") in _DEFINITIONS]
+    stored = _admitted(definitions, namespace if explicit else None)
+    others = [_created_by(o, user) for o in objects if o.get("kind") not in _DEFINITIONS]
     source = _Objects([*others, *stored])
     if not any(o.get("kind") == "Policy" for o in stored):
         raise errors.BadRequest("no Policy in the files: give the Policy with -f as well as the objects to test")
@@ -98,7 +102,7 @@ def _evaluate(source: _Objects, obj: Obj) -> tuple[list[str], bool]:
     return lines, denied
 
 
-def _placed(doc: Document, namespace: str | None) -> Obj:
+def _placed(doc: Document, namespace: str, *, uid: bool = True) -> Obj:
     """The document with the namespace the server would give it, and a uid (rules may read it)."""
     obj: dict[str, Any] = dict(doc.obj)
     try:
@@ -106,11 +110,23 @@ def _placed(doc: Document, namespace: str | None) -> Obj:
     except errors.Invalid as exc:
         raise errors.Invalid(f"{doc.label()}: {exc.message}", causes=exc.causes) from None
     metadata = dict(obj.get("metadata") or {})
-    if kind.namespaced:
-        metadata.setdefault("namespace", namespace or DEFAULT_NAMESPACE)
-    metadata.setdefault("uid", f"policy-test-{doc.index}")
+    if kind.namespaced and not metadata.get("namespace"):
+        metadata["namespace"] = namespace
+    if uid:
+        metadata.setdefault("uid", f"policy-test-{doc.source}-{doc.index}-{doc.item}")
     obj["metadata"] = metadata
     return obj
+
+
+def _created_by(obj: Obj, user: str | None) -> Obj:
+    """A run's dispatch rules see its creator as ``request.user``; offline, that is ``--user``
+    unless the run records one."""
+    if obj.get("kind") != "AgentRun" or not user:
+        return obj
+    metadata = dict(obj["metadata"])
+    annotations = dict(metadata.get("annotations") or {})
+    annotations.setdefault(decisions.CREATED_BY, user)
+    return {**obj, "metadata": {**metadata, "annotations": annotations}}
 
 
 def _admitted(docs: list[Document], namespace: str | None) -> list[Obj]:
