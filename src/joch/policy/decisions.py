@@ -26,6 +26,7 @@ Variables (every expression sees all of them; those that do not apply are ``null
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -45,17 +46,23 @@ class Source(Protocol):
 
 
 class StoreSource:
-    """Reads through a store or a transaction's writer, listing each (kind, namespace) once."""
+    """Reads through a store or a transaction's writer, each object and list once: create one per
+    batch, after the batch's writes (what it read is not refreshed)."""
 
     def __init__(self, reader: Writer) -> None:
         self.reader = reader
         self._lists: dict[tuple[str, str | None], list[Obj]] = {}
+        self._gets: dict[tuple[str, str | None, str], Obj | None] = {}
+        self._compiled: dict[str | None, builtins.list[rules.Policy]] = {}
 
     def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj | None:
-        try:
-            return self.reader.get(kind, namespace, name)
-        except errors.NotFound:
-            return None
+        key = (kind.key, namespace, name)
+        if key not in self._gets:
+            try:
+                self._gets[key] = self.reader.get(kind, namespace, name)
+            except errors.NotFound:
+                self._gets[key] = None
+        return self._gets[key]
 
     def list(self, kind: KindInfo, namespace: str | None) -> list[Obj]:
         key = (kind.key, namespace)
@@ -63,9 +70,11 @@ class StoreSource:
             self._lists[key] = self.reader.list(kind, ListOptions(namespace=namespace)).items
         return self._lists[key]
 
-    def forget(self) -> None:
-        """Drop what was listed (call after writing a Policy or an Environment in the batch)."""
-        self._lists.clear()
+    def compiled(self, namespace: str | None) -> builtins.list[rules.Policy]:
+        """The candidate Policies for ``namespace``, compiled, once per source."""
+        if namespace not in self._compiled:
+            self._compiled[namespace] = rules.compile_all(candidates(self, namespace))
+        return self._compiled[namespace]
 
 
 class CacheSource:
@@ -88,21 +97,28 @@ def candidates(source: Source, namespace: str | None) -> list[Obj]:
     return found
 
 
+def _compiled(source: Source, namespace: str | None) -> list[rules.Policy]:
+    if isinstance(source, StoreSource):
+        return source.compiled(namespace)
+    return rules.compile_all(candidates(source, namespace))
+
+
 def admission(source: Source, obj: Obj, old: Obj | None) -> list[rules.Outcome]:
     """The admission rules that fire on writing ``obj`` (``old``: the stored object, on update)."""
     namespace = (obj.get("metadata") or {}).get("namespace")
-    policies = candidates(source, namespace)
+    policies = _compiled(source, namespace)
     if not policies:
         return []
     environments = rules.environments_of(namespace, source.list(kinds.ENVIRONMENT, None))
-    selected = rules.applicable(policies, obj, environments)
-    if not any(r.phase == "admission" for p in selected for r in p.rules):
+    selected = rules.select(policies, obj, environments)
+    if not any(p.phase("admission") for p in selected):
         return []
+    wanted = rules.referenced(selected, "admission")
     ctx = current_request()
     user = ctx.user if ctx else None
     request = rules.request_variable(user.name if user else "", user.groups if user else (),
                                      "create" if old is None else "update")
-    variables = {**_references(source, obj), "object": obj, "oldObject": old, "request": request,
+    variables = {**_references(source, obj, wanted), "object": obj, "oldObject": old, "request": request,
                  "namespace": rules.namespace_variable(namespace, environments),
                  "environment": rules.environment_variable(environments)}
     return rules.evaluate(selected, "admission", variables)
@@ -112,23 +128,27 @@ def dispatch(source: Source, run: Obj) -> list[rules.Outcome]:
     """The dispatch rules that fire on queueing ``run``."""
     m = run.get("metadata") or {}
     namespace = m.get("namespace")
-    policies = candidates(source, namespace)
+    policies = _compiled(source, namespace)
     if not policies:
         return []
     environments = rules.environments_of(namespace, source.list(kinds.ENVIRONMENT, None))
-    selected = rules.applicable(policies, run, environments)
-    if not any(r.phase == "dispatch" for p in selected for r in p.rules):
+    selected = rules.select(policies, run, environments)
+    if not any(p.phase("dispatch") for p in selected):
         return []
     creator = (m.get("annotations") or {}).get(CREATED_BY) or ""
-    variables = {**_references(source, run), "object": run, "oldObject": None,
+    variables = {**_references(source, run, rules.referenced(selected, "dispatch")), "object": run,
+                 "oldObject": None,
                  "request": rules.request_variable(creator, (), "dispatch"),
                  "namespace": rules.namespace_variable(namespace, environments),
                  "environment": rules.environment_variable(environments)}
     return rules.evaluate(selected, "dispatch", variables)
 
 
-def _references(source: Source, obj: Obj) -> dict[str, Any]:
+def _references(source: Source, obj: Obj, wanted: frozenset[str]) -> dict[str, Any]:
+    """``run``, ``agent``, ``provider``, ``implementation``; only those a rule reads are looked up."""
     out: dict[str, Any] = {"run": None, "agent": None, "provider": None, "implementation": None}
+    if not wanted & {"run", "agent", "provider", "implementation"}:
+        return out
     namespace = (obj.get("metadata") or {}).get("namespace")
     spec: Mapping[str, Any] = obj.get("spec") or {}
     agent: Obj | None = None
@@ -137,10 +157,11 @@ def _references(source: Source, obj: Obj) -> dict[str, Any]:
         agent_name = (spec.get("agentRef") or {}).get("name")
         agent = source.get(kinds.AGENT, namespace, agent_name) if agent_name else None
         out["agent"] = agent
-        out["implementation"] = _implementation(source, namespace, spec)
+        if "implementation" in wanted:
+            out["implementation"] = _implementation(source, namespace, spec)
     elif obj.get("kind") == "Agent":
         agent = obj
-    if agent is not None:
+    if agent is not None and "provider" in wanted:
         provider = ((agent.get("spec") or {}).get("providerRef") or {}).get("name")
         out["provider"] = source.get(kinds.AGENT_PROVIDER, namespace, provider) if provider else None
     return out

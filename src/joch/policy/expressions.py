@@ -67,6 +67,7 @@ class EvaluationError(Exception):
 class Expression:
     source: str
     program: Any  # cel.Program (the library ships no type stubs)
+    variables: frozenset[str] = frozenset()  # what it reads (``namespace`` as ``namespaceObject``)
 
     def evaluate(self, context: Any) -> bool:
         """The expression's value on ``context`` (a ``cel.Context`` built by ``activation``)."""
@@ -98,7 +99,7 @@ def compile_expression(source: str) -> Expression:
     except (ValueError, RuntimeError) as exc:
         raise _parse_error(str(exc), shifts) from None
     _check_names(source, program)
-    return Expression(source=source, program=program)
+    return Expression(source=source, program=program, variables=frozenset(program.variables()) & VARIABLES)
 
 
 # --- positions -----------------------------------------------------------------------------------

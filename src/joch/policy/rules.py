@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from joch.api.errors import NotFound
@@ -56,6 +56,24 @@ class Policy:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def phase(self, phase: Phase) -> tuple[Rule, ...]:
+        return self._admission if phase == "admission" else self._dispatch
+
+    def reads(self, phase: Phase) -> frozenset[str]:
+        return self._reads_admission if phase == "admission" else self._reads_dispatch
+
+    def __post_init__(self) -> None:
+        for phase in ("admission", "dispatch"):
+            chosen = tuple(r for r in self.rules if r.phase == phase)
+            reads = frozenset(v for r in chosen if r.expression is not None for v in r.expression.variables)
+            object.__setattr__(self, f"_{phase}", chosen)
+            object.__setattr__(self, f"_reads_{phase}", reads)
+
+    _admission: tuple[Rule, ...] = field(default=(), init=False, repr=False, compare=False)
+    _dispatch: tuple[Rule, ...] = field(default=(), init=False, repr=False, compare=False)
+    _reads_admission: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _reads_dispatch: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -149,17 +167,28 @@ def environments_of(namespace: str | None, environments: Iterable[Mapping[str, A
     return sorted(found, key=lambda e: str((e.get("metadata") or {}).get("name") or ""))
 
 
+def compile_all(policies: Iterable[Mapping[str, Any]]) -> list[Policy]:
+    """Compiled, ``joch-system``'s first, then by namespace and name (the order rules are reported)."""
+    out = [compiled(raw) for raw in policies]
+    return sorted(out, key=lambda p: (p.namespace != SYSTEM_NAMESPACE, p.namespace, p.name))
+
+
 def applicable(
     policies: Iterable[Mapping[str, Any]], obj: Mapping[str, Any], environments: Sequence[Mapping[str, Any]],
 ) -> list[Policy]:
     """The Policies (compiled) whose selector matches ``obj``; ``environments`` are the object's
     namespace's (``environments_of``)."""
+    return select(compile_all(policies), obj, environments)
+
+
+def select(policies: Iterable[Policy], obj: Mapping[str, Any], environments: Sequence[Mapping[str, Any]],
+           ) -> list[Policy]:
+    """``applicable`` for Policies compiled already (``compile_all``); keeps their order."""
     kind = str(obj.get("kind") or "")
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    names = {str((e.get("metadata") or {}).get("name") or "") for e in environments}
+    names = {str((e.get("metadata") or {}).get("name") or "") for e in environments} if environments else set()
     out = []
-    for raw in policies:
-        policy = compiled(raw)
+    for policy in policies:
         if policy.kinds and kind not in policy.kinds:
             continue
         if any(labels.get(k) != v for k, v in policy.match_labels.items()):
@@ -167,17 +196,27 @@ def applicable(
         if policy.environments and not (policy.environments & names):
             continue
         out.append(policy)
-    return sorted(out, key=lambda p: (p.namespace != SYSTEM_NAMESPACE, p.namespace, p.name))
+    return out
 
 
 # --- evaluating ----------------------------------------------------------------------------------
 
+def referenced(policies: Sequence[Policy], phase: Phase) -> frozenset[str]:
+    """The variables the ``phase`` rules of ``policies`` read (``namespace`` as ``namespaceObject``)."""
+    names: set[str] = set()
+    for policy in policies:
+        names |= policy.reads(phase)
+    return frozenset(names)
+
+
 def evaluate(policies: Sequence[Policy], phase: Phase, variables: dict[str, Any]) -> list[Outcome]:
-    """Run every ``phase`` rule of ``policies`` on ``variables``; the rules that fired."""
-    rules = [(p, r) for p in policies for r in p.rules if r.phase == phase]
+    """Run every ``phase`` rule of ``policies`` on ``variables``; the rules that fired. Only the
+    variables some rule reads are converted for CEL (converting is most of the cost)."""
+    rules = [(p, r) for p in policies for r in p.phase(phase)]
     if not rules:
         return []
-    context = activation(variables)
+    wanted = referenced(policies, phase)
+    context = activation({k: v for k, v in variables.items() if _alias(k) in wanted})
     out: list[Outcome] = []
     for policy, rule in rules:
         outcome = _run(policy, rule, context)
@@ -202,6 +241,10 @@ def _run(policy: Policy, rule: Rule, context: Any) -> Outcome | None:
     action: Action = "warn" if rule.action == "warn" else "deny"
     said = f"{rule.message} ({failure})" if rule.message else failure
     return Outcome(policy, rule, action, said, failed=True)
+
+
+def _alias(name: str) -> str:
+    return "namespaceObject" if name == "namespace" else name
 
 
 def request_variable(user: str, groups: Iterable[str], verb: str) -> dict[str, Any]:
