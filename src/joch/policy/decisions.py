@@ -34,6 +34,7 @@ from joch.api import errors, kinds
 from joch.api.identity import current_request
 from joch.api.registry import KindInfo
 from joch.policy import rules
+from joch.policy.expressions import Activation
 from joch.store.base import ListOptions, Obj, Writer
 
 CREATED_BY = "joch.dev/created-by"
@@ -54,6 +55,7 @@ class StoreSource:
         self._lists: dict[tuple[str, str | None], list[Obj]] = {}
         self._gets: dict[tuple[str, str | None, str], Obj | None] = {}
         self._compiled: dict[str | None, builtins.list[rules.Policy]] = {}
+        self.activation = Activation()
 
     def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj | None:
         key = (kind.key, namespace, name)
@@ -97,6 +99,10 @@ def candidates(source: Source, namespace: str | None) -> list[Obj]:
     return found
 
 
+def _reuse(source: Source) -> Activation | None:
+    return source.activation if isinstance(source, StoreSource) else None
+
+
 def _compiled(source: Source, namespace: str | None) -> list[rules.Policy]:
     if isinstance(source, StoreSource):
         return source.compiled(namespace)
@@ -121,7 +127,7 @@ def admission(source: Source, obj: Obj, old: Obj | None) -> list[rules.Outcome]:
     variables = {**_references(source, obj, wanted), "object": obj, "oldObject": old, "request": request,
                  "namespace": rules.namespace_variable(namespace, environments),
                  "environment": rules.environment_variable(environments)}
-    return rules.evaluate(selected, "admission", variables)
+    return rules.evaluate(selected, "admission", variables, reuse=_reuse(source))
 
 
 def dispatch(source: Source, run: Obj) -> list[rules.Outcome]:
@@ -141,7 +147,7 @@ def dispatch(source: Source, run: Obj) -> list[rules.Outcome]:
                  "request": rules.request_variable(creator, (), "dispatch"),
                  "namespace": rules.namespace_variable(namespace, environments),
                  "environment": rules.environment_variable(environments)}
-    return rules.evaluate(selected, "dispatch", variables)
+    return rules.evaluate(selected, "dispatch", variables, reuse=_reuse(source))
 
 
 def _references(source: Source, obj: Obj, wanted: frozenset[str]) -> dict[str, Any]:
