@@ -81,3 +81,22 @@ def test_compiled_policies_are_cached_by_uid_and_resource_version() -> None:
                "spec": {"rules": [rule("r", "false")]}}
     assert rules.compiled(changed) is not rules.compiled(first)
     assert rules.evaluate([rules.compiled(changed)], "admission", {"object": obj()}) == []
+
+
+def test_only_the_fields_rules_read_are_handed_to_cel_and_the_answers_do_not_change() -> None:
+    agent = {"kind": "Agent", "metadata": {"name": "coder", "namespace": "default", "labels": {"team": "a"}},
+             "spec": {"providerRef": {"name": "codex"}, "env": [{"name": "A", "value": "1"}]}}
+    cases = {
+        'object.metadata.name.startsWith("co")': True,  # a method call is not a field
+        "has(object.metadata.labels) && object.metadata.labels.size() == 1": True,
+        'has(object.spec.missing) || object.spec.env.exists(e, e.name == "A")': True,
+        'object.metadata.labels["team"] == "a"': True,
+        'object["spec"].providerRef.name == "codex"': True,  # read whole
+        "object.spec == {}": False,
+        'object.kind == "Agent" && object != null': True,  # a bare use: whole
+    }
+    for i, (expression, expected) in enumerate(cases.items()):
+        compiled = rules.compiled(policy(f"prune-{i}", rule("r", expression), uid=f"u-prune-{i}"))
+        fired = rules.evaluate([compiled], "admission", {"object": agent})
+        assert (fired != []) is expected, expression
+        assert not any(o.failed for o in fired), fired[0].message
