@@ -106,3 +106,19 @@ def test_without_a_policy_it_says_what_is_missing(tmp_path: Path, joch_at: Calla
     (tmp_path / "objects.yaml").write_text(OBJECTS % {"provider": "p", "binary": "codex"})
     result = joch_at(NOWHERE, "policy", "test", "-f", str(tmp_path / "objects.yaml"))
     assert result.code == 2 and "no Policy in the files" in result.err
+
+
+def test_the_readme_example_policy_works_as_written(tmp_path: Path, joch_at: Callable[..., Result]) -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme[readme.index("## Policies"):]
+    example = section[section.index("```yaml\n") + len("```yaml\n"):]
+    (tmp_path / "policy.yaml").write_text(example[:example.index("```")])
+    (tmp_path / "objects.yaml").write_text(OBJECTS % {"provider": "p", "binary": "aider"})
+    result = joch_at(NOWHERE, "policy", "test", "-f", str(tmp_path / "policy.yaml"), "-f",
+                     str(tmp_path / "objects.yaml"))
+    assert result.code == 10, result.err
+    lines = result.out.splitlines()
+    assert ("  DENY             joch-system/guardrails binary-allow-list (admission): agents may run codex or claude "
+            "only") in lines
+    assert ("  REQUIRE-APPROVAL joch-system/guardrails main-needs-approval (dispatch): runs on main need a second "
+            "pair of eyes") in lines
