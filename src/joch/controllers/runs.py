@@ -310,8 +310,7 @@ class RunController(Controller):
                           asked: Outcome | None = None) -> Result | None:
         name = approvals.name_for(run)
         agent = plan.agent["metadata"]["name"]
-        why = (f'Policy {asked.policy.ref} rule "{asked.rule.name}" requires approval: {asked.message}'
-               if asked is not None else f'Agent "{agent}" requires approval')
+        why = _asked_why(asked) if asked is not None else f'Agent "{agent}" requires approval'
         status.update(phase="AwaitingApproval", reason="AwaitingApproval",
                       message=f"{why}: joch approve approval {name}")
         status["conditions"] = set_condition(status["conditions"], _cond(
@@ -326,13 +325,7 @@ class RunController(Controller):
                 w.delete(kinds.APPROVAL, key.namespace, name, uid=existing["metadata"]["uid"])
                 existing = None
             if existing is None:
-                body = approvals.for_run(run, name, agent, requested_by=COMPONENT)
-                if asked is not None:
-                    body["spec"].update(
-                        reason=why, separationOfDuties=asked.policy.separation_of_duties,
-                        policyRef={"namespace": asked.policy.namespace, "name": asked.policy.name,
-                                   "rule": asked.rule.name})
-                approval = w.create(kinds.APPROVAL, body)
+                approval = w.create(kinds.APPROVAL, _approval(run, name, agent, asked))
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
@@ -349,8 +342,11 @@ class RunController(Controller):
             try:
                 self.ctx.store.get(kinds.APPROVAL, key.namespace, name)
             except errors.NotFound:
+                # Gone while the run waited: ask again, for the same reason.
                 agent = run["spec"]["agentRef"]["name"]
-                self.ctx.store.create(kinds.APPROVAL, approvals.for_run(run, name, agent, requested_by=COMPONENT))
+                outcomes = decisions.dispatch(decisions.StoreSource(self.ctx.store), run)
+                asked = next((o for o in outcomes if o.action == "requireApproval"), None)
+                self.ctx.store.create(kinds.APPROVAL, _approval(run, name, agent, asked))
             return None
         decision = (approval.get("status") or {}).get("phase")
         who = (approval.get("status") or {}).get("decidedBy") or "someone"
@@ -728,6 +724,21 @@ def _local_url(url: str) -> str:
     if "://" in url or os.path.isabs(url) or scp_like(url) or "::" in url:
         return url
     return os.path.abspath(url)
+
+
+def _asked_why(asked: Outcome) -> str:
+    return f'Policy {asked.policy.ref} rule "{asked.rule.name}" requires approval: {asked.message}'
+
+
+def _approval(run: Obj, name: str, agent: str, asked: Outcome | None) -> Obj:
+    """The run's dispatch Approval; when a Policy rule asked for it, saying which (``policyRef``) and
+    carrying the Policy's ``separationOfDuties``."""
+    body = approvals.for_run(run, name, agent, requested_by=COMPONENT)
+    if asked is not None:
+        body["spec"].update(reason=_asked_why(asked), separationOfDuties=asked.policy.separation_of_duties,
+                            policyRef={"namespace": asked.policy.namespace, "name": asked.policy.name,
+                                       "rule": asked.rule.name})
+    return body
 
 
 def _cond(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:

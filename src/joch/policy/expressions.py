@@ -79,7 +79,9 @@ class Expression:
             value = self.program.execute(context)
         except KeyError as exc:
             raise EvaluationError(f"no such key: {exc.args[0] if exc.args else exc}") from None
-        except Exception as exc:  # noqa: BLE001 - the library raises plain RuntimeError/TypeError/ValueError
+        except BaseException as exc:  # plain RuntimeError/TypeError/ValueError, or a Rust panic
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
             raise EvaluationError(f"{type(exc).__name__}: {exc}") from None
         if not isinstance(value, bool):
             raise EvaluationError(f"the expression must evaluate to true or false, got {type(value).__name__} "
@@ -119,7 +121,9 @@ def compile_expression(source: str) -> Expression:
     rewritten, shifts = _rewrite(source)
     try:
         program = cel.compile(rewritten)
-    except (ValueError, RuntimeError) as exc:
+    except BaseException as exc:  # ValueError, or a Rust panic (a BaseException) on odd input
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
         raise _parse_error(str(exc), shifts) from None
     _check_names(source, program)
     return Expression(source=source, program=program, variables=frozenset(program.variables()) & VARIABLES,

@@ -261,7 +261,9 @@ def evaluate(policies: Sequence[Policy], phase: Phase, variables: dict[str, Any]
         if rule.expression is not None:
             try:
                 value = rule.expression.program.execute(context)
-            except Exception:  # noqa: BLE001 - _run runs it again and reports the failure
+            except BaseException as exc:  # _run runs it again and reports the failure
+                if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                    raise
                 value = None
             if value is False:
                 continue
