@@ -9,9 +9,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from integration.controllers import test_runs
 from integration.controllers.test_runs import Env, agent, provider, script
 from joch.api import kinds
+from joch.api.audit import AuditEntry
 
 # The run controller harness (a store, a manager and local runners over a git repository).
 make_env = test_runs.make_env
@@ -74,8 +77,12 @@ def test_an_agent_requiring_approval_and_a_policy_share_one_approval(make_env: C
     assert len(approvals) == 1 and approvals[0]["spec"]["policyRef"]["rule"] == "main-needs-approval"
 
 
-def test_a_dispatch_deny_fails_the_run_policy_denied(make_env: Callable[..., Env]) -> None:
+def test_a_dispatch_deny_fails_the_run_policy_denied(make_env: Callable[..., Env],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     env = make_env()
+    audited: list[AuditEntry] = []
+    # The audit backend is another section's; what this one owes is the call.
+    monkeypatch.setattr(env.store, "audit", audited.append)
     env.apply(provider("p", script("pass")), agent("a", "p"), policy("no-secrets", [{
         "name": "no-secret-runs", "phase": "dispatch",
         "expression": "has(run.spec.secrets) && size(run.spec.secrets) > 0 || "
@@ -88,6 +95,9 @@ def test_a_dispatch_deny_fails_the_run_policy_denied(make_env: Callable[..., Env
     assert run["status"]["message"] == ('denied by Policy default/no-secrets rule "no-secret-runs": this work is '
                                         "not for agents")
     assert ("PolicyDenied", run["status"]["message"]) in env.events(name)
+    [entry] = audited
+    assert (entry.verb, entry.kind, entry.name, entry.decision) == ("dispatch", "AgentRun", name, "denied")
+    assert entry.reason == 'Policy default/no-secrets rule "no-secret-runs": this work is not for agents'
     fine = env.create_run(text="allowed")
     assert env.wait(fine, {"Failed", "Succeeded"})["status"]["phase"] == "Succeeded"
 
