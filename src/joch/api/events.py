@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets as _secrets
 from typing import Any, Literal
 
-from joch.api.meta import now
+from joch.api.meta import DEFAULT_NAMESPACE, now
 
 INVOLVED_UID = "events.joch.dev/involved-uid"
 MAX_MESSAGE = 1024
@@ -29,7 +29,9 @@ def event(
     return {
         "apiVersion": "ops.joch.dev/v1alpha1",
         "kind": "Event",
-        "metadata": {"name": name, "namespace": m.get("namespace"), "labels": {INVOLVED_UID: m["uid"]}},
+        # A cluster-scoped object's Events go to the default namespace, as in Kubernetes.
+        "metadata": {"name": name, "namespace": m.get("namespace") or DEFAULT_NAMESPACE,
+                     "labels": {INVOLVED_UID: m["uid"]}},
         "spec": {
             "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": m["name"],
                                "namespace": m.get("namespace"), "uid": m["uid"]},

@@ -238,3 +238,13 @@ def test_warn_is_a_warning_and_an_event_on_the_object(store: Store) -> None:
     # A dry run warns and writes no Event.
     dry = apply(store, doc("AgentProvider", "q", {"binary": "codex"}), dry_run=True)
     assert len(dry.warnings()) == 1 and len(store.list(kinds.EVENT).items) == 1
+
+
+def test_a_warning_about_a_cluster_scoped_object_is_an_event_in_default(store: Store) -> None:
+    apply(store, policy("envs", [{"name": "empty", "action": "warn", "expression": "!has(object.spec.namespaces)",
+                                  "message": "an Environment without namespaces selects nothing"}],
+                        namespace="joch-system", selector={"kinds": ["Environment"]}))
+    result = apply(store, doc("Environment", "qa", {}, api="ops.joch.dev/v1alpha1"))
+    assert "an Environment without namespaces selects nothing" in result.warnings()[0]
+    [event] = store.list(kinds.EVENT).items
+    assert event["metadata"]["namespace"] == "default" and event["spec"]["involvedObject"]["name"] == "qa"
