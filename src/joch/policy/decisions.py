@@ -1,10 +1,11 @@
 """What the policies say about one write (admission) or one run about to be queued (dispatch).
 
-Both read through a ``Source``: ``StoreSource`` over a store or an open transaction's writer
-(admission: so Policies written earlier in the same batch count), ``CacheSource`` over anything
-with ``get``/``list`` callables (the run controller's informer caches). A ``StoreSource`` lists
-each namespace's Policies and the Environments once and keeps them for its own life, which is one
-batch: a 100-document apply lists them once, not 100 times.
+Both read through a ``Source``: ``StoreSource`` over a store or an open transaction's writer (admission:
+so Policies written earlier in the same batch count; the run controller: so a Policy applied just
+before a run counts, which its informer caches might not show yet), or any other ``get``/``list``
+(``joch policy test`` reads its files). A ``StoreSource`` lists each namespace's Policies and the
+Environments once, compiles them once, and keeps them for its own life, which is one batch: a
+100-document apply reads them once, not 100 times.
 
 Variables (every expression sees all of them; those that do not apply are ``null``):
 
@@ -27,7 +28,7 @@ Variables (every expression sees all of them; those that do not apply are ``null
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from joch.api import errors, kinds
@@ -77,18 +78,6 @@ class StoreSource:
         if namespace not in self._compiled:
             self._compiled[namespace] = rules.compile_all(candidates(self, namespace))
         return self._compiled[namespace]
-
-
-class CacheSource:
-    def __init__(self, get: Callable[[KindInfo, str | None, str], Obj | None],
-                 list_: Callable[[KindInfo, str | None], list[Obj]]) -> None:
-        self._get, self._list = get, list_
-
-    def get(self, kind: KindInfo, namespace: str | None, name: str) -> Obj | None:
-        return self._get(kind, namespace, name)
-
-    def list(self, kind: KindInfo, namespace: str | None) -> list[Obj]:
-        return self._list(kind, namespace)
 
 
 def candidates(source: Source, namespace: str | None) -> list[Obj]:
