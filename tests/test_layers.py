@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "joch"
 LAYERS: dict[str, set[str]] = {
     "api": set(),
     "store": {"api"},
-    "admission": {"store", "api"},
+    "admission": {"policy", "store", "api"},  # policy preflight: admission evaluates the rules
     "compiler": {"store", "api"},
     "runtime": {"store", "api"},
     "integrations": {"store", "api"},

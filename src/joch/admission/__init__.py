@@ -6,7 +6,10 @@ problem at its field path; ``apply`` writes batches atomically and offers the si
 the HTTP server uses; ``merge`` is RFC 7386. ``diagnostics``, ``metadata`` and ``references`` are
 the pieces ``admit`` is built from.
 
-Layering: admission imports only ``joch.api`` and ``joch.store`` (see tests/test_layers.py).
+``policies`` is the policy preflight: Policies compiled when applied, admission rules evaluated on
+every write (deny, warn).
+
+Layering: admission imports ``joch.policy``, ``joch.store`` and ``joch.api`` (see tests/test_layers.py).
 """
 
 from joch.admission.apply import ApplyItem as ApplyItem

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
-from joch.admission import uniqueness
+from joch.admission import policies, uniqueness
 from joch.admission.documents import Document
 from joch.admission.merge import merge_patch
 from joch.admission.references import Pending
@@ -70,6 +70,7 @@ from joch.api import errors
 from joch.api.errors import Cause
 from joch.api.meta import DEFAULT_NAMESPACE
 from joch.api.registry import KindInfo
+from joch.policy.decisions import StoreSource
 from joch.store.base import Obj, Store, Writer
 
 Action = Literal["created", "configured", "unchanged"]
@@ -154,13 +155,14 @@ def create_documents(
 
 
 def _run(store: Store, dry_run: bool, body: Callable[[Writer], _T]) -> _T:
-    try:
-        with store.transaction() as writer:
-            result = body(writer)
-            if dry_run:
-                raise _DryRun(result)
-    except _DryRun as abort:
-        return cast(_T, abort.result)
+    with policies.collecting(store):
+        try:
+            with store.transaction() as writer:
+                result = body(writer)
+                if dry_run:
+                    raise _DryRun(result)
+        except _DryRun as abort:
+            return cast(_T, abort.result)
     return result
 
 
@@ -199,7 +201,31 @@ def _batch(
     stale = [(plan.doc, why) for plan in plans if mode == "apply" and (why := _stale(plan)) is not None]
     if stale:
         raise _conflict(stale)
-    return [_write(writer, plan) for plan in plans]
+    items = [_write(writer, plan) for plan in plans]
+    return _enforce_policies(writer, plans, items, docs, mode)
+
+
+def _enforce_policies(
+    writer: Writer, plans: list[_Plan], items: list[ApplyItem], docs: list[Document], mode: Mode,
+) -> list[ApplyItem]:
+    """The admission rules on every object the batch wrote, with the batch's own Policies in force
+    (see ``policies``); any denial rejects the batch like an invalid document."""
+    source = StoreSource(writer)
+    failures: list[tuple[Document, errors.Invalid]] = []
+    out = []
+    for plan, item in zip(plans, items, strict=True):
+        if item.action == "unchanged":
+            out.append(item)
+            continue
+        try:
+            warned = policies.enforce(writer, source, item.kind, item.object, plan.old, name=item.name)
+        except errors.Invalid as exc:
+            failures.append((plan.doc, exc))
+            continue
+        out.append(dataclasses.replace(item, warnings=[*item.warnings, *warned]) if warned else item)
+    if failures:
+        raise _batch_invalid(failures, docs, mode=mode)
+    return out
 
 
 def _identity(doc: Document) -> Identity | None:
@@ -465,7 +491,10 @@ def create_object(
     def body(writer: Writer) -> tuple[Obj, list[str]]:
         admitted = _admit_with(writer, obj, old=None, options=options or DEFAULT_OPTIONS,
                                extra=list(_batch_rules(_single(obj), "create", None, None)))
-        return _create(writer, kind, admitted.obj, None), admitted.warnings
+        created = _create(writer, kind, admitted.obj, None)
+        warned = policies.enforce(writer, StoreSource(writer), kind, created, None,
+                                  name=created["metadata"]["name"])
+        return created, [*admitted.warnings, *warned]
 
     return _run(store, dry_run, body)
 
@@ -526,7 +555,9 @@ def _replace(
 ) -> tuple[Obj, list[str]]:
     old = writer.get(kind, namespace, name)
     admitted = admit(writer, obj, old=old, options=options or DEFAULT_OPTIONS)
-    return _update(writer, kind, old, admitted.obj, always=True), admitted.warnings
+    updated = _update(writer, kind, old, admitted.obj, always=True)
+    warned = policies.enforce(writer, StoreSource(writer), kind, updated, old, name=name)
+    return updated, [*admitted.warnings, *warned]
 
 
 def _patch(

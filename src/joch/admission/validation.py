@@ -24,7 +24,8 @@ Design decisions:
   object so callers use it as an update precondition (the store checks both); other server-owned
   metadata is taken from ``old``.
 * Rules beyond a spec's schema (``kinds.CheckedSpec.problems``: unique Policy rule names, selector
-  kinds the registry knows) run once the schema passes, and report at their own paths.
+  kinds the registry knows) run once the schema passes, and report at their own paths; so does
+  the compilation of a Policy's CEL expressions (``policies.rule_causes``).
 * ``apiVersion: joch.dev/v2`` with a kind that exists in another version is a problem with the
   ``apiVersion`` and is reported there; a kind unknown in a known apiVersion is reported at ``kind``.
 """
@@ -39,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from joch.admission import diagnostics
+from joch.admission import diagnostics, policies
 from joch.admission.documents import RawScalars
 from joch.admission.metadata import normalize_metadata
 from joch.admission.provenance import stamp
@@ -212,6 +213,7 @@ def _spec(kind: KindInfo, obj: dict[str, Any], raw: RawScalars) -> tuple[dict[st
     if isinstance(model, CheckedSpec):
         problems = [Cause(diagnostics.format_path(("spec", *path)), message, reason)
                     for path, message, reason in model.problems()]
+        problems += policies.rule_causes(kind, given)
         if problems:
             return {}, problems
     spec: dict[str, Any] = prune_defaults(_dump(model), given)

@@ -260,8 +260,13 @@ class ImplementationSpecStatus(ConditionedStatus):
 # --- joch.dev/Policy -----------------------------------------------------------------------------
 
 class PolicySelector(Model):
+    """Which objects a Policy's rules see (every field that is set must match): ``kinds`` (a kind,
+    plural or short name), ``matchLabels`` on the object, ``environments`` (names of Environments
+    whose ``spec.namespaces`` include the object's namespace)."""
+
     matchLabels: dict[Str, Str] = Field(default_factory=dict)
     kinds: list[Str] = Field(default_factory=list)
+    environments: list[Str] = Field(default_factory=list)
 
 
 class PolicyRule(Model):
@@ -273,12 +278,21 @@ class PolicyRule(Model):
 
 
 class PolicySpec(CheckedSpec):
+    """CEL rules (``joch.policy`` compiles and evaluates them; admission compiles every rule when
+    the Policy is applied). ``separationOfDuties``: an Approval a dispatch rule of this Policy asks
+    for may not be decided by the run's creator."""
+
     selector: PolicySelector = Field(default_factory=PolicySelector)
     rules: list[PolicyRule] = Field(min_length=1)
+    separationOfDuties: Bool = False
 
     def problems(self) -> Iterator[Problem]:
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
+            if rule.action == "requireApproval" and rule.phase != "dispatch":
+                yield (("rules", i, "action"), f'rule "{rule.name}": requireApproval only applies when a run is '
+                       "dispatched (a human approves the run, not a write): set phase: dispatch, or use action "
+                       "deny or warn at admission", "FieldValueNotSupported")
             if rule.name in first:
                 yield (("rules", i, "name"), f'duplicate rule name "{rule.name}" (spec.rules[{first[rule.name]}] '
                        "has it already): rule names must be unique within a Policy", "FieldValueDuplicate")
@@ -611,6 +625,41 @@ class EventStatus(Model):
     pass
 
 
+# --- ops.joch.dev/Team and Environment -----------------------------------------------------------
+
+class TeamSpec(Model):
+    """Who belongs to a team (user names, groups) and the namespaces it works in."""
+
+    description: Str | None = None
+    members: list[Str] = Field(default_factory=list)
+    groups: list[Str] = Field(default_factory=list)
+    namespaces: list[Str] = Field(default_factory=list)
+
+
+class EnvironmentSpec(CheckedSpec):
+    """A stage (``dev``, ``staging``, ``prod``: the Environment's name) and the namespaces in it.
+    Policies select by it (``selector.environments``) and see it as ``namespace.environment``."""
+
+    description: Str | None = None
+    namespaces: list[Str] = Field(default_factory=list)
+
+    def problems(self) -> Iterator[Problem]:
+        first: dict[str, int] = {}
+        for i, name in enumerate(self.namespaces):
+            if name in first:
+                yield (("namespaces", i), f'duplicate namespace "{name}" (spec.namespaces[{first[name]}] has it '
+                       "already)", "FieldValueDuplicate")
+            first.setdefault(name, i)
+
+
+class TeamStatus(Model):
+    pass
+
+
+class EnvironmentStatus(Model):
+    pass
+
+
 # --- ops.joch.dev/Lease --------------------------------------------------------------------------
 
 class LeaseSpec(Model):
@@ -749,6 +798,16 @@ EVENT = register(KindInfo(
     columns=(Column("TYPE", "spec.type"), Column("REASON", "spec.reason"),
              Column("OBJECT", "spec.involvedObject.name"), Column("MESSAGE", "spec.message"), AGE),
 ))
+TEAM = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Team", plural="teams", short_names=("tm",), namespaced=False,
+    spec_model=TeamSpec, status_model=TeamStatus,
+    columns=(Column("MEMBERS", "spec.members[*]"), Column("NAMESPACES", "spec.namespaces[*]"), AGE),
+))
+ENVIRONMENT = register(KindInfo(
+    group=OPS, version=V1ALPHA1, kind="Environment", plural="environments", short_names=("env",),
+    namespaced=False, spec_model=EnvironmentSpec, status_model=EnvironmentStatus,
+    columns=(Column("NAMESPACES", "spec.namespaces[*]"), AGE),
+))
 LEASE = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="Lease", plural="leases",
     spec_model=LeaseSpec, status_model=LeaseStatus, categories=(),
@@ -762,5 +821,6 @@ ROLE_BINDING = register(KindInfo(
     columns=(Column("ROLE", "spec.roleRef.name"), Column("SUBJECTS", "spec.subjects[*].name"), AGE),
 ))
 
-__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "BUDGET", "CREATED_BY", "EVENT", "IMPLEMENTATION_SPEC",
-           "LEASE", "MODEL", "POLICY", "ROLE_BINDING", "SECRET", "TEAM_LABEL", "CheckedSpec", "Condition", "Problem"]
+__all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "BUDGET", "CREATED_BY", "ENVIRONMENT", "EVENT",
+           "IMPLEMENTATION_SPEC", "LEASE", "MODEL", "POLICY", "ROLE_BINDING", "SECRET", "TEAM", "TEAM_LABEL",
+           "CheckedSpec", "Condition", "Problem"]

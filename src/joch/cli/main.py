@@ -73,6 +73,7 @@ def exit_codes_help() -> str:
         lines.append(f"- **{code}** {_MEANING.get(code, 'error')}{detail}")
     lines.append(f"- **{runs.FAILED_EXIT_CODE}** the run ended Failed (`run --follow`)")
     lines.append(f"- **{runs.CANCELLED_EXIT_CODE}** the run ended Cancelled (`run --follow`)")
+    lines.append("- **10** a rule denied an object (`policy test`)")
     lines.append("- **130** interrupted (Ctrl-C, e.g. to end `get -w`)")
     return "**Exit codes**\n\n" + "\n".join(lines)
 
@@ -815,6 +816,45 @@ def deny_command(
     The decision is recorded as yours (decidedBy is the user you authenticate as); --reason says why.
     `joch deny run NAME --reason R` denies the run's pending approval."""
     _decide(ctx, [kind, *(names or [])], namespace, server, reason, approve=False)
+
+
+policy_app = typer.Typer(
+    name="policy", cls=Commands, help="Work with Policies offline.", no_args_is_help=True,
+    rich_markup_mode="markdown", context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(policy_app)
+
+
+@policy_app.command("test", cls=helptypes.Command)
+@reported
+def policy_test_command(
+    ctx: typer.Context,
+    filenames: FilenameOption = None,
+    namespace: NamespaceOption = None,
+    user: Annotated[str | None, typer.Option("--user", metavar="NAME", show_default=False,
+                                             help="request.user the rules see (for an AgentRun's dispatch rules: its "
+                                                  "creator). Default: empty.")] = None,
+    groups: Annotated[list[str] | None, typer.Option("--group", metavar="GROUP", show_default=False,
+                                                     help="A group in request.groups. Repeatable.")] = None,
+) -> None:
+    """Evaluate Policies against objects, offline: no server is asked.
+
+    Give the Policies and the objects in the -f files, with what the objects refer to (an Agent's
+    AgentProvider, a run's Agent) and any Environments. Prints per object each rule that applies
+    to it: ALLOW, DENY, WARN or REQUIRE-APPROVAL, with the rule's message. Admission rules are
+    evaluated for every object, dispatch rules for AgentRuns too.
+
+    Exit code: 0 when nothing is denied, 10 when a rule denies an object, 2 when a document is
+    invalid (a rule that does not compile names its line and column)."""
+    from joch.admission.documents import load_documents
+    from joch.cli import policies
+
+    docs = [doc for source in _read(filenames) for doc in load_documents(source.text, source.name)]
+    chosen = _namespace(ctx, namespace)
+    code = policies.test(docs, namespace=chosen.name, explicit=chosen.explicit, user=user, groups=list(groups or []),
+                         echo=typer.echo)
+    if code:
+        raise typer.Exit(code)
 
 
 @command("artifacts")

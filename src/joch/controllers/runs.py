@@ -22,6 +22,14 @@ lost update. What the controller decides and why:
   (``Store.reveal``, decrypted) when the run is dispatched, go to the runtime's ``submit`` and
   nowhere else, and each Secret resolved is recorded with ``Store.audit`` (verb ``resolve``, the
   Secret and the run, never a value) — once per attempt on this replica.
+* **Dispatch policies** run once the run resolves, before it is queued (``joch.policy``): the
+  Policies of the run's namespace and ``joch-system`` are read from the store (not the caches, so
+  a Policy applied just before the run counts). A ``deny`` ends it ``Failed`` with reason
+  ``PolicyDenied`` and a message naming the policy, the rule and its message; ``requireApproval``
+  sends it to ``AwaitingApproval`` with the run's one dispatch Approval, whose ``spec.reason``
+  names the rule, ``spec.policyRef`` points at it and ``spec.separationOfDuties`` is the Policy's
+  (an Agent that requires approval too still gets one Approval per run and action); ``warn`` is a
+  Warning Event. Denials and warnings are audited.
 * **Scheduling** (``scheduling.Scheduler``) decides which Queued run may start under the global,
   namespace and agent limits; approvals (``approvals``) gate runs of agents that require one
   (denied: ``ApprovalDenied``; expired unanswered: ``ApprovalExpired``, with the time).
@@ -73,6 +81,8 @@ from joch.compiler import render
 from joch.controllers import approvals, budgets, events, metering, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
+from joch.policy import decisions
+from joch.policy.rules import Outcome
 from joch.runtime import base as rt
 from joch.runtime import disks
 from joch.runtime.workspace import scp_like
@@ -237,8 +247,25 @@ class RunController(Controller):
         conditions = set_condition(conditions, _cond("InvalidSpec", "False", "Valid", "the spec is valid"))
         status.update(conditions=conditions, attempt=status.get("attempt") or 1,
                       compiledManifestHash=plan.compiled.hash, observedGeneration=run["metadata"].get("generation"))
-        if plan.requires_approval:
-            return self._request_approval(key, run, status, plan)
+        outcomes = decisions.dispatch(decisions.StoreSource(self.ctx.store), run)
+        denied = [o for o in outcomes if o.action == "deny"]
+        if denied:
+            message = "; ".join(f'denied by Policy {o.policy.ref} rule "{o.rule.name}": {o.message}' for o in denied)
+            ended = _ended(run, "Failed", "PolicyDenied", message)
+            ended["conditions"] = set_condition(ended["conditions"], _cond("Blocked", "True", "PolicyDenied", message))
+            self._write(run, ended, ("PolicyDenied", message, "Warning"))
+            self._audit(run, denied, "denied")
+            return None
+        warned = [o for o in outcomes if o.action == "warn"]
+        if warned:
+            with self.ctx.store.transaction() as w:
+                for o in warned:
+                    events.record(w, run, reason="PolicyWarning", message=o.reason, type="Warning",
+                                  component=COMPONENT)
+            self._audit(run, warned, "allowed")
+        asked = next((o for o in outcomes if o.action == "requireApproval"), None)
+        if plan.requires_approval or asked is not None:
+            return self._request_approval(key, run, status, plan, asked)
         return self._enqueue(key, run, status, plan.agent, "Accepted", "waiting for a run slot",
                              ("Queued", f"accepted; agent {plan.agent['metadata']['name']}, attempt "
                                         f"{status['attempt']}", "Normal"))
@@ -317,11 +344,19 @@ class RunController(Controller):
 
     # --- AwaitingApproval -------------------------------------------------------------------------
 
-    def _request_approval(self, key: Key, run: Obj, status: dict[str, Any], plan: Plan) -> Result | None:
+    def _audit(self, run: Obj, outcomes: Sequence[Outcome], decision: Literal["allowed", "denied"]) -> None:
+        m = run["metadata"]
+        for o in outcomes:
+            self.ctx.store.audit(AuditEntry(verb="dispatch", kind="AgentRun", namespace=m.get("namespace"),
+                                            name=m["name"], decision=decision, reason=o.reason))
+
+    def _request_approval(self, key: Key, run: Obj, status: dict[str, Any], plan: Plan,
+                          asked: Outcome | None = None) -> Result | None:
         name = approvals.name_for(run)
         agent = plan.agent["metadata"]["name"]
+        why = _asked_why(asked) if asked is not None else f'Agent "{agent}" requires approval'
         status.update(phase="AwaitingApproval", reason="AwaitingApproval",
-                      message=f'Agent "{agent}" requires approval: joch approve approval {name}')
+                      message=f"{why}: joch approve approval {name}")
         status["conditions"] = set_condition(status["conditions"], _cond(
             "AwaitingApproval", "True", "ApprovalRequested", f"waiting for Approval {name}"))
         with self.ctx.store.transaction() as w:
@@ -340,20 +375,28 @@ class RunController(Controller):
                     f"{uniqueness.APPROVAL_LABEL}={uniqueness.approval_key(key.name, 'dispatch')}")))
                 for other in approvals.others_for(listed.items, run, "dispatch"):
                     w.delete(kinds.APPROVAL, key.namespace, other["metadata"]["name"], uid=other["metadata"]["uid"])
-                approval = w.create(kinds.APPROVAL, self._dispatch_approval(run, name, plan.agent))
+                approval = w.create(kinds.APPROVAL, self._dispatch_approval(run, name, plan.agent, asked))
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
         return None
 
-    def _dispatch_approval(self, run: Obj, name: str, agent: Obj) -> Obj:
+    def _dispatch_approval(self, run: Obj, name: str, agent: Obj, asked: Outcome | None = None) -> Obj:
+        """The run's dispatch Approval: the Agent's expiry and separation of duties, and when a Policy
+        rule asked for it, which (``policyRef``, the reason) and that Policy's separation of duties."""
         spec = agent.get("spec") or {}
         timeout = spec.get("approvalTimeoutSeconds")
         expires = None
         if isinstance(timeout, int) and timeout > 0:
             expires = dt.datetime.fromtimestamp(self.ctx.clock.time() + timeout, dt.UTC)
-        return approvals.for_run(run, name, agent["metadata"]["name"], expires_at=expires,
-                                 separation_of_duties=bool(spec.get("approvalSeparationOfDuties")))
+        separate = bool(spec.get("approvalSeparationOfDuties"))
+        separate = separate or (asked is not None and asked.policy.separation_of_duties)
+        body = approvals.for_run(run, name, agent["metadata"]["name"], expires_at=expires,
+                                 separation_of_duties=separate)
+        if asked is not None:
+            body["spec"].update(reason=_asked_why(asked), policyRef={
+                "namespace": asked.policy.namespace, "name": asked.policy.name, "rule": asked.rule.name})
+        return body
 
     def _awaiting_approval(self, key: Key, run: Obj) -> Result | None:
         name = approvals.name_for(run)
@@ -366,10 +409,13 @@ class RunController(Controller):
             try:
                 self.ctx.store.get(kinds.APPROVAL, key.namespace, name)
             except errors.NotFound:
+                # Gone while the run waited: ask again, for the same reason.
                 agent = self._read(kinds.AGENT, key.namespace, run["spec"]["agentRef"]["name"])
                 if agent is None:
                     return Result(requeue_after=1.0)
-                self.ctx.store.create(kinds.APPROVAL, self._dispatch_approval(run, name, agent))
+                outcomes = decisions.dispatch(decisions.StoreSource(self.ctx.store), run)
+                asked = next((o for o in outcomes if o.action == "requireApproval"), None)
+                self.ctx.store.create(kinds.APPROVAL, self._dispatch_approval(run, name, agent, asked))
             return None
         decision = (approval.get("status") or {}).get("phase")
         who = (approval.get("status") or {}).get("decidedBy") or "someone"
@@ -876,6 +922,10 @@ def _local_url(url: str) -> str:
     if "://" in url or os.path.isabs(url) or scp_like(url) or "::" in url:
         return url
     return os.path.abspath(url)
+
+
+def _asked_why(asked: Outcome) -> str:
+    return f'Policy {asked.policy.ref} rule "{asked.rule.name}" requires approval: {asked.message}'
 
 
 def _cond(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:

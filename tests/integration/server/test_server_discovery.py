@@ -77,7 +77,10 @@ def test_openapi_documents_every_kind_with_its_schema(server: LiveServer) -> Non
     assert set(paths[ns_agents + "/{name}/status"]) == {"get", "put", "patch"}
     assert "get" in paths["/apis/joch.dev/v1alpha1/agents"]
     for info in REGISTRY:
-        assert f"/apis/{info.group}/{info.version}/namespaces/{{namespace}}/{info.plural}" in paths
+        namespaced = f"/apis/{info.group}/{info.version}/namespaces/{{namespace}}/{info.plural}"
+        cluster = f"/apis/{info.group}/{info.version}/{info.plural}"
+        assert cluster in paths  # a cluster-scoped kind's collection, or a namespaced kind's across namespaces
+        assert (namespaced in paths) is info.namespaced, info.kind
     for path in ("/v1/resources/apply", "/v1/namespaces/{namespace}/agents", "/v1/resources/watch"):
         assert path in paths
     params = {p["name"] for p in paths[ns_agents]["get"]["parameters"]}
