@@ -9,9 +9,11 @@ left out: admission defaults many of them and they are noise on a page meant for
 Conditions get their own table (Type, Status, Reason, Message, Age since the last transition)
 because they are what a user looks at first when something is not Ready; an AgentRun's
 ``status.artifacts`` get one too (Name, Size, SHA256), under ``Artifacts:``, since a digest is
-unreadable as a YAML block. Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject``
-names this object (``reading`` finds them), oldest first. Rendering is a pure function of the
-object, its events and ``now``.
+unreadable as a YAML block. A kind that keeps its fields at the top level, as a RoleBinding keeps
+``roleRef`` and ``subjects``, gets a block per field (``roleRef:``, ``subjects:``) instead of Spec.
+Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object
+(``reading`` finds them), oldest first. Rendering is a pure function of the object, its events
+and ``now``.
 
 A ``Secret``'s values are never printed: like ``kubectl describe secret``, each key of
 ``spec.data`` (base64) and ``spec.stringData`` shows only its size, ``token:  12 bytes``. A page
@@ -34,6 +36,7 @@ HEADER_WIDTH = len("Annotations:  ")
 INDENT = "  "
 SECRET = ("ops.joch.dev", "Secret")
 AGENT_RUN = ("runtime.joch.dev", "AgentRun")
+TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
 def describe(
@@ -47,8 +50,11 @@ def describe(
     lines += _pairs("Annotations", meta.get("annotations"))
     lines += [_header("API Version", obj.get("apiVersion", rt.api_version)), _header("Kind", rt.kind)]
     lines += _section("Metadata", _metadata(meta), 0)
-    spec = obj.get("spec")
-    lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
+    if "spec" in obj or not _top_fields(obj):
+        spec = obj.get("spec")
+        lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
+    for key, value in _top_fields(obj).items():  # a kind shaped like Kubernetes' RoleBinding
+        lines += _section(key, value, 0)
     status = obj.get("status") or {}
     if (rt.group, rt.kind) == AGENT_RUN:
         lines += _status({k: v for k, v in status.items() if k != "artifacts"}, now)
@@ -57,6 +63,12 @@ def describe(
         lines += _status(status, now)
     lines += _events(events, now)
     return "\n".join(lines) + "\n"
+
+
+def _top_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a kind that keeps them at the top level, as Kubernetes' RoleBinding keeps
+    ``roleRef`` and ``subjects`` (``KindInfo.body == "top"``); empty for every other kind."""
+    return {k: v for k, v in obj.items() if k not in TOP_LEVEL}
 
 
 def _header(label: str, value: Any) -> str:

@@ -392,7 +392,7 @@ class _Tx(Writer):
         new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status"))
         if "status" in current:
             new["status"] = current["status"]
-        if new.get("spec") != current.get("spec"):
+        if kind.body_of(new) != kind.body_of(current):  # the spec, or a RoleBinding's top-level fields
             new_meta["generation"] = int(cm.get("generation") or 0) + 1
         if cm.get("deletionTimestamp"):
             added = set(new_meta.get("finalizers") or ()) - set(cm.get("finalizers") or ())

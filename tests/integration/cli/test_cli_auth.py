@@ -28,9 +28,8 @@ BINDING = """\
 apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: viewers, namespace: team-a}
-spec:
-  roleRef: {kind: Role, name: viewer}
-  subjects: [{kind: User, name: victor}]
+roleRef: {kind: Role, name: viewer}
+subjects: [{kind: User, name: victor}]
 """
 PROVIDER = """\
 apiVersion: joch.dev/v1alpha1
