@@ -214,6 +214,8 @@ def _spec(kind: KindInfo, obj: dict[str, Any], raw: RawScalars) -> tuple[dict[st
             given = {}
     else:  # the fields are top-level keys; unknown ones are _top_level's
         given = {k: obj[k] for k in kind.body_fields if k in obj}
+        if not given and "spec" in obj:  # written under spec: _top_level's one cause says to move them
+            return {}, []
     prefix = kind.body_prefix
     try:
         model = kind.spec_model.model_validate(given)

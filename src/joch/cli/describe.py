@@ -50,16 +50,17 @@ def describe(
     lines += _pairs("Annotations", meta.get("annotations"))
     lines += [_header("API Version", obj.get("apiVersion", rt.api_version)), _header("Kind", rt.kind)]
     lines += _section("Metadata", _metadata(meta), 0)
-    if "spec" in obj or not _top_fields(obj):
+    top = _top_fields(obj)
+    if "spec" in obj or not top:
         spec = obj.get("spec")
         lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
-    for key, value in _top_fields(obj).items():  # a kind shaped like Kubernetes' RoleBinding
+    for key, value in top.items():  # a kind shaped like Kubernetes' RoleBinding
         lines += _section(key, value, 0)
     status = obj.get("status") or {}
     if (rt.group, rt.kind) == AGENT_RUN:
         lines += _status({k: v for k, v in status.items() if k != "artifacts"}, now)
         lines += _artifacts(status.get("artifacts") or [])
-    else:
+    elif not top or "status" in obj:  # a kind such as RoleBinding has no status: no "Status: <none>"
         lines += _status(status, now)
     lines += _events(events, now)
     return "\n".join(lines) + "\n"
