@@ -90,6 +90,8 @@ class KindInfo:
     references: tuple[Reference, ...] = ()
     columns: tuple[Column, ...] = ()
     spec_required: bool = True
+    """Whether an object must have a ``spec`` (``body="spec"`` only; a ``top`` kind's required
+    fields are its spec model's)."""
     history: History = "full"
     sensitive: tuple[str, ...] = ()  # dotted paths, e.g. "spec.data"
     initial_phase: str | None = None
