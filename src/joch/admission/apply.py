@@ -359,7 +359,7 @@ def _write(writer: Writer, plan: _Plan) -> ApplyItem:
     action: Action = "configured"
     if plan.old is None:
         stored, action = _create(writer, kind, obj, plan.doc), "created"
-    elif _unchanged(plan.old, obj):
+    elif _unchanged(kind, plan.old, obj):
         stored, action = plan.old, "unchanged"
     else:
         stored = _update(writer, kind, plan.old, obj, always=False)
@@ -387,7 +387,7 @@ def _update(writer: Writer, kind: KindInfo, old: Obj, obj: Obj, *, always: bool)
     """Write spec/metadata when they changed (or ``always``, for a precondition), then the
     admission-owned status when it changed."""
     stored = old
-    if always or _user_part(old) != _user_part(obj):
+    if always or _user_part(kind, old) != _user_part(kind, obj):
         stored = writer.update(kind, obj)
     status = obj.get("status") or {}
     if status != (stored.get("status") or {}):
@@ -395,13 +395,15 @@ def _update(writer: Writer, kind: KindInfo, old: Obj, obj: Obj, *, always: bool)
     return stored
 
 
-def _unchanged(old: Obj, new: Obj) -> bool:
-    return _user_part(old) == _user_part(new) and (old.get("status") or {}) == (new.get("status") or {})
+def _unchanged(kind: KindInfo, old: Obj, new: Obj) -> bool:
+    return _user_part(kind, old) == _user_part(kind, new) and (old.get("status") or {}) == (new.get("status") or {})
 
 
-def _user_part(obj: Obj) -> tuple[Any, ...]:
+def _user_part(kind: KindInfo, obj: Obj) -> tuple[Any, ...]:
+    """What the user writes: the spec (``KindInfo.body_of``, the top-level fields of a RoleBinding)
+    and the user metadata."""
     m = obj.get("metadata") or {}
-    return (obj.get("spec"), m.get("labels") or {}, m.get("annotations") or {},
+    return (kind.body_of(obj), m.get("labels") or {}, m.get("annotations") or {},
             m.get("finalizers") or [], m.get("ownerReferences") or [])
 
 

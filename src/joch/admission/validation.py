@@ -26,6 +26,10 @@ Design decisions:
 * Rules beyond a spec's schema (``kinds.CheckedSpec.problems``: unique Policy rule names, selector
   kinds the registry knows) run once the schema passes, and report at their own paths; so does
   the compilation of a Policy's CEL expressions (``policies.rule_causes``).
+* A kind registered with ``body="top"`` (``KindInfo.body``; a RoleBinding) has its spec model's
+  fields as top-level keys, as in Kubernetes: its causes are at ``roleRef.name``, not
+  ``spec.roleRef.name``, a ``spec`` key is refused with the fix (move the fields up), and it has no
+  ``status`` unless the kind declares one. Every other kind takes the plain ``spec`` path.
 * ``apiVersion: joch.dev/v2`` with a kind that exists in another version is a problem with the
   ``apiVersion`` and is reported there; a kind unknown in a known apiVersion is reported at ``kind``.
 """
@@ -115,16 +119,19 @@ def admit(
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
     if causes:
         raise invalid(kind, display_name(obj), _without_values(kind, causes))
-    out: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind,
-                           "metadata": _with_server_fields(metadata, obj, old), "spec": spec}
+    out = kind.with_body({"apiVersion": kind.api_version, "kind": kind.kind,
+                          "metadata": _with_server_fields(metadata, obj, old)}, spec)
     status = _status(old) if old is not None else _initial_status(kind)
-    if status:
+    if status and kind.status_model is not None:
         out["status"] = status
     return Admitted(kind=kind, obj=out, warnings=refs.warnings)
 
 
 def validate_status(kind: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
     """The normalized ``status`` of ``obj`` (for the status subresource), or ``errors.Invalid``."""
+    if kind.status_model is None:
+        raise invalid(kind, display_name(obj), [Cause("status", f"a {kind.kind} has no status",
+                                                      "FieldValueForbidden")])
     given = obj.get("status")
     given = {} if given is None else given
     causes: list[Cause] = []
@@ -200,18 +207,24 @@ def prune_defaults(dumped: Any, given: Any) -> Any:
 # --- pieces --------------------------------------------------------------------------------------
 
 def _spec(kind: KindInfo, obj: dict[str, Any], raw: RawScalars) -> tuple[dict[str, Any], list[Cause]]:
-    given = obj.get("spec")
-    if given is None:
-        if kind.spec_required:
-            return {}, [Cause("spec", "required field is missing", "FieldValueRequired")]
-        given = {}
+    if kind.body == "spec":
+        given = obj.get("spec")
+        if given is None:
+            if kind.spec_required:
+                return {}, [Cause("spec", "required field is missing", "FieldValueRequired")]
+            given = {}
+    else:  # the fields are top-level keys; unknown ones are _top_level's
+        given = {k: obj[k] for k in kind.body_fields if k in obj}
+        if not given and "spec" in obj:  # written under spec: _top_level's one cause says to move them
+            return {}, []
+    prefix = kind.body_prefix
     try:
         model = kind.spec_model.model_validate(given)
     except ValidationError as exc:
-        return {}, diagnostics.causes_from_validation(exc, model=kind.spec_model, prefix=("spec",),
+        return {}, diagnostics.causes_from_validation(exc, model=kind.spec_model, prefix=prefix,
                                                       raw=raw, given=given)
     if isinstance(model, CheckedSpec):
-        problems = [Cause(diagnostics.format_path(("spec", *path)), message, reason)
+        problems = [Cause(diagnostics.format_path((*prefix, *path)), message, reason)
                     for path, message, reason in model.problems()]
         problems += policies.rule_causes(kind, given)
         if problems:
@@ -226,11 +239,32 @@ def _dump(model: BaseModel) -> dict[str, Any]:
 
 def _top_level(kind: KindInfo, obj: dict[str, Any]) -> Iterator[Cause]:
     """Unknown top-level keys. A field of the kind's spec written at the top (a Kubernetes
-    Secret's ``stringData`` and ``data`` are top-level there) is pointed to its place in ``spec``."""
+    Secret's ``stringData`` and ``data`` are top-level there) is pointed to its place in ``spec``;
+    for a ``body="top"`` kind, a ``spec`` is pointed to the top level."""
+    if kind.body == "top":
+        yield from _top_level_flat(kind, obj)
+        return
     for key in obj:
         if isinstance(key, str) and key not in TOP_LEVEL:
             match = _top_level_match(key, diagnostics.fields_of(kind.spec_model))
             hint = f'; did you mean "{match}"?' if match else ""
+            yield Cause(diagnostics.format_path((key,)), f'unknown field "{key}"{hint}')
+
+
+def _top_level_flat(kind: KindInfo, obj: dict[str, Any]) -> Iterator[Cause]:
+    allowed = kind.top_level
+    fields = ", ".join(kind.body_fields)
+    for key in obj:
+        if not isinstance(key, str) or key in allowed:
+            continue
+        if key == "spec":
+            yield Cause("spec", f'unknown field "spec"; a {kind.kind} has no spec: write {fields} at the top '
+                        f"level of the object, as in Kubernetes (move them out of spec)", "FieldValueForbidden")
+        elif key == "status":
+            yield Cause("status", f'unknown field "status"; a {kind.kind} has no status', "FieldValueForbidden")
+        else:
+            match = diagnostics.closest(key, allowed)
+            hint = f'; did you mean "{match}"?' if match else f"; a {kind.kind} has {', '.join(allowed)}"
             yield Cause(diagnostics.format_path((key,)), f'unknown field "{key}"{hint}')
 
 

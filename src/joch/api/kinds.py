@@ -702,7 +702,8 @@ class Subject(Model):
 
 
 class RoleBindingSpec(CheckedSpec):
-    """rbac.authorization.k8s.io/v1 RoleBinding's ``roleRef`` and ``subjects``, under ``spec``."""
+    """rbac.authorization.k8s.io/v1 RoleBinding's ``roleRef`` and ``subjects``, top-level keys of the
+    object as in Kubernetes (the kind is registered with ``body="top"``; it has no ``spec`` or ``status``)."""
 
     roleRef: RoleRef
     subjects: list[Subject] = Field(default_factory=list)
@@ -714,10 +715,6 @@ class RoleBindingSpec(CheckedSpec):
             if key in seen:
                 yield (("subjects", i), f'{subject.kind} "{subject.name}" is listed twice', "FieldValueDuplicate")
             seen.add(key)
-
-
-class RoleBindingStatus(Model):
-    pass
 
 
 # --- registrations -------------------------------------------------------------------------------
@@ -817,8 +814,8 @@ LEASE = register(KindInfo(
 
 ROLE_BINDING = register(KindInfo(
     group=OPS, version=V1ALPHA1, kind="RoleBinding", plural="rolebindings", short_names=("rb",),
-    spec_model=RoleBindingSpec, status_model=RoleBindingStatus, categories=(),
-    columns=(Column("ROLE", "spec.roleRef.name"), Column("SUBJECTS", "spec.subjects[*].name"), AGE),
+    spec_model=RoleBindingSpec, status_model=None, body="top", categories=(),
+    columns=(Column("ROLE", "roleRef.name"), Column("SUBJECTS", "subjects[*].name"), AGE),
 ))
 
 __all__ = ["AGENT", "AGENT_PROVIDER", "AGENT_RUN", "APPROVAL", "BUDGET", "CREATED_BY", "ENVIRONMENT", "EVENT",

@@ -15,13 +15,25 @@ the DELETED change of such an object leaves them out, so once a value is changed
 watch can replay it. Beyond that the store encrypts them at rest and no read returns them
 (``joch.api.secrets``: reads show ``status.keys``; ``Store.reveal`` is for Joch's own code). See
 ``joch.store.sql`` for how the store applies all of it.
+
+Where a kind's fields live (``KindInfo.body``): most kinds keep them under ``spec`` and their
+observed state under ``status``. ``body="top"`` declares a kind whose spec model's fields are
+top-level keys of the object, as Kubernetes' RoleBinding (``roleRef``, ``subjects``), ConfigMap
+(``data``) and Event are shaped: such an object has no ``spec`` key, and no ``status`` (nor
+``/status`` subresource) unless it declares a ``status_model``. Paths in ``references``,
+``columns`` and ``sensitive`` are dotted from the object root either way (``roleRef.name``).
+Code that reads the user-written part of any object generically uses ``KindInfo.body_of(obj)``
+(the ``spec`` value, or the mapping of the top-level body fields) and ``KindInfo.body_path``
+(field paths in messages); both are one comparison away from the plain ``obj.get("spec")`` for
+ordinary kinds, which is every write's hot path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from functools import cached_property
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -42,6 +54,9 @@ class Reference:
 
 
 History = Literal["full", "latest"]
+Body = Literal["spec", "top"]
+ENVELOPE = ("apiVersion", "kind", "metadata")
+"""The top-level keys every object has, whatever its ``body``."""
 ColumnType = Literal["string", "integer", "number", "boolean", "date"]
 
 
@@ -68,23 +83,68 @@ class KindInfo:
     kind: str
     plural: str
     spec_model: type[BaseModel]
-    status_model: type[BaseModel]
+    status_model: type[BaseModel] | None
+    """``None`` only for a ``body="top"`` kind without a status (a RoleBinding): no ``status`` key,
+    no ``/status`` subresource."""
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ("all",)
     references: tuple[Reference, ...] = ()
     columns: tuple[Column, ...] = ()
     spec_required: bool = True
+    """Whether an object must have a ``spec`` (``body="spec"`` only; a ``top`` kind's required
+    fields are its spec model's)."""
     history: History = "full"
     sensitive: tuple[str, ...] = ()  # dotted paths, e.g. "spec.data"
     initial_phase: str | None = None
     """``status.phase`` admission gives a new object, as the apiserver gives a new Pod ``Pending``:
     every reader (tables, API clients, watches) sees a phase from the first write on."""
+    body: Body = "spec"
+    """Where the fields of ``spec_model`` live: ``spec`` (under the ``spec`` key) or ``top`` (as
+    top-level keys of the object, like Kubernetes' RoleBinding; see the module docstring)."""
 
     def __post_init__(self) -> None:
         if self.sensitive and self.history != "latest":
             # With full history every superseded value would stay replayable until compaction.
             raise ValueError(f"kind {self.kind} has sensitive fields, so its history must be 'latest'")
+        if self.status_model is None and self.body == "spec":
+            raise ValueError(f"kind {self.kind} keeps its fields under spec, so it needs a status_model")
+        if self.body == "top":
+            clash = set(self.body_fields) & {*ENVELOPE, "spec", "status"}
+            if clash:
+                raise ValueError(f"kind {self.kind} has body 'top', so its spec model cannot have the "
+                                 f"top-level field(s) {', '.join(sorted(clash))}")
+
+    @cached_property
+    def body_fields(self) -> tuple[str, ...]:
+        """The spec model's field names as written in objects (aliases where declared)."""
+        return tuple(f.alias or name for name, f in self.spec_model.model_fields.items())
+
+    @cached_property
+    def top_level(self) -> tuple[str, ...]:
+        """Every top-level key an object of this kind may have."""
+        status = ("status",) if self.status_model is not None else ()
+        if self.body == "spec":
+            return (*ENVELOPE, "spec", *status)
+        return (*ENVELOPE, *self.body_fields, *status)
+
+    @property
+    def body_prefix(self) -> tuple[str, ...]:
+        """The path of the spec model's fields in the object: ``("spec",)`` or ``()``."""
+        return ("spec",) if self.body == "spec" else ()
+
+    def body_of(self, obj: dict[str, Any]) -> Any:
+        """The user-written fields of ``obj``: its ``spec`` value (None when absent), or for a
+        ``body="top"`` kind the mapping of its top-level keys other than the envelope and status."""
+        if self.body == "spec":
+            return obj.get("spec")
+        return {k: v for k, v in obj.items() if k not in ENVELOPE and k != "status"}
+
+    def with_body(self, envelope: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        """``envelope`` (apiVersion, kind, metadata) with the admitted ``body`` in its place."""
+        if self.body == "spec":
+            return {**envelope, "spec": body}
+        return {**envelope, **body}
 
     @property
     def api_version(self) -> str:

@@ -9,9 +9,11 @@ left out: admission defaults many of them and they are noise on a page meant for
 Conditions get their own table (Type, Status, Reason, Message, Age since the last transition)
 because they are what a user looks at first when something is not Ready; an AgentRun's
 ``status.artifacts`` get one too (Name, Size, SHA256), under ``Artifacts:``, since a digest is
-unreadable as a YAML block. Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject``
-names this object (``reading`` finds them), oldest first. Rendering is a pure function of the
-object, its events and ``now``.
+unreadable as a YAML block. A kind that keeps its fields at the top level, as a RoleBinding keeps
+``roleRef`` and ``subjects``, gets a block per field (``roleRef:``, ``subjects:``) instead of Spec.
+Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object
+(``reading`` finds them), oldest first. Rendering is a pure function of the object, its events
+and ``now``.
 
 A ``Secret``'s values are never printed: like ``kubectl describe secret``, each key shows only its
 size under ``Data:``, ``token:  12 bytes`` — from ``status.keys``, which is all the server returns of
@@ -35,6 +37,7 @@ HEADER_WIDTH = len("Annotations:  ")
 INDENT = "  "
 SECRET = ("ops.joch.dev", "Secret")
 AGENT_RUN = ("runtime.joch.dev", "AgentRun")
+TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
 def describe(
@@ -48,8 +51,12 @@ def describe(
     lines += _pairs("Annotations", meta.get("annotations"))
     lines += [_header("API Version", obj.get("apiVersion", rt.api_version)), _header("Kind", rt.kind)]
     lines += _section("Metadata", _metadata(meta), 0)
-    spec = obj.get("spec")
-    lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
+    top = _top_fields(obj)
+    if "spec" in obj or not top:
+        spec = obj.get("spec")
+        lines += _section("Spec", _sizes_only(spec) if (rt.group, rt.kind) == SECRET else spec, 0)
+    for key, value in top.items():  # a kind shaped like Kubernetes' RoleBinding
+        lines += _section(key, value, 0)
     status = obj.get("status") or {}
     if (rt.group, rt.kind) == AGENT_RUN:
         lines += _status({k: v for k, v in status.items() if k != "artifacts"}, now)
@@ -58,10 +65,16 @@ def describe(
         listed = {str(k.get("name")): f"{k.get('size')} bytes" for k in status.get("keys") or [] if isinstance(k, dict)}
         lines += _section("Data", listed, 0)
         lines += _status({k: v for k, v in status.items() if k != "keys"}, now)
-    else:
+    elif not top or "status" in obj:  # a kind such as RoleBinding has no status: no "Status: <none>"
         lines += _status(status, now)
     lines += _events(events, now)
     return "\n".join(lines) + "\n"
+
+
+def _top_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a kind that keeps them at the top level, as Kubernetes' RoleBinding keeps
+    ``roleRef`` and ``subjects`` (``KindInfo.body == "top"``); empty for every other kind."""
+    return {k: v for k, v in obj.items() if k not in TOP_LEVEL}
 
 
 def _header(label: str, value: Any) -> str:

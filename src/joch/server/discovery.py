@@ -63,6 +63,8 @@ def resource_list(group_version: str, kinds: list[KindInfo]) -> dict[str, Any]:
             "shortNames": list(info.short_names),
             "categories": list(info.categories),
         })
+        if info.status_model is None:  # no status subresource
+            continue
         resources.append({
             "name": f"{info.plural}/status",
             "singularName": "",

@@ -295,6 +295,8 @@ def install(
     add(item, replace, "PUT", "replace", extra=object_body)
     add(item, patch, "PATCH", "patch", extra=patch_body)
     add(item, delete, "DELETE", "delete")
+    if kind.status_model is None:  # a kind without status (a RoleBinding) has no status subresource
+        return
     add(f"{item}/status", read, "GET", "readStatus", responses=schemas.read_responses(kind))
     add(f"{item}/status", replace_status, "PUT", "replaceStatus", extra=object_body)
     add(f"{item}/status", patch_status, "PATCH", "patchStatus", extra=patch_body)

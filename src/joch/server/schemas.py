@@ -1,5 +1,8 @@
 """OpenAPI shapes for each kind, derived from the registry's spec and status models.
 
+A kind registered with ``body="top"`` (a RoleBinding) shows its spec model's fields at the top
+level of its object schema, with no ``spec``, and a ``status`` only when it declares one.
+
 These pydantic models exist only for ``/openapi.json``: handlers never validate with them
 (admission does that, with its own error messages) and return already-encoded JSON. Model names
 are the kind name, prefixed with the group when two groups declare the same kind, so component
@@ -283,14 +286,15 @@ def _object_model(name: str, info: KindInfo) -> type[BaseModel]:
     # Built at runtime from registry values, so typed as Any for mypy.
     api_version: Any = Literal[info.api_version]
     kind: Any = Literal[info.kind]
-    spec: Any = info.spec_model if info.spec_required else info.spec_model | None
-    status: Any = info.status_model | None
-    return create_model(
-        name,
-        __doc__=f"{info.api_version} {info.kind}",
-        apiVersion=(api_version, ...),
-        kind=(kind, ...),
-        metadata=(ObjectMeta, ...),
-        spec=(spec, ... if info.spec_required else None),
-        status=(status, None),
-    )
+    fields: dict[str, Any] = {"apiVersion": (api_version, ...), "kind": (kind, ...),
+                              "metadata": (ObjectMeta, ...)}
+    if info.body == "top":  # the spec model's fields are the object's own (a RoleBinding's roleRef)
+        fields.update((field, (f.annotation, f)) for field, f in info.spec_model.model_fields.items())
+    else:
+        spec: Any = info.spec_model if info.spec_required else info.spec_model | None
+        fields["spec"] = (spec, ... if info.spec_required else None)
+    if info.status_model is not None:
+        status: Any = info.status_model | None
+        fields["status"] = (status, None)
+    model: type[BaseModel] = create_model(name, __doc__=f"{info.api_version} {info.kind}", **fields)
+    return model

@@ -9,7 +9,8 @@ through ``Watch.aget``. Semantics (they hold for every backend and the contract 
 * ``create`` sets uid, creationTimestamp, generation=1 and resolves ``metadata.generateName``.
 * ``update`` replaces metadata (labels, annotations, finalizers, ownerReferences) and spec, never
   status; a ``metadata.resourceVersion`` on the input is a precondition (stale → ``Conflict``).
-  ``generation`` increments only when spec changes. An update that changes nothing writes nothing
+  ``generation`` increments only when spec changes (for a ``body="top"`` kind such as a
+  RoleBinding, its top-level fields: ``KindInfo.body_of``). An update that changes nothing writes nothing
   and returns the stored object with its old resourceVersion.
 * ``update_status`` replaces status only; same precondition rule.
 * ``delete`` on an object with finalizers sets ``deletionTimestamp`` (a MODIFIED event); the object

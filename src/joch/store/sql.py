@@ -480,7 +480,8 @@ class _Tx(Writer):
             scrubbed = new["metadata"]  # a copy, when the view scrubbed an annotation
             if isinstance(scrubbed, dict):
                 new_meta = scrubbed
-        if new.get("spec") != current.get("spec") or sealed is not None:
+        # the spec, or a RoleBinding's top-level fields
+        if kind.body_of(new) != kind.body_of(current) or sealed is not None:
             new_meta["generation"] = int(cm.get("generation") or 0) + 1
         if cm.get("deletionTimestamp"):
             added = set(new_meta.get("finalizers") or ()) - set(cm.get("finalizers") or ())

@@ -28,9 +28,8 @@ BINDING = """\
 apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: viewers, namespace: team-a}
-spec:
-  roleRef: {kind: Role, name: viewer}
-  subjects: [{kind: User, name: victor}]
+roleRef: {kind: Role, name: viewer}
+subjects: [{kind: User, name: victor}]
 """
 PROVIDER = """\
 apiVersion: joch.dev/v1alpha1
@@ -145,6 +144,25 @@ def test_auth_can_i_answers_yes_or_no_per_role(cli: Cli) -> None:
     code, out, _ = cli("auth", "can-i", "update", "approvals/decide", "-n", "team-a", JOCH_SERVER=url,
                        JOCH_TOKEN="admin-token")
     assert (code, out) == (0, "yes\n")
+
+
+def test_role_bindings_in_the_kubernetes_shape_through_get_describe_and_apply(cli: Cli) -> None:
+    env = {"JOCH_SERVER": cli.server.url, "JOCH_TOKEN": "admin-token"}
+    code, out, err = cli("apply", "-f", cli.file("rb.yaml", BINDING), **env)
+    assert code == 0, err
+    code, out, _ = cli("get", "rolebindings", "-n", "team-a", **env)
+    assert out.split("\n")[0].split() == ["NAME", "ROLE", "SUBJECTS", "AGE"] and out.split("\n")[1].split()[:3] == [
+        "viewers", "viewer", "victor"]
+    code, out, _ = cli("describe", "rb", "viewers", "-n", "team-a", **env)
+    assert code == 0 and "roleRef:\n" in out and "subjects:\n  - kind:  User\n    name:  victor\n" in out
+    assert "Spec:" not in out
+    code, got, _ = cli("get", "rb", "viewers", "-n", "team-a", "-o", "yaml", **env)
+    assert "spec" not in yaml.safe_load(got) and yaml.safe_load(got)["roleRef"]["name"] == "viewer"
+    code, out, err = cli("apply", "-f", cli.file("got.yaml", got), **env)
+    assert (code, out) == (0, "rolebinding.ops.joch.dev/viewers unchanged\n"), err
+    nested = BINDING.replace("roleRef:", "spec:\n  roleRef:").replace("subjects:", "  subjects:")
+    code, _, err = cli("apply", "-f", cli.file("nested.yaml", nested), **env)
+    assert code != 0 and "spec" in err and "move them out of spec" in err, err
 
 
 def test_the_server_refuses_a_non_loopback_address_without_an_authenticator(

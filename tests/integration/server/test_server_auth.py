@@ -37,30 +37,27 @@ BINDINGS = """\
 apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: viewers, namespace: default}
-spec:
-  roleRef: {apiGroup: ops.joch.dev, kind: Role, name: viewer}
-  subjects: [{kind: User, name: victor}]
+roleRef: {apiGroup: ops.joch.dev, kind: Role, name: viewer}
+subjects:
+- {kind: User, name: victor, apiGroup: rbac.authorization.k8s.io}
 ---
 apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: devs, namespace: default}
-spec:
-  roleRef: {kind: Role, name: editor}
-  subjects: [{kind: Group, name: devs}]
+roleRef: {kind: Role, name: editor}
+subjects: [{kind: Group, name: devs}]
 ---
 apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: approvers, namespace: default}
-spec:
-  roleRef: {kind: Role, name: approver}
-  subjects: [{kind: User, name: april}]
+roleRef: {kind: Role, name: approver}
+subjects: [{kind: User, name: april}]
 ---
 apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: global-viewers, namespace: joch-system}
-spec:
-  roleRef: {kind: Role, name: viewer}
-  subjects: [{kind: User, name: gwen}]
+roleRef: {kind: Role, name: viewer}
+subjects: [{kind: User, name: gwen}]
 """
 AGENT = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a"},
          "spec": {"providerRef": {"name": "p"}}}
@@ -218,7 +215,7 @@ def test_a_binding_in_joch_system_applies_in_every_namespace_and_cluster_wide(au
 def test_a_new_binding_grants_at_once_and_a_deleted_one_stops_granting(auth: AuthServer) -> None:
     binding = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
                "metadata": {"name": "nora", "namespace": "default"},
-               "spec": {"roleRef": {"kind": "Role", "name": "viewer"}, "subjects": [{"kind": "User", "name": "nora"}]}}
+               "roleRef": {"kind": "Role", "name": "viewer"}, "subjects": [{"kind": "User", "name": "nora"}]}
     path = "/apis/joch.dev/v1alpha1/namespaces/default/agents"
     with auth.as_("nobody-token") as nora, auth.as_("admin-token") as alice:
         assert nora.get(path).status_code == 403
@@ -230,6 +227,93 @@ def test_a_new_binding_grants_at_once_and_a_deleted_one_stops_granting(auth: Aut
         while nora.get(path).status_code == 200:
             assert time.monotonic() < deadline, "a deleted binding still grants after its cache time"
             time.sleep(0.1)
+
+
+BINDINGS_PATH = "/apis/ops.joch.dev/v1alpha1/namespaces/default/rolebindings"
+K8S_SHAPED = """\
+apiVersion: ops.joch.dev/v1alpha1
+kind: RoleBinding
+metadata: {name: nora-edits, namespace: default}
+roleRef: {apiGroup: ops.joch.dev, kind: Role, name: editor}
+subjects:
+- {kind: User, name: nora, apiGroup: rbac.authorization.k8s.io}
+- {kind: Group, name: nobody-in-particular}
+"""
+
+
+def test_a_role_binding_in_the_kubernetes_shape_grants_its_role_and_round_trips(auth: AuthServer) -> None:
+    agents = "/apis/joch.dev/v1alpha1/namespaces/default/agents"
+    with auth.as_("nobody-token") as nora, auth.as_("admin-token") as alice:
+        assert nora.post(agents, json=AGENT).status_code == 403
+        applied = auth.apply("admin-token", K8S_SHAPED)
+        assert applied.status_code == 200, applied.text
+        assert nora.post(agents, json=AGENT).status_code == 201  # editor, from the top-level roleRef
+        got = alice.get(f"{BINDINGS_PATH}/nora-edits").json()
+        assert "spec" not in got and "status" not in got
+        assert got["roleRef"] == {"apiGroup": "ops.joch.dev", "kind": "Role", "name": "editor"}
+        assert [s["name"] for s in got["subjects"]] == ["nora", "nobody-in-particular"]
+        # kubectl get -o yaml, then apply it back: unchanged, nothing written
+        again = auth.apply("admin-token", yaml.safe_dump(got))
+        assert again.json()["items"][0]["action"] == "unchanged", again.text
+        assert alice.get(f"{BINDINGS_PATH}/nora-edits").json()["metadata"] == got["metadata"]
+        # a change of the top-level fields is a spec change: configured, generation bumped
+        changed = auth.apply("admin-token", K8S_SHAPED.replace("name: editor", "name: viewer"))
+        assert changed.json()["items"][0]["action"] == "configured"
+        now = alice.get(f"{BINDINGS_PATH}/nora-edits").json()
+        assert now["metadata"]["generation"] == got["metadata"]["generation"] + 1
+        assert now["roleRef"]["name"] == "viewer"
+        deadline = time.monotonic() + 5
+        while nora.delete(f"{agents}/a").status_code != 403:  # a viewer now; the cache may lag a moment
+            assert time.monotonic() < deadline, "the binding's new role was never applied"
+            nora.post(agents, json=AGENT)
+            time.sleep(0.1)
+        table = alice.get(BINDINGS_PATH, headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+        rows = {r["cells"][0]: r["cells"][1:3] for r in table.json()["rows"]}
+        assert rows["nora-edits"] == ["viewer", "nora,nobody-in-particular"]
+        assert alice.get(f"{BINDINGS_PATH}/nora-edits/status").status_code == 404  # no status subresource
+
+
+def test_a_role_binding_naming_an_unknown_role_is_a_422_at_role_ref_name(auth: AuthServer) -> None:
+    bad = auth.apply("admin-token", K8S_SHAPED.replace("name: editor", "name: owner"))
+    assert is_status(bad.json(), 422, "Invalid")
+    causes = {c["field"]: c["message"] for c in bad.json()["details"]["causes"]}
+    field = next(f for f in causes if f.endswith("roleRef.name"))
+    assert field.endswith("(RoleBinding/nora-edits in request body:1).roleRef.name"), causes  # not spec.roleRef
+    assert all(role in causes[field] for role in kinds.BUILTIN_ROLES), causes
+    with auth.as_("admin-token") as alice:
+        created = alice.post(BINDINGS_PATH, json=yaml.safe_load(K8S_SHAPED.replace("editor", "owner")))
+    assert is_status(created.json(), 422, "Invalid")
+    assert created.json()["details"]["causes"][0]["field"] == "roleRef.name"
+    assert created.json()["message"].startswith('RoleBinding.ops.joch.dev "nora-edits" is invalid: roleRef.name: ')
+    with auth.as_("admin-token") as alice:
+        assert alice.get(f"{BINDINGS_PATH}/nora-edits").status_code == 404  # nothing written
+
+
+def test_a_role_binding_under_spec_or_with_a_misspelt_key_is_refused_naming_the_fix(auth: AuthServer) -> None:
+    binding = yaml.safe_load(K8S_SHAPED)
+    nested = {**binding, "spec": {"roleRef": binding.pop("roleRef"), "subjects": binding.pop("subjects")}}
+    with auth.as_("admin-token") as alice:
+        refused = alice.post(BINDINGS_PATH, json=nested)
+        assert is_status(refused.json(), 422, "Invalid")
+        causes = {c["field"]: c["message"] for c in refused.json()["details"]["causes"]}
+        assert "move them out of spec" in causes["spec"] and "roleRef, subjects" in causes["spec"], causes
+        misspelt = {**yaml.safe_load(K8S_SHAPED), "subject": []}
+        refused = alice.post(BINDINGS_PATH, json=misspelt)
+        causes = {c["field"]: c["message"] for c in refused.json()["details"]["causes"]}
+        assert causes["subject"] == 'unknown field "subject"; did you mean "subjects"?'
+        with_status = {**yaml.safe_load(K8S_SHAPED), "status": {}}
+        assert alice.post(BINDINGS_PATH, json=with_status).status_code == 422
+        assert alice.get(f"{BINDINGS_PATH}/nora-edits").status_code == 404
+
+
+def test_the_openapi_and_discovery_show_a_role_binding_as_kubernetes_does(auth: AuthServer) -> None:
+    with auth.as_("admin-token") as alice:
+        schema = alice.get("/openapi.json").json()
+        shape = schema["components"]["schemas"]["RoleBinding"]["properties"]
+        assert {"apiVersion", "kind", "metadata", "roleRef", "subjects"} == set(shape)
+        resources = alice.get("/apis/ops.joch.dev/v1alpha1").json()["resources"]
+        names = {r["name"] for r in resources}
+        assert "rolebindings" in names and "rolebindings/status" not in names and "secrets/status" in names
 
 
 def test_a_batch_apply_with_one_forbidden_document_writes_nothing(auth: AuthServer) -> None:

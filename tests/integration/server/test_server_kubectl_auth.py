@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installe
 TOKENS = "admin-token,alice,u1,system:masters\nviewer-token,victor,u2\nnobody-token,nora,u3\n"
 BINDING = b"""{"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
  "metadata": {"name": "viewers", "namespace": "default"},
- "spec": {"roleRef": {"kind": "Role", "name": "viewer"}, "subjects": [{"kind": "User", "name": "victor"}]}}"""
+ "roleRef": {"apiGroup": "ops.joch.dev", "kind": "Role", "name": "viewer"},
+ "subjects": [{"kind": "User", "name": "victor", "apiGroup": "rbac.authorization.k8s.io"}]}"""
 
 
 def self_signed(directory: Path) -> tuple[str, str]:
@@ -97,3 +99,22 @@ def test_kubectl_auth_whoami_names_the_user_and_groups(kubectl: object) -> None:
     assert who.returncode == 0, who.stderr
     assert '"username": "alice"' in who.stdout and '"system:masters"' in who.stdout
     assert run("wrong-token", "auth", "whoami").returncode == 1
+
+
+def test_kubectl_reads_a_role_binding_in_the_kubernetes_shape_and_replaces_it_unchanged(
+    kubectl: object, tmp_path: Path
+) -> None:
+    run = kubectl
+    assert callable(run)
+    got = run("admin-token", "get", "rolebindings.ops.joch.dev", "viewers", "-n", "default", "-o", "yaml")
+    assert got.returncode == 0, got.stderr
+    obj = yaml.safe_load(got.stdout)
+    assert "spec" not in obj and obj["roleRef"]["name"] == "viewer" and obj["subjects"][0]["name"] == "victor"
+    (tmp_path / "got.yaml").write_text(got.stdout)
+    replaced = run("admin-token", "replace", "-f", str(tmp_path / "got.yaml"))
+    assert replaced.returncode == 0, replaced.stderr
+    again = yaml.safe_load(run("admin-token", "get", "rolebindings.ops.joch.dev", "viewers", "-n", "default",
+                               "-o", "yaml").stdout)
+    assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]  # nothing changed
+    table = run("admin-token", "get", "rb", "-n", "default")
+    assert table.stdout.split("\n")[1].split()[:3] == ["viewers", "viewer", "victor"], table.stdout

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from joch.api import errors
-from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ROLE_BINDING
 from joch.store import ListOptions, Store, WatchOptions
 
 
@@ -63,6 +63,21 @@ def test_generation_bumps_on_spec_change_only(store: Store) -> None:
     assert respec["metadata"]["generation"] == 2
     status = store.update_status(AGENT, {**respec, "status": {"conditions": []}})
     assert status["metadata"]["generation"] == 2
+
+
+def test_generation_of_a_kind_with_top_level_fields_bumps_when_they_change(store: Store) -> None:
+    binding = {"apiVersion": ROLE_BINDING.api_version, "kind": ROLE_BINDING.kind,
+               "metadata": {"name": "b", "namespace": "default"},
+               "roleRef": {"kind": "Role", "name": "viewer"}, "subjects": [{"kind": "User", "name": "u"}]}
+    created = store.create(ROLE_BINDING, binding)
+    assert "spec" not in created and created["roleRef"]["name"] == "viewer"
+    relabeled = store.update(ROLE_BINDING, {**created, "metadata": {**created["metadata"], "labels": {"x": "y"}}})
+    assert relabeled["metadata"]["generation"] == 1
+    assert store.update(ROLE_BINDING, relabeled) == relabeled  # nothing changed, nothing written
+    rebound = store.update(ROLE_BINDING, {**relabeled, "roleRef": {"kind": "Role", "name": "editor"}})
+    assert rebound["metadata"]["generation"] == 2 and rebound["roleRef"]["name"] == "editor"
+    emptied = store.update(ROLE_BINDING, {k: v for k, v in rebound.items() if k != "subjects"})
+    assert emptied["metadata"]["generation"] == 3 and "subjects" not in emptied
 
 
 def test_noop_update_writes_nothing(store: Store) -> None:

@@ -9,7 +9,7 @@ from joch.admission.documents import load_documents
 from joch.admission.metadata import normalize_metadata
 from joch.admission.validation import AdmissionOptions, Admitted, admit, validate_status
 from joch.api import errors
-from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, AgentProviderSpec, AgentProviderStatus
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ROLE_BINDING, AgentProviderSpec, AgentProviderStatus
 from joch.api.registry import KindInfo
 from joch.store.base import ListOptions, ListResult, Obj, Writer
 
@@ -696,3 +696,49 @@ def test_a_secret_value_of_the_wrong_type_is_not_quoted_back(reader: MemoryReade
     assert found["spec.stringData.pin"].startswith("must be a string: quote the value in YAML")
     shown = json.dumps(exc.to_status())
     assert "98765432" not in shown and '"yes"' not in shown and "98765432" not in exc.message
+
+
+# --- kinds whose fields are top-level keys (KindInfo.body == "top") ------------------------------
+
+ROLE_BINDING_YAML = """\
+apiVersion: ops.joch.dev/v1alpha1
+kind: RoleBinding
+metadata: {name: alice-edits, namespace: default}
+roleRef: {apiGroup: ops.joch.dev, kind: Role, name: editor}
+subjects:
+- {kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}
+- {kind: Group, name: devs}
+"""
+
+
+def test_a_role_binding_is_admitted_with_its_fields_at_the_top_level(reader: MemoryReader) -> None:
+    obj = admit_yaml(reader, ROLE_BINDING_YAML).obj
+    assert set(obj) == {"apiVersion", "kind", "metadata", "roleRef", "subjects"}
+    assert obj["roleRef"] == {"apiGroup": "ops.joch.dev", "kind": "Role", "name": "editor"}
+    assert obj["subjects"][1] == {"kind": "Group", "name": "devs"}
+    old = {**obj, "metadata": {**obj["metadata"], "uid": "u", "generation": 1}, "status": {"x": 1}}
+    assert "status" not in admit_yaml(reader, ROLE_BINDING_YAML, old=old).obj  # it has none to keep
+
+
+def test_a_role_binding_reports_causes_at_top_level_paths(reader: MemoryReader) -> None:
+    found = causes(rejected(reader, ROLE_BINDING_YAML.replace("name: editor", "name: owner")))
+    assert list(found) == ["roleRef.name"]
+    assert all(role in found["roleRef.name"] for role in ("viewer", "editor", "approver", "admin"))
+    twice = ROLE_BINDING_YAML.replace("{kind: Group, name: devs}", "{kind: User, name: alice}")
+    assert causes(rejected(reader, twice)) == {"subjects[1]": 'User "alice" is listed twice'}
+    missing = causes(rejected(reader, ROLE_BINDING_YAML.split("roleRef:")[0]))
+    assert list(missing) == ["roleRef"]
+
+
+def test_a_role_binding_refuses_spec_status_and_unknown_keys_naming_the_fix(reader: MemoryReader) -> None:
+    nested = ROLE_BINDING_YAML.replace("roleRef:", "spec:\n  roleRef:").replace("subjects:\n- ", "  subjects:\n  - ")
+    nested = nested.replace("\n- {kind: Group", "\n  - {kind: Group")
+    found = causes(rejected(reader, nested))
+    assert found == {"spec": 'unknown field "spec"; a RoleBinding has no spec: write roleRef, subjects at the '
+                             "top level of the object, as in Kubernetes (move them out of spec)"}  # only that
+    found = causes(rejected(reader, ROLE_BINDING_YAML + "roleref: {name: admin}\nstatus: {}\nmetdata: {}\n"))
+    assert found["roleref"] == 'unknown field "roleref"; did you mean "roleRef"?'
+    assert found["metdata"] == 'unknown field "metdata"; did you mean "metadata"?'
+    assert found["status"] == 'unknown field "status"; a RoleBinding has no status'
+    with pytest.raises(errors.Invalid, match="has no status"):
+        validate_status(ROLE_BINDING, {"metadata": {"name": "x"}, "status": {}})

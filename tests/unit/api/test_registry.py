@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
 from joch.api import REGISTRY, errors
 from joch.api.kinds import AGENT, AGENT_RUN
@@ -59,3 +60,28 @@ def test_a_kind_with_sensitive_fields_must_keep_only_its_latest_change() -> None
     with pytest.raises(ValueError, match="Vault has sensitive fields, so its history must be 'latest'"):
         KindInfo(group="x.dev", version="v1", kind="Vault", plural="vaults", spec_model=SecretSpec,
                  status_model=SecretStatus, sensitive=("spec.data",))
+
+
+def test_a_kind_may_keep_its_fields_at_the_top_level_like_a_kubernetes_role_binding() -> None:
+    from joch.api.kinds import ROLE_BINDING, SECRET, RoleBindingSpec
+
+    assert (ROLE_BINDING.body, ROLE_BINDING.status_model, AGENT.body) == ("top", None, "spec")
+    assert ROLE_BINDING.top_level == ("apiVersion", "kind", "metadata", "roleRef", "subjects")
+    assert AGENT.top_level == ("apiVersion", "kind", "metadata", "spec", "status")
+    obj = {"apiVersion": "a", "kind": "k", "metadata": {}, "roleRef": {"name": "x"}, "status": {}}
+    assert ROLE_BINDING.body_of(obj) == {"roleRef": {"name": "x"}}
+    assert AGENT.body_of({"spec": {"a": 1}, "roleRef": {}}) == {"a": 1} and AGENT.body_of({}) is None
+    assert ROLE_BINDING.with_body({"kind": "k"}, {"roleRef": {}}) == {"kind": "k", "roleRef": {}}
+    assert AGENT.with_body({"kind": "k"}, {"a": 1}) == {"kind": "k", "spec": {"a": 1}}
+    with pytest.raises(ValueError, match="keeps its fields under spec, so it needs a status_model"):
+        KindInfo(group="x.dev", version="v1", kind="Bare", plural="bares", spec_model=RoleBindingSpec,
+                 status_model=None)
+
+    class Clash(BaseModel):
+        metadata: dict[str, str] = {}
+        spec: dict[str, str] = {}
+
+    with pytest.raises(ValueError, match=r"cannot have the top-level field\(s\) metadata, spec"):
+        KindInfo(group="x.dev", version="v1", kind="Odd", plural="odds", spec_model=Clash, status_model=None,
+                 body="top")
+    assert SECRET.body == "spec"

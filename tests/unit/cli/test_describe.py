@@ -101,3 +101,18 @@ def test_a_secret_shows_the_size_of_each_value_never_the_value() -> None:
     assert "  stringData:\n    password:  7 bytes\n" in page
     assert "czNjcjN0" not in page and "hunter2" not in page and "not base64!" not in page
     assert secret["spec"]["data"]["token"] == "czNjcjN0LXZhbHVl"  # the object itself is left alone
+
+
+ROLE_BINDINGS = ResourceType(group="ops.joch.dev", version="v1alpha1", kind="RoleBinding", plural="rolebindings",
+                             singular="rolebinding", namespaced=True, short_names=("rb",))
+
+
+def test_a_role_binding_shows_its_top_level_fields_and_no_spec_or_status() -> None:
+    binding = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
+               "metadata": {"name": "alice-edits", "namespace": "default"},
+               "roleRef": {"apiGroup": "ops.joch.dev", "kind": "Role", "name": "editor"},
+               "subjects": [{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "devs"}]}
+    page = describe.describe(binding, ROLE_BINDINGS, events=[], now=NOW)
+    assert "roleRef:\n  apiGroup:  ops.joch.dev\n  kind:      Role\n  name:      editor\n" in page
+    assert "subjects:\n  - kind:  User\n    name:  alice\n  - kind:  Group\n    name:  devs\n" in page
+    assert "Spec:" not in page and "Status:" not in page

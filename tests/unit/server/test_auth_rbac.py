@@ -71,7 +71,7 @@ def test_only_health_version_webhooks_and_the_run_callback_are_exempt() -> None:
 def bound(*roles: str, namespace: str = "ns") -> rbac.Index:
     return rbac.Index.of(1, [
         {"metadata": {"name": role, "namespace": namespace},
-         "spec": {"roleRef": {"name": role}, "subjects": [{"kind": "User", "name": "u"}]}}
+         "roleRef": {"name": role}, "subjects": [{"kind": "User", "name": "u"}]}
         for role in roles
     ])
 
@@ -116,7 +116,7 @@ def test_joch_system_bindings_grant_everywhere_and_superusers_are_admins() -> No
     assert may(nobody, "delete", "secrets", user=masters) and may(nobody, "patch", "agentruns", "status",
                                                                   user=CONTROLLER)
     group = rbac.Index.of(1, [{"metadata": {"name": "g", "namespace": "ns"},
-                               "spec": {"roleRef": {"name": "editor"}, "subjects": [{"kind": "Group", "name": "d"}]}}])
+                               "roleRef": {"name": "editor"}, "subjects": [{"kind": "Group", "name": "d"}]}])
     assert may(group, "create", "agents", user=UserInfo("x", ("d",)))
     assert not may(group, "create", "agents", user=UserInfo("d", ()))  # a user named like the group is not in it
 

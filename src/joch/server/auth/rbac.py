@@ -13,7 +13,8 @@ admin      everything in the namespace: Secrets, RoleBindings, Budgets, Policies
            Leases, status subresources, the namespace's audit log
 =========  ==============================================================================================
 
-A RoleBinding grants its role in its own namespace; one in ``joch-system`` grants it in every
+A RoleBinding has Kubernetes' shape: ``roleRef`` and ``subjects`` are top-level keys (no ``spec``).
+It grants its role in its own namespace; one in ``joch-system`` grants it in every
 namespace and at the cluster scope (lists across all namespaces, a watch of every kind, the audit
 log of every namespace, non-resource URLs). Members of ``system:masters`` and of
 ``system:joch:controllers`` (``joch.api.identity.CONTROLLER``) are admins everywhere, which is how
@@ -139,7 +140,8 @@ class Index:
     def of(cls, revision: int, bindings: Iterable[dict[str, Any]]) -> Index:
         index = cls(revision)
         for obj in bindings:
-            metadata, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+            # roleRef and subjects are top-level keys, as in rbac.authorization.k8s.io/v1
+            metadata, spec = _mapping(obj.get("metadata")), kinds.ROLE_BINDING.body_of(obj)
             role_ref = spec.get("roleRef") or {}
             role = role_ref.get("name") if isinstance(role_ref, dict) else None
             if role not in ROLES:
