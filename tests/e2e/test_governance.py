@@ -240,6 +240,7 @@ def test_a_viewer_reads_but_applying_is_a_403_naming_verb_and_resource(governed:
                    timeout=10)
     assert r.status_code == 403 and r.json()["reason"] == "Forbidden", r.text
     assert r.json()["details"]["kind"] == "agents"
+    assert 'User "viewer" cannot create resource "agents"' in r.json()["message"], r.text
     assert governed.get(f"{AGENTS}/viewers-agent").status_code == 404
     assert governed.get(SECRETS, user="viewer").status_code == 403  # Secrets are admin's
 
