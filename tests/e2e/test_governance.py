@@ -83,8 +83,8 @@ def role_binding(name: str, role: str, *subjects: tuple[str, str], namespace: st
     """The one place a RoleBinding is built (``subjects`` are ``(kind, name)``): its shape is here only."""
     return {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"roleRef": {"apiGroup": "ops.joch.dev", "kind": "Role", "name": role},
-                     "subjects": [{"kind": kind, "name": who} for kind, who in subjects]}}
+            "roleRef": {"apiGroup": "ops.joch.dev", "kind": "Role", "name": role},
+            "subjects": [{"kind": kind, "name": who} for kind, who in subjects]}
 
 
 def token_of(user: str) -> str:
