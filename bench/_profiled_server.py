@@ -1,0 +1,54 @@
+"""``python bench/_profiled_server.py OUT.prof server ARGS...``: ``joch server`` under cProfile, every
+thread profiled (the request handlers run on worker threads, which plain ``cProfile.run`` misses);
+the threads' statistics are merged into OUT.prof when the server stops (SIGTERM stops it gracefully).
+Used by ``bench/governance_bench.py --profile``."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import threading
+from typing import Any
+
+PROFILES: list[cProfile.Profile] = []
+_run = threading.Thread.run
+
+
+def _profiled_run(self: threading.Thread) -> None:
+    profile = cProfile.Profile()
+    PROFILES.append(profile)
+    profile.enable()
+    try:
+        _run(self)
+    finally:
+        profile.disable()
+
+
+def main() -> None:
+    out = sys.argv[1]
+    sys.argv = ["joch", *sys.argv[2:]]
+    threading.Thread.run = _profiled_run  # type: ignore[method-assign]
+    from joch.cli.main import main as joch_main
+
+    profile = cProfile.Profile()
+    PROFILES.append(profile)
+    profile.enable()
+    try:
+        joch_main()
+    except SystemExit:
+        pass
+    finally:
+        profile.disable()
+        stats: Any = None
+        for each in PROFILES:
+            try:
+                stats = pstats.Stats(each) if stats is None else stats.add(each)
+            except TypeError:  # a profile that never saw a call
+                continue
+        if stats is not None:
+            stats.dump_stats(out)
+
+
+if __name__ == "__main__":
+    main()
