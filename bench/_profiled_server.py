@@ -12,23 +12,20 @@ import threading
 from typing import Any
 
 PROFILES: list[cProfile.Profile] = []
-_run = threading.Thread.run
 
 
-def _profiled_run(self: threading.Thread) -> None:
+def _start_profile(frame: Any, event: str, arg: Any) -> None:
+    """``threading.setprofile`` hook: the first event of a new thread gives it a profiler of its own
+    (enabling it replaces this hook for that thread)."""
     profile = cProfile.Profile()
     PROFILES.append(profile)
     profile.enable()
-    try:
-        _run(self)
-    finally:
-        profile.disable()
 
 
 def main() -> None:
     out = sys.argv[1]
     sys.argv = ["joch", *sys.argv[2:]]
-    threading.Thread.run = _profiled_run  # type: ignore[method-assign]
+    threading.setprofile(_start_profile)
     from joch.cli.main import main as joch_main
 
     profile = cProfile.Profile()

@@ -333,11 +333,12 @@ def run_backend(backend: str, configs: list[Config], sizes: Sizes, work: Path, p
             server.stop()
         if profile and profile_file.exists():
             out = io.StringIO()
-            pstats.Stats(str(profile_file), stream=out).sort_stats("tottime").print_stats(25)
+            pstats.Stats(str(profile_file), stream=out).sort_stats("tottime").print_stats(45)
             notes.append(f"cProfile of the governed server ({backend}), by own time:\n{out.getvalue()}")
             out = io.StringIO()
-            pstats.Stats(str(profile_file), stream=out).sort_stats("cumulative").print_stats(40)
-            notes.append(f"cProfile of the governed server ({backend}), cumulative:\n{out.getvalue()}")
+            pstats.Stats(str(profile_file), stream=out).sort_stats("cumulative").print_stats("src/joch/", 40)
+            notes.append(f"cProfile of the governed server ({backend}), cumulative, joch's own functions:\n"
+                         f"{out.getvalue()}")
     return rates, notes
 
 

@@ -418,7 +418,8 @@ class _Tx(Writer):
         return obj
 
     def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
-        return _list(self.conn, kind, options or ListOptions())
+        # The transaction holds the revision (it locked the counter): no query for it per list.
+        return _list(self.conn, kind, options or ListOptions(), revision=self.revision)
 
     def create(self, kind: KindInfo, obj: Obj) -> Obj:
         m = dict(obj.get("metadata") or {})
@@ -598,7 +599,9 @@ def _decode_continue(token: str) -> tuple[int, str, str]:
     return decoded
 
 
-def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
+def _list(conn: Conn, kind: KindInfo, opts: ListOptions, *, revision: int | None = None) -> ListResult:
+    """One page of ``kind``. ``revision``: the store's revision when the caller knows it (a write
+    transaction, which holds the counter and has counted its own writes), else it is read."""
     labels = selectors.parse_labels(opts.label_selector)
     fields = selectors.parse_fields(opts.field_selector)
     if opts.limit is not None and opts.limit < 0:
@@ -611,13 +614,13 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
         first_revision, ns_after, name_after = _decode_continue(opts.continue_token)
         after = (ns_after, name_after)
     where, params = _list_filter(kind, namespace, fields)
-    if where is None:
+    if revision is None:
         (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+    if where is None:
         list_revision = first_revision if first_revision is not None else int(revision)
         return ListResult(items=[], resource_version=str(list_revision), continue_token=None)
     items: list[Obj] = []
     more = False
-    (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
     while True:
         chunk = _LIST_CHUNK if limit is None else max(limit + 1 - len(items), 64)
         sql = f"SELECT namespace, name, body FROM joch_objects WHERE {where}"

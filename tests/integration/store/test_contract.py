@@ -159,6 +159,19 @@ def test_transaction_is_all_or_nothing(store: Store) -> None:
     assert [o["metadata"]["name"] for o in store.list(AGENT).items] == ["one", "two"]
 
 
+def test_list_in_a_transaction_is_at_the_transactions_revision(store: Store) -> None:
+    """A list inside a write transaction shows the transaction's own writes and reports the revision
+    after them (not the revision the transaction started from, which a watch would replay)."""
+    store.create(AGENT, agent("before"))
+    with store.transaction() as tx:
+        created = tx.create(AGENT, agent("inside"))
+        listed = tx.list(AGENT, ListOptions(namespace="default"))
+        empty = tx.list(AGENT, ListOptions(namespace="nobody-here"))
+    assert [o["metadata"]["name"] for o in listed.items] == ["before", "inside"]
+    assert listed.resource_version == created["metadata"]["resourceVersion"] == str(store.current_revision())
+    assert empty.items == [] and empty.resource_version == listed.resource_version
+
+
 def test_list_namespaces_and_kinds_are_separate(store: Store) -> None:
     store.create(AGENT, agent("a"))
     other = agent("b")
