@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from joch.api import errors
-from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ENVIRONMENT
 from joch.store import ListOptions, Store, WatchOptions
 
 
@@ -170,6 +170,31 @@ def test_list_in_a_transaction_is_at_the_transactions_revision(store: Store) -> 
     assert [o["metadata"]["name"] for o in listed.items] == ["before", "inside"]
     assert listed.resource_version == created["metadata"]["resourceVersion"] == str(store.current_revision())
     assert empty.items == [] and empty.resource_version == listed.resource_version
+
+
+def test_list_many_answers_each_query_as_list_would(store: Store) -> None:
+    """``list_many`` (one statement in a transaction) gives each (kind, namespace) what ``list``
+    gives: namespaced and cluster-scoped kinds, every namespace (None), overlapping and empty
+    queries, a namespace no row can have, in order, and the transaction's own writes."""
+    for ns, name in (("team-b", "z"), ("default", "b"), ("default", "a"), ("team-a", "c")):
+        store.create(AGENT, agent(name, namespace=ns))
+    store.create(AGENT_PROVIDER, {"metadata": {"name": "a", "namespace": "default"}, "spec": {"binary": "x"}})
+    store.create(ENVIRONMENT, {"metadata": {"name": "prod"}, "spec": {"namespaces": ["team-a"]}})
+    queries = [(AGENT, "default"), (ENVIRONMENT, None), (AGENT, None), (AGENT_PROVIDER, "default"),
+               (AGENT, "nobody"), (AGENT, "bad\x00ns"), (AGENT_RUN, None)]
+
+    def expected() -> list[list[Any]]:
+        return [store.list(kind, ListOptions(namespace=ns)).items for kind, ns in queries]
+
+    assert store.list_many(queries) == expected()
+    with store.transaction() as tx:
+        tx.create(AGENT, agent("inside", namespace="team-a"))
+        got = tx.list_many(queries)
+        assert got == [tx.list(kind, ListOptions(namespace=ns)).items for kind, ns in queries]
+    assert got == expected()
+    assert [[o["metadata"]["name"] for o in items] for items in got] == [
+        ["a", "b"], ["prod"], ["a", "b", "c", "inside", "z"], ["a"], [], [], []]
+    assert got[0][0] is not got[2][0]  # each list holds objects of its own
 
 
 def test_list_namespaces_and_kinds_are_separate(store: Store) -> None:
