@@ -25,7 +25,8 @@ concurrent clients, then ``POST /v1/resources/apply`` of 100-document YAML batch
 clients. Rounds alternate between the servers (the order flips each round) so that load from
 other processes on a shared machine hits both alike; each figure is the median over rounds, and
 the ratio is governed / baseline. ``--breakdown`` adds a third server, today's code with no
-authenticator and no Policies (the audit log cannot be turned off), to split the cost.
+authenticator and no Policies (the audit log cannot be turned off), to split the cost;
+``--compare COMMIT`` adds the governed setup on another commit's code (a before/after of a change).
 
 Policy evaluation per object is measured in-process with ``joch.policy`` directly (as
 ``bench/policy.py`` does): the 50 rules against one Agent with the variables converted, and the
@@ -34,7 +35,7 @@ whole admission decision (a transaction, the Policy and Environment reads, selec
 ``--profile`` runs the governed server under cProfile and prints its top functions at the end.
 
 Run: ``.venv/bin/python bench/governance_bench.py [--quick] [--backend sqlite|postgres]
-[--rounds N] [--breakdown] [--profile]`` (``make bench-governance``; about 1.5 minutes per backend,
+[--rounds N] [--breakdown] [--compare COMMIT] [--profile]`` (``make bench-governance``; about 1.5 minutes per backend,
 ``--quick`` about 40 s).
 """
 
@@ -103,20 +104,20 @@ class Rates:
 
 # --- the code from before issue 8 --------------------------------------------------------------------
 
-def extract_baseline(into: Path) -> Path:
-    """``git archive BASELINE_COMMIT src`` extracted under ``into``; returns its ``src``."""
-    archive = into / "baseline.tar"
-    subprocess.run(["git", "archive", "--format=tar", "-o", str(archive), BASELINE_COMMIT, "src"],
-                   cwd=ROOT, check=True)
+def extract_source(into: Path, commit: str) -> Path:
+    """``git archive COMMIT src`` extracted under ``into``; returns its ``src`` (checked: a process
+    with it on ``PYTHONPATH`` imports ``joch`` from there)."""
+    archive = into / f"{commit}.tar"
+    subprocess.run(["git", "archive", "--format=tar", "-o", str(archive), commit, "src"], cwd=ROOT, check=True)
     with tarfile.open(archive) as tar:
-        tar.extractall(into / "baseline", filter="data")
+        tar.extractall(into / commit, filter="data")
     archive.unlink()
-    src = into / "baseline" / "src"
+    src = into / commit / "src"
     probe = subprocess.run([sys.executable, "-c", "import joch; print(joch.__file__)"],
                            env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True)
     imported = Path(probe.stdout.strip()).resolve()
     if src.resolve() not in imported.parents:
-        raise RuntimeError(f"the baseline server would import joch from {imported}, not from {src}")
+        raise RuntimeError(f"a server of {commit} would import joch from {imported}, not from {src}")
     return src
 
 
@@ -385,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", default=POSTGRES)
     parser.add_argument("--breakdown", action="store_true",
                         help="also measure today's server with no authenticator and no Policies (audit on)")
+    parser.add_argument("--compare", metavar="COMMIT", action="append", default=[],
+                        help="also measure the governed setup on the code of COMMIT (before/after a change); "
+                             "repeatable")
     parser.add_argument("--profile", action="store_true", help="cProfile the governed server")
     parser.add_argument("--eval-reps", type=int, default=2000)
     args = parser.parse_args(argv)
@@ -402,10 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="joch-govbench-") as tmp:
         work = Path(tmp)
         log(f"extracting {BASELINE_COMMIT} (before issue 8)")
-        baseline_src = extract_baseline(work)
+        baseline_src = extract_source(work, BASELINE_COMMIT)
         configs = [Config("baseline", baseline_src, auth=False, policies=False)]
         if args.breakdown:
             configs.append(Config("today, no auth/policies", None, auth=False, policies=False))
+        for commit in args.compare:
+            log(f"extracting {commit} (governed, for comparison)")
+            configs.append(Config(f"governed @{commit}", extract_source(work, commit), auth=True, policies=True))
         configs.append(Config("governed", None, auth=True, policies=True))
         log(f"policy evaluation in-process, {args.eval_reps} repetitions")
         eval_rows = evaluation(work, args.eval_reps)
