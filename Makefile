@@ -9,7 +9,7 @@ PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs bench-watch-memory \
-	bench-policy clean
+	bench-policy bench-governance clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -66,6 +66,11 @@ bench-watch-memory: venv-dev
 # CEL policies: evaluation time per object, HTTP apply with 10 Policies x 5 rules vs without (target >= 0.70).
 bench-policy: venv-dev
 	$(BIN)/python bench/policy.py
+
+# Governance on every write: auth + RBAC + 10 Policies x 5 rules + audit rows vs the server from before
+# issue 8 (87397d6), SQLite and Postgres, alternating rounds (target >= 0.70); and policy evaluation per object.
+bench-governance: venv-dev postgres-up
+	$(BIN)/python bench/governance_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)

@@ -65,7 +65,7 @@ def rate(http: httpx.Client, text: str, objects: int) -> float:
 
 
 def audit_rows(http: httpx.Client) -> str:
-    audit = http.get("/v1/audit", params={"limit": 5000, "verb": "create"})
+    audit = http.get("/v1/audit", params={"limit": 5000, "verb": "apply", "kind": "Agent"})
     return str(len(audit.json()["items"])) if audit.status_code == 200 else "n/a"
 
 

@@ -73,9 +73,22 @@ class StoreSource:
             self._lists[key] = self.reader.list(kind, ListOptions(namespace=namespace)).items
         return self._lists[key]
 
+    def prefetch(self, queries: builtins.list[tuple[KindInfo, str | None]]) -> None:
+        """Read the lists of ``queries`` not read yet, in one ``list_many`` (one statement in a
+        transaction instead of one per list)."""
+        missing = [(kind, ns) for kind, ns in queries if (kind.key, ns) not in self._lists]
+        if len(missing) > 1:
+            for (kind, ns), items in zip(missing, self.reader.list_many(missing), strict=True):
+                self._lists[(kind.key, ns)] = items
+
     def compiled(self, namespace: str | None) -> builtins.list[rules.Policy]:
-        """The candidate Policies for ``namespace``, compiled, once per source."""
+        """The candidate Policies for ``namespace``, compiled, once per source (their lists and the
+        Environments read together)."""
         if namespace not in self._compiled:
+            wanted = [(kinds.POLICY, rules.SYSTEM_NAMESPACE), (kinds.ENVIRONMENT, None)]
+            if namespace and namespace != rules.SYSTEM_NAMESPACE:
+                wanted.append((kinds.POLICY, namespace))
+            self.prefetch(wanted)
             self._compiled[namespace] = rules.compile_all(candidates(self, namespace))
         return self._compiled[namespace]
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -199,6 +199,13 @@ class Writer(abc.ABC):
         self, kind: KindInfo, namespace: str | None, name: str, *, resource_version: str | None = None,
         uid: str | None = None,
     ) -> Obj: ...
+
+    def list_many(self, queries: Sequence[tuple[KindInfo, str | None]]) -> builtins.list[builtins.list[Obj]]:
+        """Several whole lists at once, each ``(kind, namespace)`` (``None``: every namespace, or a
+        cluster-scoped kind) as ``list(kind, ListOptions(namespace=...)).items`` would give it, in the
+        same order. A transaction answers them with one statement (admission reads the Policies of
+        two namespaces and the Environments on every write); this default lists each."""
+        return [self.list(kind, ListOptions(namespace=namespace)).items for kind, namespace in queries]
 
     def reveal(self, kind: KindInfo, namespace: str | None, name: str) -> Obj:
         """The object *with* its sensitive fields (a Secret's ``spec.data``), decrypted: for Joch's

@@ -418,7 +418,11 @@ class _Tx(Writer):
         return obj
 
     def list(self, kind: KindInfo, options: ListOptions | None = None) -> ListResult:
-        return _list(self.conn, kind, options or ListOptions())
+        # The transaction holds the revision (it locked the counter): no query for it per list.
+        return _list(self.conn, kind, options or ListOptions(), revision=self.revision)
+
+    def list_many(self, queries: Sequence[tuple[KindInfo, str | None]]) -> builtins.list[builtins.list[Obj]]:
+        return _list_many(self.conn, queries)
 
     def create(self, kind: KindInfo, obj: Obj) -> Obj:
         m = dict(obj.get("metadata") or {})
@@ -599,7 +603,9 @@ def _decode_continue(token: str) -> tuple[int, str, str]:
     return decoded
 
 
-def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
+def _list(conn: Conn, kind: KindInfo, opts: ListOptions, *, revision: int | None = None) -> ListResult:
+    """One page of ``kind``. ``revision``: the store's revision when the caller knows it (a write
+    transaction, which holds the counter and has counted its own writes), else it is read."""
     labels = selectors.parse_labels(opts.label_selector)
     fields = selectors.parse_fields(opts.field_selector)
     if opts.limit is not None and opts.limit < 0:
@@ -612,13 +618,13 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
         first_revision, ns_after, name_after = _decode_continue(opts.continue_token)
         after = (ns_after, name_after)
     where, params = _list_filter(kind, namespace, fields)
-    if where is None:
+    if revision is None:
         (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
+    if where is None:
         list_revision = first_revision if first_revision is not None else int(revision)
         return ListResult(items=[], resource_version=str(list_revision), continue_token=None)
     items: list[Obj] = []
     more = False
-    (revision,) = conn.execute("SELECT value FROM joch_meta WHERE key = 'revision'").fetchone()
     while True:
         chunk = _LIST_CHUNK if limit is None else max(limit + 1 - len(items), 64)
         sql = f"SELECT namespace, name, body FROM joch_objects WHERE {where}"
@@ -646,6 +652,33 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions) -> ListResult:
     # No remainingItemCount: it is optional in Kubernetes, and counting the rest of a large
     # collection on every page costs more than the page itself.
     return ListResult(items=items, resource_version=str(list_revision), continue_token=token)
+
+
+def _list_many(conn: Conn, queries: Sequence[tuple[KindInfo, str | None]]) -> builtins.list[builtins.list[Obj]]:
+    """Whole lists of ``(kind, namespace)`` in one statement: the filters OR'ed, each row handed to
+    every query it matches (rows come ordered by namespace and name, as ``_list`` orders them)."""
+    wanted: builtins.list[tuple[str, str | None]] = []
+    clauses: builtins.list[str] = []
+    params: builtins.list[Any] = []
+    for kind, namespace in queries:
+        namespace = (namespace or None) if kind.namespaced else None
+        where, where_params = _list_filter(kind, namespace, ())
+        if where is None:  # a namespace no row can have
+            wanted.append(("", "\0"))
+            continue
+        wanted.append((kind.key, namespace))
+        clauses.append(f"({where})")
+        params += where_params
+    out: builtins.list[builtins.list[Obj]] = [[] for _ in queries]
+    if not clauses:
+        return out
+    rows = conn.execute(f"SELECT kind, namespace, body FROM joch_objects WHERE {' OR '.join(clauses)} "
+                        "ORDER BY namespace, name", params).fetchall()
+    for key, ns_row, body in rows:
+        for i, (want_key, want_ns) in enumerate(wanted):
+            if key == want_key and (want_ns is None or ns_row == want_ns):
+                out[i].append(json.loads(body))  # each list its own objects, as separate lists would be
+    return out
 
 
 def _list_filter(

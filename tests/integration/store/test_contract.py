@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from joch.api import errors
-from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ROLE_BINDING
+from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ENVIRONMENT, ROLE_BINDING
 from joch.store import ListOptions, Store, WatchOptions
 
 
@@ -172,6 +172,44 @@ def test_transaction_is_all_or_nothing(store: Store) -> None:
         assert tx.get(AGENT, "default", "one")["metadata"]["name"] == "one"
         tx.create(AGENT, agent("two"))
     assert [o["metadata"]["name"] for o in store.list(AGENT).items] == ["one", "two"]
+
+
+def test_list_in_a_transaction_is_at_the_transactions_revision(store: Store) -> None:
+    """A list inside a write transaction shows the transaction's own writes and reports the revision
+    after them (not the revision the transaction started from, which a watch would replay)."""
+    store.create(AGENT, agent("before"))
+    with store.transaction() as tx:
+        created = tx.create(AGENT, agent("inside"))
+        listed = tx.list(AGENT, ListOptions(namespace="default"))
+        empty = tx.list(AGENT, ListOptions(namespace="nobody-here"))
+    assert [o["metadata"]["name"] for o in listed.items] == ["before", "inside"]
+    assert listed.resource_version == created["metadata"]["resourceVersion"] == str(store.current_revision())
+    assert empty.items == [] and empty.resource_version == listed.resource_version
+
+
+def test_list_many_answers_each_query_as_list_would(store: Store) -> None:
+    """``list_many`` (one statement in a transaction) gives each (kind, namespace) what ``list``
+    gives: namespaced and cluster-scoped kinds, every namespace (None), overlapping and empty
+    queries, a namespace no row can have, in order, and the transaction's own writes."""
+    for ns, name in (("team-b", "z"), ("default", "b"), ("default", "a"), ("team-a", "c")):
+        store.create(AGENT, agent(name, namespace=ns))
+    store.create(AGENT_PROVIDER, {"metadata": {"name": "a", "namespace": "default"}, "spec": {"binary": "x"}})
+    store.create(ENVIRONMENT, {"metadata": {"name": "prod"}, "spec": {"namespaces": ["team-a"]}})
+    queries = [(AGENT, "default"), (ENVIRONMENT, None), (AGENT, None), (AGENT_PROVIDER, "default"),
+               (AGENT, "nobody"), (AGENT, "bad\x00ns"), (AGENT_RUN, None)]
+
+    def expected() -> list[list[Any]]:
+        return [store.list(kind, ListOptions(namespace=ns)).items for kind, ns in queries]
+
+    assert store.list_many(queries) == expected()
+    with store.transaction() as tx:
+        tx.create(AGENT, agent("inside", namespace="team-a"))
+        got = tx.list_many(queries)
+        assert got == [tx.list(kind, ListOptions(namespace=ns)).items for kind, ns in queries]
+    assert got == expected()
+    assert [[o["metadata"]["name"] for o in items] for items in got] == [
+        ["a", "b"], ["prod"], ["a", "b", "c", "inside", "z"], ["a"], [], [], []]
+    assert got[0][0] is not got[2][0]  # each list holds objects of its own
 
 
 def test_list_namespaces_and_kinds_are_separate(store: Store) -> None:
