@@ -107,10 +107,14 @@ _PROBLEM_REASONS = {
 
 
 class InvalidSpec(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    """Why a run cannot start; ``audit`` is recorded once the run's Failed status is written (a
+    reconcile retried after a conflict must not record the denial twice)."""
+
+    def __init__(self, reason: str, message: str, audit: AuditEntry | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.audit = audit
 
 
 @dataclass(frozen=True)
@@ -240,6 +244,8 @@ class RunController(Controller):
             status["conditions"] = set_condition(status["conditions"], _cond("InvalidSpec", "True", exc.reason,
                                                                              exc.message))
             self._write(run, status, (exc.reason, exc.message, "Warning"))
+            if exc.audit is not None:
+                self.ctx.store.audit(exc.audit)
             return None
         status = dict(run.get("status") or {})
         conditions = set_condition(list(status.get("conditions") or []),
@@ -307,13 +313,13 @@ class RunController(Controller):
         agent = run["spec"]["agentRef"]["name"]
         for i, name in enumerate(run["spec"].get("secrets") or []):
             if name not in allowed:
-                self.ctx.store.audit(AuditEntry(
+                raise InvalidSpec("SecretNotAllowed", f'spec.secrets[{i}]: Secret "{name}" is not allowed for Agent '
+                                                      f'"{agent}"; add it to the agent\'s spec.security.allowedSecrets',
+                                  audit=AuditEntry(
                     verb="resolve", kind=kinds.SECRET.kind, namespace=namespace, name=name, decision="denied",
                     actor=CONTROLLER.name, groups=CONTROLLER.groups,
                     reason=f'not allowed for Agent {agent}: AgentRun {namespace}/{run["metadata"]["name"]} fails '
                            "SecretNotAllowed"))
-                raise InvalidSpec("SecretNotAllowed", f'spec.secrets[{i}]: Secret "{name}" is not allowed for Agent '
-                                                      f'"{agent}"; add it to the agent\'s spec.security.allowedSecrets')
             if self._read(kinds.SECRET, namespace, name) is None:
                 raise InvalidSpec("MissingSecret", f'spec.secrets[{i}]: Secret "{name}" not found in namespace '
                                                    f'"{namespace}"')

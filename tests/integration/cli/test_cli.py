@@ -122,7 +122,7 @@ def test_create_honours_generate_name(joch, manifest) -> None:
         names.append(line.split()[0].split("/")[1])
     assert names[0] != names[1]
     rows = table(joch.ok("get", "runs").out)
-    assert rows[0] == ["NAME", "AGENT", "PHASE", "AGE"]
+    assert rows[0] == ["NAME", "AGENT", "PHASE", "COST", "AGE"]
     assert sorted(r[0] for r in rows[1:]) == sorted(names)
 
 
