@@ -1,0 +1,34 @@
+"""A hostile user against a real server with a token file: each test is an attack that once worked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from joch.store import Store
+from integration.server.test_server_auth import AuthServer, start
+
+
+@pytest.fixture
+def auth(store: Store, tmp_path: Path) -> Iterator[AuthServer]:
+    yield from start(store, tmp_path / "tokens.csv")
+
+
+def watch_body(auth: AuthServer, token: str, query: str) -> tuple[int, bytes]:
+    with auth.as_(token) as http, http.stream("GET", f"/v1/resources/watch?{query}&timeoutSeconds=1") as r:
+        return r.status_code, r.read()
+
+
+@pytest.mark.parametrize("query", [
+    "kind=Agent&kind=",  # authorized as a watch of Agents, served as a watch of every kind
+    "kind=Agent&kind=RoleBinding",
+    "kind=Agent&namespace=default&namespace=",  # authorized in default, served in every namespace
+    "kind=Agent&namespace=default&namespace=joch-system",
+])
+def test_a_repeated_query_parameter_is_authorized_as_the_route_reads_it(auth: AuthServer, query: str) -> None:
+    # victor views namespace default only; the RoleBindings in default and joch-system are not his to watch.
+    code, body = watch_body(auth, "viewer-token", query)
+    assert code == 403, body
+    assert b"event:" not in body
