@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from joch.store import Store
 from integration.server.test_server_auth import AuthServer, start
+from joch.store import Store
 
 
 @pytest.fixture

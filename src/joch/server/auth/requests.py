@@ -33,6 +33,7 @@ cluster-wide admins: a route added later is closed until it is mapped here, not 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from starlette.datastructures import QueryParams
 
 from joch.api import REGISTRY, errors, kinds
