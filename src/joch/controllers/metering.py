@@ -60,6 +60,9 @@ TOKEN_PREFIX = "jrt1_"  # noqa: S105
 TOKEN_ENV = RUN_TOKEN_ENV
 EXCEEDED = "BudgetExceeded"
 MAX_EVENTS = 1000
+# One usage event's cost: finite and at most this (a million dollars), so a report of 1e308 or
+# Infinity cannot turn a run's, a Budget's or ``joch cost``'s sum into inf (not JSON, never below a limit).
+MAX_EVENT_COST_USD = 1_000_000
 COMPONENT = "joch-metering"
 
 _keys: weakref.WeakKeyDictionary[Store, bytes] = weakref.WeakKeyDictionary()
@@ -71,7 +74,7 @@ class UsageEvent(Model):
     inputTokens: NonNegativeInt = 0
     outputTokens: NonNegativeInt = 0
     cachedTokens: NonNegativeInt = 0
-    costUsd: Number | None = Field(default=None, ge=0)
+    costUsd: Number | None = Field(default=None, ge=0, le=MAX_EVENT_COST_USD, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)
