@@ -32,3 +32,22 @@ def test_a_repeated_query_parameter_is_authorized_as_the_route_reads_it(auth: Au
     code, body = watch_body(auth, "viewer-token", query)
     assert code == 403, body
     assert b"event:" not in body
+
+
+FREE_MODEL = """\
+apiVersion: model.joch.dev/v1alpha1
+kind: Model
+metadata: {name: gpt, namespace: default}
+spec: {provider: openai, modelId: gpt-5, pricing: {inputPerMillionUsd: 0, outputPerMillionUsd: 0}}
+"""
+
+
+def test_an_editor_cannot_price_models_to_slip_under_a_budget(auth: AuthServer) -> None:
+    # Spend is priced from the Model found in the run's namespace before joch-system's: an editor who
+    # could write one there would meter every run at $0, and no Budget would ever stop them.
+    response = auth.apply("editor-token", FREE_MODEL)
+    assert response.status_code == 403, response.text
+    assert "models" in response.json()["message"]
+    with auth.as_("editor-token") as http:
+        assert http.get("/apis/model.joch.dev/v1alpha1/namespaces/default/models").status_code == 200
+    assert auth.apply("admin-token", FREE_MODEL).status_code == 200
