@@ -51,3 +51,17 @@ def test_an_editor_cannot_price_models_to_slip_under_a_budget(auth: AuthServer) 
     with auth.as_("editor-token") as http:
         assert http.get("/apis/model.joch.dev/v1alpha1/namespaces/default/models").status_code == 200
     assert auth.apply("admin-token", FREE_MODEL).status_code == 200
+
+
+@pytest.mark.parametrize("field", ["stringData", "data"])
+def test_a_secret_value_with_a_nul_character_is_refused_without_quoting_it(auth: AuthServer, field: str) -> None:
+    secret = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret",
+              "metadata": {"name": "s", "namespace": "default"}, "spec": {field: {"password": "hunter2-\u0000-SUPERSECRET"}}}
+    with auth.as_("admin-token") as http:
+        for response in (
+            http.post("/v1/resources/apply", json=secret),
+            http.post("/apis/ops.joch.dev/v1alpha1/namespaces/default/secrets", json=secret),
+        ):
+            assert response.status_code == 422, response.text
+            assert "NUL" in response.text and f"spec.{field}.password" in response.text
+            assert "SUPERSECRET" not in response.text and "hunter2" not in response.text
