@@ -56,7 +56,8 @@ def test_an_editor_cannot_price_models_to_slip_under_a_budget(auth: AuthServer) 
 @pytest.mark.parametrize("field", ["stringData", "data"])
 def test_a_secret_value_with_a_nul_character_is_refused_without_quoting_it(auth: AuthServer, field: str) -> None:
     secret = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret",
-              "metadata": {"name": "s", "namespace": "default"}, "spec": {field: {"password": "hunter2-\u0000-SUPERSECRET"}}}
+              "metadata": {"name": "s", "namespace": "default"},
+              "spec": {field: {"password": "hunter2-\u0000-SUPERSECRET"}}}
     with auth.as_("admin-token") as http:
         for response in (
             http.post("/v1/resources/apply", json=secret),
