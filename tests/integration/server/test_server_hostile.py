@@ -16,6 +16,16 @@ def auth(store: Store, tmp_path: Path) -> Iterator[AuthServer]:
     yield from start(store, tmp_path / "tokens.csv")
 
 
+AGENT_YAML = """\
+apiVersion: joch.dev/v1alpha1
+kind: Agent
+metadata: {name: a, namespace: default}
+spec: {providerRef: {name: p}}
+"""
+RUN_OF_A = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "r"},
+            "spec": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "x"}}}}
+
+
 def watch_body(auth: AuthServer, token: str, query: str) -> tuple[int, bytes]:
     with auth.as_(token) as http, http.stream("GET", f"/v1/resources/watch?{query}&timeoutSeconds=1") as r:
         return r.status_code, r.read()
@@ -66,3 +76,25 @@ def test_a_secret_value_with_a_nul_character_is_refused_without_quoting_it(auth:
             assert response.status_code == 422, response.text
             assert "NUL" in response.text and f"spec.{field}.password" in response.text
             assert "SUPERSECRET" not in response.text and "hunter2" not in response.text
+
+
+def test_an_editor_cannot_make_their_approval_the_runs_own_by_a_later_edit(auth: AuthServer) -> None:
+    approvals = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/approvals"
+    with auth.as_("editor-token") as http:
+        assert auth.apply("editor-token", AGENT_YAML).status_code == 200
+        run = http.post("/v1/namespaces/default/executions", json=RUN_OF_A)
+        assert run.status_code == 201, run.text
+        mine = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "Approval", "metadata": {"name": "r-dispatch"},
+                "spec": {"runRef": {"name": "r"}}}
+        assert http.post(approvals, json=mine).status_code == 201
+        ref = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "name": "r",
+               "uid": run.json()["metadata"]["uid"], "controller": True}
+        patched = http.patch(f"{approvals}/r-dispatch", json={"metadata": {"ownerReferences": [ref]}},
+                             headers={"Content-Type": "application/merge-patch+json"})
+        assert patched.status_code == 422, patched.text
+        assert "metadata.ownerReferences[0].controller" in patched.text
+        stored = http.get(f"{approvals}/r-dispatch").json()
+        assert not stored["metadata"].get("ownerReferences")
+        # Keeping what it has (none) and editing the rest is fine.
+        assert http.patch(f"{approvals}/r-dispatch", json={"metadata": {"labels": {"x": "y"}}},
+                          headers={"Content-Type": "application/merge-patch+json"}).status_code == 200
