@@ -98,3 +98,27 @@ def test_an_editor_cannot_make_their_approval_the_runs_own_by_a_later_edit(auth:
         # Keeping what it has (none) and editing the rest is fine.
         assert http.patch(f"{approvals}/r-dispatch", json={"metadata": {"labels": {"x": "y"}}},
                           headers={"Content-Type": "application/merge-patch+json"}).status_code == 200
+
+
+FORGED_EVENT = """\
+apiVersion: ops.joch.dev/v1alpha1
+kind: Event
+metadata: {name: forged, namespace: default}
+spec:
+  involvedObject: {apiVersion: runtime.joch.dev/v1alpha1, kind: AgentRun, name: r, namespace: default}
+  reason: Approved
+  message: approval r-dispatch approved by april
+  source: {component: joch-run-controller}
+"""
+
+
+def test_an_editor_cannot_forge_or_remove_the_events_joch_writes(auth: AuthServer) -> None:
+    # Events are what Joch's controllers and admission say happened (an approval, a policy warning,
+    # a budget stop): as in Kubernetes' edit role, editors read them and do not write them.
+    response = auth.apply("editor-token", FORGED_EVENT)
+    assert response.status_code == 403, response.text
+    assert auth.apply("admin-token", FORGED_EVENT).status_code == 200
+    events = "/apis/ops.joch.dev/v1alpha1/namespaces/default/events"
+    with auth.as_("editor-token") as http:
+        assert http.delete(f"{events}/forged").status_code == 403
+        assert http.get(f"{events}/forged").status_code == 200

@@ -9,8 +9,8 @@ editor     viewer, and create, update, patch, delete every kind except the admin
            create and cancel runs); never a subresource (no status writes, no approval decisions)
 approver   viewer, and deciding approvals: ``update`` on ``approvals/decide``
            (``POST /v1/namespaces/NS/approvals/NAME/decide``)
-admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, Policies, Teams, Environments,
-           Leases, status subresources, the namespace's audit log
+admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, Events, Policies, Teams,
+           Environments, Leases, status subresources, the namespace's audit log
 =========  ==============================================================================================
 
 A RoleBinding grants its role in its own namespace; one in ``joch-system`` grants it in every
@@ -58,8 +58,10 @@ READ_VERBS = frozenset({"get", "list", "watch"})
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 HIDDEN = frozenset({"secrets", "auditevents", ALL})  # not even viewers read these
 # Models too: their prices are what Budgets are enforced in, so writing one is setting the spend.
-ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "policies", "teams", "environments",
-                        "leases", "auditevents", ALL})
+# Events are what Joch's controllers and admission say happened (as in Kubernetes' edit role,
+# editors read them): an editor must not forge "approved by" one or delete a policy warning.
+ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "events", "policies", "teams",
+                        "environments", "leases", "auditevents", ALL})
 
 
 @dataclass(frozen=True)
