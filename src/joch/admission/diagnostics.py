@@ -57,7 +57,7 @@ _TYPE_ERRORS = {
 }
 _SCALAR_WORDS = frozenset({"an integer", "a number", "a boolean", "a boolean (true or false)"})
 _NUL = "\x00"
-_NUL_PROBLEM = "contains a NUL character (\\u0000), which cannot be stored; remove it"
+NUL_PROBLEM = "contains a NUL character (\\u0000), which cannot be stored; remove it"
 _BOOL_HINT = "YAML 1.1 reads unquoted on/off/yes/no as booleans"
 _NUMBER_HINT = "YAML reads unquoted {text} as a number"
 
@@ -303,7 +303,7 @@ def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[tuple[Cause,
             if not isinstance(key, str):
                 yield _key_cause(key, (*path, key), raw), True
             elif _NUL in key:
-                yield Cause(format_path((*path, key)), f"the key {show(key)} {_NUL_PROBLEM}",
+                yield Cause(format_path((*path, key)), f"the key {show(key)} {NUL_PROBLEM}",
                             "FieldValueInvalid"), True
             yield from _scan(child, (*path, key), raw)
     elif isinstance(value, list):
@@ -319,7 +319,7 @@ def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[tuple[Cause,
         ), False
     elif isinstance(value, str):
         if _NUL in value:
-            yield Cause(format_path(_as_written(path, raw)), f"{show(value)} {_NUL_PROBLEM}",
+            yield Cause(format_path(_as_written(path, raw)), f"{show(value)} {NUL_PROBLEM}",
                         "FieldValueInvalid"), False
     elif isinstance(value, float) and not math.isfinite(value):
         yield Cause(format_path(_as_written(path, raw)),

@@ -13,9 +13,10 @@ creator who could write their own name (or someone else's) would decide it anywa
   spec cannot change at all (like a Kubernetes CertificateSigningRequest): what was asked for,
   by whom, until when and under which rules is what gets decided. A body that repeats the stored
   spec, with or without ``requestedBy``, is fine (``joch apply`` of the same file).
-  An Approval created through the API may not claim a run as its controller
-  (``ownerReferences[].controller``): the run controller acts only on the Approval its run owns,
-  and one a user wrote there first would stand in for it without the Agent's rules.
+  An Approval created or updated through the API may not claim a run as its controller
+  (``ownerReferences[].controller``; an update keeps the controller references it had): the run
+  controller acts only on the Approval its run controls (``controllers.approvals.owned_by``), and
+  one a user wrote there would stand in for it without the Agent's rules.
 * **Outside a request** (controllers, ``joch server --apply`` at start) no user is current, and
   what the object says is kept: the run controller writes the dispatch Approval's ``requestedBy``
   as the run's creator itself. Joch's own controllers calling the API (group
@@ -89,13 +90,17 @@ def _requester(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
 
 def _owner(metadata: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     user = current_user()
-    if old is not None or user is None or _controller(user):
+    if user is None or _controller(user):
         return []
+    # On update, the controller references the Approval already has are kept; a new one is not
+    # (an Approval a user created must not become a run's dispatch Approval by a later edit).
+    kept = [ref for ref in ((old or {}).get("metadata") or {}).get("ownerReferences") or []
+            if isinstance(ref, dict) and ref.get("controller")]
     refs = metadata.get("ownerReferences") or []
     message = ("Forbidden: only Joch's run controller makes an Approval controlled by a run (its dispatch "
                "Approval); remove controller: true")
     return [Cause(f"metadata.ownerReferences[{i}].controller", message, "FieldValueForbidden")
-            for i, ref in enumerate(refs) if isinstance(ref, dict) and ref.get("controller")]
+            for i, ref in enumerate(refs) if isinstance(ref, dict) and ref.get("controller") and ref not in kept]
 
 
 def _normalized(spec: dict[str, Any]) -> dict[str, Any]:

@@ -325,6 +325,9 @@ def _without_values(kind: KindInfo, causes: list[Cause]) -> list[Cause]:
         if cause.field.startswith(roots) and cause.reason != "FieldValueInvalid":
             cause = Cause(cause.field, "must be a string: quote the value in YAML (it is not shown here, since it "
                           "is secret)", cause.reason)
+        elif cause.field.startswith(roots) and diagnostics.NUL_PROBLEM in cause.message:  # it quotes the value
+            cause = Cause(cause.field, f"the value {diagnostics.NUL_PROBLEM} (it is not shown here, since it is "
+                          "secret)", cause.reason)
         out.append(cause)
     return out
 

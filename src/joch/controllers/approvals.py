@@ -109,8 +109,12 @@ def name_for(run: Obj) -> str:
 
 
 def owned_by(approval: Obj, run: Obj) -> bool:
+    """Whether ``approval`` is ``run``'s own: its *controller* reference names the run. A plain owner
+    reference is not enough: any editor may write one (admission refuses only ``controller: true``
+    from users), and an Approval a user made must never stand in for the one the Agent's rules made."""
     uid = run["metadata"]["uid"]
-    return any(ref.get("uid") == uid for ref in approval["metadata"].get("ownerReferences") or [])
+    return any(isinstance(ref, dict) and ref.get("uid") == uid and ref.get("controller") is True
+               for ref in approval["metadata"].get("ownerReferences") or [])
 
 
 def for_run(

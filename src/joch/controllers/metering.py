@@ -61,6 +61,13 @@ TOKEN_PREFIX = "jrt1_"  # noqa: S105
 TOKEN_ENV = RUN_TOKEN_ENV
 EXCEEDED = "BudgetExceeded"
 MAX_EVENTS = 1000
+# One usage event's cost: finite and at most this (a million dollars), so a report of 1e308 or
+# Infinity cannot turn a run's, a Budget's or ``joch cost``'s sum into inf (not JSON, never below a limit).
+MAX_EVENT_COST_USD = 1_000_000
+# One usage event's token counts: at most a billion each (no model call comes near), so the sums
+# the store keeps (SQLite integers are 64-bit) cannot overflow: 2**62 tokens a few times made
+# ``GET /v1/cost`` a 500 for everyone.
+MAX_EVENT_TOKENS = 1_000_000_000
 COMPONENT = "joch-metering"
 
 _keys: weakref.WeakKeyDictionary[Store, bytes] = weakref.WeakKeyDictionary()
@@ -69,10 +76,10 @@ _keys: weakref.WeakKeyDictionary[Store, bytes] = weakref.WeakKeyDictionary()
 class UsageEvent(Model):
     id: Str = Field(min_length=1, max_length=256)
     model: Str | None = Field(default=None, min_length=1, max_length=253)
-    inputTokens: NonNegativeInt = 0
-    outputTokens: NonNegativeInt = 0
-    cachedTokens: NonNegativeInt = 0
-    costUsd: Number | None = Field(default=None, ge=0)
+    inputTokens: NonNegativeInt = Field(default=0, le=MAX_EVENT_TOKENS)
+    outputTokens: NonNegativeInt = Field(default=0, le=MAX_EVENT_TOKENS)
+    cachedTokens: NonNegativeInt = Field(default=0, le=MAX_EVENT_TOKENS)
+    costUsd: Number | None = Field(default=None, ge=0, le=MAX_EVENT_COST_USD, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

@@ -136,9 +136,10 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
         return h.cost(namespace, by, since)
 
     event = {"type": "object", "required": ["id"], "properties": {
-        "id": {"type": "string"}, "model": {"type": "string"}, "inputTokens": {"type": "integer", "minimum": 0},
-        "outputTokens": {"type": "integer", "minimum": 0}, "cachedTokens": {"type": "integer", "minimum": 0},
-        "costUsd": {"type": "number", "minimum": 0}}}
+        "id": {"type": "string"}, "model": {"type": "string"},
+        **{field: {"type": "integer", "minimum": 0, "maximum": metering.MAX_EVENT_TOKENS}
+           for field in ("inputTokens", "outputTokens", "cachedTokens")},
+        "costUsd": {"type": "number", "minimum": 0, "maximum": metering.MAX_EVENT_COST_USD}}}
     body_doc = resources.request_body({"oneOf": [{"type": "object", "required": ["events"], "properties": {
         "events": {"type": "array", "items": event}}}, event]}, wire.JSON)
     callback_doc = schemas.responses(200, None, "a UsageReport", body=True)

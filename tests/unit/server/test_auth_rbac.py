@@ -37,6 +37,11 @@ RUN = "/apis/runtime.joch.dev/v1alpha1/namespaces/ns/agentruns"
     ("GET", "/v1/resources/watch", "kind=ag&namespace=ns",
      RequestInfo("watch", "/v1/resources/watch", "agents", "joch.dev", namespace="ns")),
     ("WATCH", "/v1/resources", "", RequestInfo("watch", "/v1/resources", "*")),
+    # A repeated parameter is what the route reads: its last value, even blank (every kind, every namespace).
+    ("GET", "/v1/resources/watch", "kind=ag&kind=&namespace=ns&namespace=",
+     RequestInfo("watch", "/v1/resources/watch", "*")),
+    ("GET", "/v1/audit", "namespace=ns&namespace=", RequestInfo("list", "/v1/audit", "auditevents", "ops.joch.dev")),
+    ("GET", f"{RUN}", "watch=true&watch=", RequestInfo("list", RUN, "agentruns", "runtime.joch.dev", namespace="ns")),
     ("GET", "/v1/audit", "namespace=ns", RequestInfo("list", "/v1/audit", "auditevents", "ops.joch.dev",
                                                      namespace="ns")),
     ("POST", "/v1/resources/apply", "namespace=ns", RequestInfo("apply", "/v1/resources/apply", namespace="ns",

@@ -9,8 +9,8 @@ editor     viewer, and create, update, patch, delete every kind except the admin
            create and cancel runs); never a subresource (no status writes, no approval decisions)
 approver   viewer, and deciding approvals: ``update`` on ``approvals/decide``
            (``POST /v1/namespaces/NS/approvals/NAME/decide``)
-admin      everything in the namespace: Secrets, RoleBindings, Budgets, Policies, Teams, Environments,
-           Leases, status subresources, the namespace's audit log
+admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, Events, Policies, Teams,
+           Environments, Leases, status subresources, the namespace's audit log
 =========  ==============================================================================================
 
 A RoleBinding has Kubernetes' shape: ``roleRef`` and ``subjects`` are top-level keys (no ``spec``).
@@ -58,8 +58,11 @@ ROLES = kinds.BUILTIN_ROLES
 READ_VERBS = frozenset({"get", "list", "watch"})
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 HIDDEN = frozenset({"secrets", "auditevents", ALL})  # not even viewers read these
-ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "policies", "teams", "environments", "leases",
-                        "auditevents", ALL})
+# Models too: their prices are what Budgets are enforced in, so writing one is setting the spend.
+# Events are what Joch's controllers and admission say happened (as in Kubernetes' edit role,
+# editors read them): an editor must not forge "approved by" one or delete a policy warning.
+ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "events", "policies", "teams",
+                        "environments", "leases", "auditevents", ALL})
 
 
 @dataclass(frozen=True)

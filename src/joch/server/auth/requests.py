@@ -4,7 +4,9 @@
 (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``, ``delete``), the API group, the
 resource (the plural), the subresource, the namespace and the name; for anything else the path
 and the verb of the method (a "non-resource URL"). It reads only the method, the path and the
-query string, never the body. The routes it knows:
+query string, never the body. The query string is read as the route's handler reads it (Starlette's
+``QueryParams``: a repeated parameter is its last value, blank ones kept), so ``?kind=Agent&kind=``
+is not authorized as a watch of Agents and served as a watch of every kind. The routes it knows:
 
 * ``/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/SUB]]`` and ``/api/v1/...``: as the apiserver
   reads them (``?watch=true`` on a collection is ``watch``; a GET of a collection is ``list``).
@@ -31,7 +33,8 @@ cluster-wide admins: a route added later is closed until it is mapped here, not 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qs
+
+from starlette.datastructures import QueryParams
 
 from joch.api import REGISTRY, errors, kinds
 from joch.api.registry import Registry
@@ -99,7 +102,7 @@ def _rest(method: str, path: str, group: str, rest: list[str], query: str) -> Re
 
 def _verb(method: str, named: bool, query: str) -> str:
     if method in ("GET", "HEAD") and not named:
-        watching = parse_qs(query).get("watch", [""])[-1].lower() in TRUE
+        watching = (QueryParams(query).get("watch") or "").lower() in TRUE
         return "watch" if watching else "list"
     if method == "WATCH":
         return "watch"
@@ -107,13 +110,13 @@ def _verb(method: str, named: bool, query: str) -> str:
 
 
 def _v1(method: str, verb: str, path: str, rest: list[str], query: str, registry: Registry) -> RequestInfo:
-    params = parse_qs(query)
-    namespace = params.get("namespace", [""])[-1]
+    params = QueryParams(query)
+    namespace = params.get("namespace") or ""
     if rest in (["resources", "apply"], ["resources", "create"]) and method == "POST":
         # The audit log's verb; each document is authorized as the create or update it is.
         return RequestInfo(verb=rest[1], path=path, namespace=namespace, batch=True)
     if (rest == ["resources", "watch"] and method == "GET") or (rest == ["resources"] and method == "WATCH"):
-        kind = params.get("kind", [""])[-1]
+        kind = params.get("kind") or ""
         group, resource = "", ALL
         if kind:
             try:
