@@ -694,9 +694,10 @@ class RoleRef(Model):
 
 
 class Subject(Model):
-    """A user or group as authentication names it (a token file's user, an OIDC claim, with its prefix)."""
+    """A user or group as authentication names it (a token file's user, an OIDC claim, with its
+    prefix), or a ``Team`` (ops.joch.dev): its ``members`` and ``groups`` at the time of the request."""
 
-    kind: Literal["User", "Group"]
+    kind: Literal["User", "Group", "Team"]
     name: Str = Field(min_length=1)
     apiGroup: Literal["rbac.authorization.k8s.io", "ops.joch.dev"] | None = None
 

@@ -229,6 +229,31 @@ def test_a_new_binding_grants_at_once_and_a_deleted_one_stops_granting(auth: Aut
             time.sleep(0.1)
 
 
+def test_a_team_subject_binds_the_teams_members_and_groups_as_they_are_now(auth: AuthServer) -> None:
+    team = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Team", "metadata": {"name": "platform"},
+            "spec": {"members": ["nora"], "groups": []}}
+    binding = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
+               "metadata": {"name": "platform-edits", "namespace": "default"},
+               "roleRef": {"kind": "Role", "name": "editor"},
+               "subjects": [{"kind": "Team", "name": "platform", "apiGroup": "ops.joch.dev"}]}
+    path = "/apis/joch.dev/v1alpha1/namespaces/default/agentproviders"
+    with auth.as_("nobody-token") as nora, auth.as_("approver-token") as april, auth.as_("admin-token") as alice:
+        assert alice.post(BINDINGS_PATH, json=binding).status_code == 201
+        assert nora.post(path, json=provider("by-nora")).status_code == 403  # no such Team yet: nobody
+        assert alice.post("/apis/ops.joch.dev/v1alpha1/teams", json=team).status_code == 201
+        assert nora.post(path, json=provider("by-nora")).status_code == 201  # a member
+        assert april.post(path, json=provider("by-april")).status_code == 403
+        team_path = "/apis/ops.joch.dev/v1alpha1/teams/platform"
+        patched = alice.patch(team_path, json={"spec": {"members": ["april"]}},
+                              headers={"Content-Type": "application/merge-patch+json"})
+        assert patched.status_code == 200, patched.text
+        assert april.post(path, json=provider("by-april")).status_code == 201  # a member now, at once
+        deadline = time.monotonic() + 5
+        while nora.post(path, json=provider("by-nora-2")).status_code != 403:
+            assert time.monotonic() < deadline, "a member removed from the Team still edits"
+            time.sleep(0.1)
+
+
 BINDINGS_PATH = "/apis/ops.joch.dev/v1alpha1/namespaces/default/rolebindings"
 K8S_SHAPED = """\
 apiVersion: ops.joch.dev/v1alpha1

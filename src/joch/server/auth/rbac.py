@@ -14,6 +14,9 @@ admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, 
 =========  ==============================================================================================
 
 A RoleBinding has Kubernetes' shape: ``roleRef`` and ``subjects`` are top-level keys (no ``spec``).
+A subject is a ``User``, a ``Group`` or a ``Team`` (ops.joch.dev, cluster-scoped): a Team subject
+binds the Team's ``members`` (users) and ``groups`` as they are now, so changing a Team changes
+what its bindings grant without touching them; a Team that does not exist binds nobody.
 It grants its role in its own namespace; one in ``joch-system`` grants it in every
 namespace and at the cluster scope (lists across all namespaces, a watch of every kind, the audit
 log of every namespace, non-resource URLs). Members of ``system:masters`` and of
@@ -140,8 +143,14 @@ class Index:
     by_namespace: dict[str, dict[tuple[str, str], list[Grant]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, revision: int, bindings: Iterable[dict[str, Any]]) -> Index:
+    def of(cls, revision: int, bindings: Iterable[dict[str, Any]], teams: Iterable[dict[str, Any]] = ()) -> Index:
         index = cls(revision)
+        members: dict[str, list[tuple[str, str]]] = {}
+        for team in teams:
+            spec = _mapping(team.get("spec"))
+            members[str(_mapping(team.get("metadata")).get("name"))] = [
+                *(("User", str(m)) for m in spec.get("members") or []),
+                *(("Group", str(g)) for g in spec.get("groups") or [])]
         for obj in bindings:
             # roleRef and subjects are top-level keys, as in rbac.authorization.k8s.io/v1
             metadata, spec = _mapping(obj.get("metadata")), kinds.ROLE_BINDING.body_of(obj)
@@ -153,8 +162,13 @@ class Index:
             grant = Grant(str(role), f"{namespace}/{metadata.get('name')}")
             subjects = index.by_namespace.setdefault(namespace, {})
             for subject in spec.get("subjects") or []:
-                if isinstance(subject, dict) and subject.get("kind") in ("User", "Group"):
+                if not isinstance(subject, dict):
+                    continue
+                if subject.get("kind") in ("User", "Group"):
                     subjects.setdefault((str(subject["kind"]), str(subject.get("name"))), []).append(grant)
+                elif subject.get("kind") == "Team":
+                    for key in members.get(str(subject.get("name")), ()):
+                        subjects.setdefault(key, []).append(grant)
         return index
 
     def grants(self, user: UserInfo, namespace: str) -> Iterable[Grant]:
@@ -188,7 +202,8 @@ class RBAC:
             revision = self.store.current_revision()
             if self._index is None or self._index.revision != revision:
                 result = self.store.list(kinds.ROLE_BINDING)
-                self._index = Index.of(int(result.resource_version or revision), result.items)
+                teams = self.store.list(kinds.TEAM).items
+                self._index = Index.of(int(result.resource_version or revision), result.items, teams)
             self._read_at = time.monotonic()
 
     def authorize(self, attrs: Attributes, *, fresh: bool = False) -> Decision:
