@@ -33,9 +33,8 @@ TOKENS = "admin,alice,1,system:masters\neditor,eddie,2,devs\n"
 BINDING = """apiVersion: ops.joch.dev/v1alpha1
 kind: RoleBinding
 metadata: {name: devs, namespace: default}
-spec:
-  roleRef: {kind: Role, name: editor}
-  subjects: [{kind: Group, name: devs}]
+roleRef: {kind: Role, name: editor}
+subjects: [{kind: Group, name: devs}]
 """
 CLIENTS = 4
 

@@ -79,8 +79,8 @@ EDITOR_TOKEN = "bench-editor-token"
 TOKENS = f'{ADMIN_TOKEN},root,1,system:masters\n{EDITOR_TOKEN},eddie,2,"devs"\n'
 BINDING = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding",
            "metadata": {"name": "eddie-edits", "namespace": "default"},
-           "spec": {"roleRef": {"kind": "Role", "name": "editor"},
-                    "subjects": [{"kind": "User", "name": "eddie"}]}}
+           "roleRef": {"kind": "Role", "name": "editor"},
+           "subjects": [{"kind": "User", "name": "eddie"}]}
 
 
 @dataclass
