@@ -59,9 +59,10 @@ def test_the_byte_bound_ends_a_consumer_holding_large_changes(store: Store) -> N
     stuck = live_watch(store, buffer_bytes=64 * 1024)
     for i in range(10):
         store.create(AGENT, agent(f"big{i}", systemPrompt="x" * 10_000))
-    event = stuck.get(timeout=5)
+    # Generous timeouts: the follower thread delivers late on a loaded machine (a 5 s wait flaked there).
+    event = stuck.get(timeout=30)
     while event is not None and event.type != "ERROR":  # what was read before the overflow
-        event = stuck.get(timeout=5)
+        event = stuck.get(timeout=30)
     assert event is not None and event.object["code"] == 410
     assert "65536 bytes" in event.object["message"]
     stuck.close()
