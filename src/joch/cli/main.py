@@ -200,14 +200,15 @@ def command(name: str, *, hidden: bool = False) -> Callable[[Callable[P, R]], Ca
 
 ServerOption = Annotated[
     str | None,
-    typer.Option("--server", "-s", metavar="URL", help="Joch server URL (env JOCH_SERVER; default http://127.0.0.1:8080).",
-                 show_default=False),
+    typer.Option("--server", "-s", metavar="URL", show_default=False,
+                 help="Joch server URL (env JOCH_SERVER; else the current context's, see joch config; "
+                      "default http://127.0.0.1:8080)."),
 ]
 NamespaceOption = Annotated[
     str | None,
     typer.Option("--namespace", "-n", show_default=False,
-                 help="Namespace. Default: JOCH_NAMESPACE, else default; unlike -n, JOCH_NAMESPACE does not "
-                      "override a namespace written in a manifest."),
+                 help="Namespace. Default: JOCH_NAMESPACE, else the current context's, else default; "
+                      "unlike -n, JOCH_NAMESPACE does not override a namespace written in a manifest."),
 ]
 FilenameOption = Annotated[
     list[str] | None,
@@ -239,8 +240,9 @@ class Settings:
 def root(
     ctx: typer.Context,
     server: Annotated[str | None, typer.Option("--server", "-s", metavar="URL", show_default=False,
-                                               help="Joch server URL (env JOCH_SERVER; "
-                                                    "default http://127.0.0.1:8080).")] = None,
+                                               help="Joch server URL (env JOCH_SERVER; else the current "
+                                                    "context's, see joch config; default "
+                                                    "http://127.0.0.1:8080).")] = None,
     namespace: NamespaceOption = None,
     token: Annotated[str | None, typer.Option("--token", metavar="TOKEN", show_default=False,
                                               help="Bearer token for the server (env JOCH_TOKEN; default: the "

@@ -198,3 +198,16 @@ def test_help_never_cuts_an_option_name(columns: str) -> None:
                 assert opt in result.stdout, f"joch {name} --help at {columns} columns lacks {opt}:\n{result.stdout}"
         if name == "server":
             assert "--max-concurrent-runs-per-namespace N" in result.stdout
+
+
+def test_help_says_that_the_current_context_gives_the_server_and_namespace() -> None:
+    # `joch config set-context -n team-a` makes team-a the namespace of every command; the help of -n
+    # said "JOCH_NAMESPACE, else default" and of --server "JOCH_SERVER; default ...", leaving it out.
+    group = typer.main.get_command(main.app)
+    commands = {"": group, **group.commands}  # type: ignore[attr-defined]
+    for name, command in commands.items():
+        for param in command.params:
+            if "--namespace" in param.opts:
+                assert "JOCH_NAMESPACE, else the current context's, else default" in param.help, name
+            if "--server" in param.opts:
+                assert "JOCH_SERVER; else the current context's" in param.help, name
