@@ -137,6 +137,9 @@ def _admitted(docs: list[Document], namespace: str | None) -> list[Obj]:
         store = open_store(f"sqlite:///{Path(tmp) / 'joch.db'}", history=None)
         try:
             result = apply_documents(store, docs, dry_run=True, namespace=namespace)
+        except errors.Invalid as exc:  # the test applies nothing: say so, not apply's "nothing was applied"
+            message = exc.message.replace("; nothing was applied", "; nothing was tested")
+            raise errors.Invalid(message, kind=exc.kind, name=exc.name, causes=exc.causes, extra=exc.extra) from None
         finally:
             store.close()
     # A dry run's objects have no uid or resourceVersion: give them one so compiled rules are cached.

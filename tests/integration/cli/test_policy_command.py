@@ -122,3 +122,12 @@ def test_the_readme_example_policy_works_as_written(tmp_path: Path, joch_at: Cal
             "only") in lines
     assert ("  REQUIRE-APPROVAL joch-system/guardrails main-needs-approval (dispatch): runs on main need a second "
             "pair of eyes") in lines
+
+
+def test_an_invalid_policy_says_nothing_was_tested_not_applied(tmp_path: Path,
+                                                               joch_at: Callable[..., Result]) -> None:
+    # `joch policy test -n shop` with a Policy in joch-system: the namespace clash is reported, but the
+    # message said "nothing was applied", as if the test could have applied something.
+    result = joch_at(NOWHERE, "policy", "test", *files(tmp_path, "codex"), "-n", "shop")
+    assert result.code == 2 and result.out == ""
+    assert "is invalid; nothing was tested" in result.err and "applied" not in result.err
