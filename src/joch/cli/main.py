@@ -577,7 +577,8 @@ def audit_command(
     actor: Annotated[str | None, typer.Option("--actor", metavar="USER", show_default=False,
                                               help="Only what this user did.")] = None,
     verb: Annotated[str | None, typer.Option("--verb", metavar="VERB", show_default=False,
-                                             help="create, update, patch, delete, decide, ...")] = None,
+                                             help="create, apply, update, patch, delete, approve, deny "
+                                                  "(an Approval decision), ...")] = None,
     kind: Annotated[str | None, typer.Option("--kind", metavar="KIND", show_default=False,
                                              help="Kind, plural or short name.")] = None,
     name: Annotated[str | None, typer.Option("--name", metavar="NAME", show_default=False,

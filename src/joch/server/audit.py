@@ -45,7 +45,7 @@ _MOMENT = "an RFC 3339 time (2026-01-02T15:04:05Z) or a duration back from now (
 Since = Annotated[str | None, Query(alias="since", description=f"rows at or after: {_MOMENT}")]
 Until = Annotated[str | None, Query(alias="until", description=f"rows before: {_MOMENT}")]
 Actor = Annotated[str | None, Query(alias="actor", description="the user who acted (exact)")]
-Verb = Annotated[str | None, Query(alias="verb", description="create, update, patch, delete, decide, …")]
+Verb = Annotated[str | None, Query(alias="verb", description="create, apply, update, patch, delete, approve, deny, …")]
 Kind = Annotated[str | None, Query(alias="kind", description="a kind, plural or short name")]
 Namespace = Annotated[str | None, Query(alias="namespace")]
 Name = Annotated[str | None, Query(alias="name")]

@@ -211,3 +211,11 @@ def test_help_says_that_the_current_context_gives_the_server_and_namespace() -> 
                 assert "JOCH_NAMESPACE, else the current context's, else default" in param.help, name
             if "--server" in param.opts:
                 assert "JOCH_SERVER; else the current context's" in param.help, name
+
+
+def test_audit_verb_help_names_the_verbs_an_approval_decision_is_recorded_with() -> None:
+    # A decision is audited with verb approve or deny (server/runs.py); the help said "decide", which
+    # `joch audit --verb decide` never finds.
+    group = typer.main.get_command(main.app)
+    verb = next(p for p in group.commands["audit"].params if "--verb" in p.opts)  # type: ignore[attr-defined]
+    assert "approve" in verb.help and "deny" in verb.help and "decide" not in verb.help
