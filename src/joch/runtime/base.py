@@ -84,6 +84,62 @@ class Workspace:
 
 
 @dataclass(frozen=True)
+class ConfigFile:
+    """A tool configuration file the runner writes into the attempt's HOME before the agent starts
+    (Codex's ``.codex/config.toml``, say): ``path`` is relative to HOME, ``content`` already rendered."""
+
+    path: str
+    content: str
+    mode: int = 0o600
+
+
+@dataclass(frozen=True)
+class SuccessPolicy:
+    """When an agent that exited 0 has succeeded (the provider's ``spec.successPolicy``).
+
+    * ``require_changes``: an empty ``changes.patch`` fails the run ``NoChanges``;
+    * ``failure_patterns``: Python regular expressions searched in each log line (after redaction);
+      a match fails the run ``FailurePattern`` naming the pattern and the line;
+    * ``required_artifacts``: output names that must have been stored (``MissingOutput``);
+    * ``agent_result``: the agent's own final result, as its ``output_format`` parser reads it
+      (Claude Code's ``is_error``), counts: an error result fails the run ``AgentReportedError``."""
+
+    require_changes: bool = False
+    failure_patterns: tuple[str, ...] = ()
+    required_artifacts: tuple[str, ...] = ()
+    agent_result: bool = True
+
+
+@dataclass(frozen=True)
+class PatchPolicy:
+    """What ``changes.patch`` leaves out (the provider's ``spec.patch``): ``exclude`` are git
+    pathspec globs relative to the worktree root (``.aider*``, ``**/.aider.tags.cache.v4/**``);
+    a changed file over ``max_file_bytes`` is left out and listed in the record's ``omitted``."""
+
+    exclude: tuple[str, ...] = ()
+    max_file_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue an earlier attempt instead of starting over: run in attempt ``attempt``'s worktree,
+    with a copy of its HOME (the CLI's session store), the argv already rendered with the session
+    id (``session_id``) the CLI's resume option takes."""
+
+    attempt: int
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Network:
+    """The sandboxed agent's network: ``on`` (the host's), ``off`` (loopback of its own only), or
+    ``limited`` (only ``allow``: ``host`` or ``host:port`` entries, through a proxy the runner runs)."""
+
+    mode: Literal["on", "off", "limited"] = "on"
+    allow: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunnerSpec:
     run: RunId
     argv: tuple[str, ...]
@@ -96,6 +152,14 @@ class RunnerSpec:
     grace_seconds: float = 10.0
     max_log_bytes: int | None = None       # the log keeps the first and last halves of this (None: all)
     max_artifact_bytes: int | None = None  # a larger output (or changes.patch) is refused (None: no limit)
+    config_files: tuple[ConfigFile, ...] = ()  # written into the attempt's HOME before the agent starts
+    output_format: str | None = None       # which parser reads the agent's output (joch.runtime.agentoutput)
+    success: SuccessPolicy = field(default_factory=SuccessPolicy)
+    patch: PatchPolicy = field(default_factory=PatchPolicy)
+    version_args: tuple[str, ...] = ("--version",)  # how to ask the CLI its version (() : do not ask)
+    resume: Resume | None = None
+    network: Network = field(default_factory=Network)
+    manifest_hash: str | None = None       # the compiled Agent manifest's hash, for the record
 
     def to_json(self) -> str:
         body = asdict(self)
@@ -108,6 +172,10 @@ class RunnerSpec:
         if body.pop("apiVersion", None) != SPEC_VERSION:
             raise ValueError(f"not a {SPEC_VERSION} runner spec")
         git = body.pop("git")
+        resume = body.pop("resume", None)
+        success = body.pop("success", None) or {}
+        patch = body.pop("patch", None) or {}
+        network = body.pop("network", None) or {}
         return cls(
             run=RunId(**body.pop("run")),
             argv=tuple(body.pop("argv")),
@@ -116,6 +184,15 @@ class RunnerSpec:
             input_files=tuple(InputFile(**f) for f in body.pop("input_files")),
             outputs=tuple(Output(**o) for o in body.pop("outputs")),
             git=GitSource(**git) if git else None,
+            config_files=tuple(ConfigFile(**f) for f in body.pop("config_files", None) or ()),
+            success=SuccessPolicy(require_changes=bool(success.get("require_changes", False)),
+                                  failure_patterns=tuple(success.get("failure_patterns") or ()),
+                                  required_artifacts=tuple(success.get("required_artifacts") or ()),
+                                  agent_result=bool(success.get("agent_result", True))),
+            patch=PatchPolicy(exclude=tuple(patch.get("exclude") or ()), max_file_bytes=patch.get("max_file_bytes")),
+            version_args=tuple(body.pop("version_args", ("--version",))),
+            resume=Resume(**resume) if resume else None,
+            network=Network(mode=network.get("mode", "on"), allow=tuple(network.get("allow") or ())),
             **body,
         )
 
@@ -143,14 +220,48 @@ class RefusedArtifact:
 
 
 @dataclass(frozen=True)
+class Sandbox:
+    """How the agent was confined: ``mode`` ``bwrap`` or ``none``; ``user`` the uid it ran as;
+    ``network`` ``on``, ``off`` or ``limited``; ``reason`` why it was not sandboxed (``none``)."""
+
+    mode: str
+    user: int | None = None
+    network: str = "on"
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What ran, for the record (``status.invocation``): the argv as rendered (secrets redacted,
+    long arguments shortened), the environment's variable names (never values), the executable's
+    resolved path, its ``--version`` output (first line) and sha256."""
+
+    argv: tuple[str, ...]
+    env: tuple[str, ...]
+    executable: str | None = None
+    version: str | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Session:
+    """The agent CLI's own session (Claude Code's ``session_id``, Codex's thread id), as its output
+    parser saw it; ``resumed_from`` is the attempt this one continued (None: it started over)."""
+
+    id: str | None = None
+    resumed_from: int | None = None
+
+
+@dataclass(frozen=True)
 class RunState:
     """What the runner recorded. ``reason`` is one of ``Completed`` (exit 0), ``AgentFailed``
     (non-zero exit), ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError`` (checkout failed),
     ``StartError`` (the binary could not be started), ``DiskFull`` (a write of the run's files failed
-for want of space; the message names the file), ``ArtifactTooLarge`` (a required output over the
-artifact size limit), ``RunnerLost``; ``message`` says it for a person
-    (``agent exited with code 3``). Times are epoch seconds; ``started_at`` is when the agent process
-    was spawned."""
+    for want of space; the message names the file), ``ArtifactTooLarge`` (a required output over the
+    artifact size limit), ``NoChanges``, ``FailurePattern``, ``AgentReportedError`` (the success
+    policy), ``RunnerLost``; ``message`` says it for a person (``agent exited with code 3``). Times
+    are epoch seconds; ``started_at`` is when the agent process was spawned. ``base_commit`` is the
+    commit the worktree started from; ``omitted`` lists files ``changes.patch`` left out (too large)."""
 
     phase: RunnerPhase
     reason: str | None = None
@@ -161,6 +272,11 @@ artifact size limit), ``RunnerLost``; ``message`` says it for a person
     pid: int | None = None
     artifacts: tuple[ArtifactRecord, ...] = ()
     refused: tuple[RefusedArtifact, ...] = ()
+    base_commit: str | None = None
+    invocation: Invocation | None = None
+    sandbox: Sandbox | None = None
+    session: Session | None = None
+    omitted: tuple[RefusedArtifact, ...] = ()
 
     @property
     def finished(self) -> bool:

@@ -355,8 +355,7 @@ class LocalRuntime(Runtime):
     def _record_ending(self, files: runner.RunFiles, ended: RunState, record: dict[str, Any]) -> RunState:
         """Write the ending decided here; on a full disk keep it (once logged) to write it later."""
         try:
-            runner.record_state(files, ended, runner_pid=record.get("runner_pid"),
-                                base_commit=record.get("base_commit"))
+            runner.record_state(files, ended, runner_pid=record.get("runner_pid"))
         except OSError as exc:
             if not disks.is_full_error(exc):
                 raise

@@ -4,7 +4,7 @@
 A run attempt's directory holds what the runner reads and writes::
 
     <run dir>/spec.json        the RunnerSpec (written by the runtime; no secret values)
-              state.json       the record: RunState plus apiVersion, runner_pid, base_commit
+              state.json       the record: RunState plus apiVersion and runner_pid
               log              the agent's stdout and stderr, secrets replaced by ***
               inputs/          the spec's input files          (Workspace.inputs)
               outputs/         the agent writes its outputs here (Workspace.outputs)
@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -118,11 +119,14 @@ from joch.runtime.base import (
     SPEC_VERSION,
     ArtifactRecord,
     GitSource,
+    Invocation,
     RefusedArtifact,
     RunId,
     RunnerPhase,
     RunnerSpec,
     RunState,
+    Sandbox,
+    Session,
     Workspace,
 )
 from joch.runtime.redaction import Redactor, encodings
@@ -211,7 +215,19 @@ def read_state(path: Path) -> RunState | None:
         finished_at=record.get("finished_at"), pid=record.get("pid"),
         artifacts=tuple(ArtifactRecord(**a) for a in record.get("artifacts") or ()),
         refused=tuple(RefusedArtifact(**a) for a in record.get("refused") or ()),
+        base_commit=record.get("base_commit"),
+        invocation=_invocation_of(record.get("invocation")),
+        sandbox=Sandbox(**record["sandbox"]) if isinstance(record.get("sandbox"), dict) else None,
+        session=Session(**record["session"]) if isinstance(record.get("session"), dict) else None,
+        omitted=tuple(RefusedArtifact(**a) for a in record.get("omitted") or ()),
     )
+
+
+def _invocation_of(body: Any) -> Invocation | None:
+    if not isinstance(body, dict):
+        return None
+    return Invocation(argv=tuple(body.get("argv") or ()), env=tuple(body.get("env") or ()),
+                      executable=body.get("executable"), version=body.get("version"), sha256=body.get("sha256"))
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -393,7 +409,9 @@ class Runner:
     # The record ------------------------------------------------------------------------------------
 
     def record(self, state: RunState) -> None:
-        record_state(self.files, state, runner_pid=os.getpid(), base_commit=self._base)
+        if state.base_commit is None and self._base is not None:
+            state = dataclasses.replace(state, base_commit=self._base)
+        record_state(self.files, state, runner_pid=os.getpid())
 
     def finish(self, phase: RunnerPhase, reason: str, message: str, *, exit_code: int | None = None,
                artifacts: tuple[ArtifactRecord, ...] = (), refused: tuple[RefusedArtifact, ...] = ()) -> int:
