@@ -81,7 +81,7 @@ SHAPES: Mapping[str, tuple[str, ...]] = {
     "agent": ("name", "namespace", "provider", *(f for f in AgentSpec.model_fields if f != "providerRef")),
     "run": ("name", "namespace", "uid", "attempt", "parameters", "labels"),
     "implementation": ("text", "summary", "description", "acceptanceCriteria", "labels", "source"),
-    "workspace": ("root", "path", "inputs", "outputs"),
+    "workspace": ("root", "path", "inputs", "outputs", "home"),
 }
 """The context values whose fields are fixed, so a misspelt field is found before any run."""
 

@@ -78,6 +78,7 @@ class Workspace:
     path: str      # root joined with ``execution.coordinates.git.path``: the agent's working directory
     inputs: str    # input files are written here
     outputs: str   # the agent writes its output artifacts here
+    home: str = ""  # the attempt's own HOME (XDG_* below it); the provider's configFiles are written here
 
     def context(self) -> dict[str, str]:
         return asdict(self)

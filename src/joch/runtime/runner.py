@@ -194,12 +194,17 @@ class RunFiles:
     def log_tail(self) -> Path:
         return self.dir / "log.tail"
 
+    @property
+    def home(self) -> Path:
+        return self.dir / "home"
+
 
 def workspace_of(files: RunFiles, root: Path, git: GitSource | None) -> Workspace:
     """The paths the agent is given; the same function serves ``Runtime.workspace`` (before the
     run) and the runner (during it), so rendered templates and the real run agree."""
     path = workspace.subpath(root, git.path) if git is not None else root
-    return Workspace(root=str(root), path=str(path), inputs=str(files.inputs), outputs=str(files.outputs))
+    return Workspace(root=str(root), path=str(path), inputs=str(files.inputs), outputs=str(files.outputs),
+                     home=str(files.home))
 
 
 # --- the state record -----------------------------------------------------------------------------
@@ -551,7 +556,7 @@ class Runner:
             raise _StartError(_not_runnable(name, checkout.path))
         argv = list(self.spec.argv)
         if self.sandbox == "bwrap":
-            home = self.files.dir / "home"
+            home = self.files.home
             home.mkdir(exist_ok=True)
             env["HOME"] = str(home)
             if checkout.base is not None:

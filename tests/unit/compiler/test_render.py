@@ -301,8 +301,8 @@ def test_check_templates_finds_what_can_be_known_before_a_run() -> None:
         ("AgentProvider/codex spec.argsTemplate[1]", "syntax error on line 2: unexpected '}'"),
         ("AgentProvider/codex spec.argsTemplate[2]", 'undefined variable "implementation.titel"; implementation has '
                                                      "acceptanceCriteria, description, labels, source, summary, text"),
-        ("AgentProvider/codex spec.argsTemplate[3]", 'undefined variable "workspace.outputz"; workspace has inputs, '
-                                                     'outputs, path, root (did you mean "outputs"?)'),
+        ("AgentProvider/codex spec.argsTemplate[3]", 'undefined variable "workspace.outputz"; workspace has home, '
+                                                     'inputs, outputs, path, root (did you mean "outputs"?)'),
         ("AgentProvider/codex spec.argsTemplate[4]", 'undefined variable "agent.sytemPrompt"; agent has '
          "approvalSeparationOfDuties, approvalTimeoutSeconds, defaults, description, env, maxConcurrentRuns, "
          "mcpServers, memoryRef, modelRoute, name, namespace, "

@@ -35,7 +35,8 @@ def test_workspace_paths(tmp_path: Path) -> None:
     files = runner.RunFiles(tmp_path / "run")
     ws = runner.workspace_of(files, tmp_path / "wt", GitSource(url="x", path="./a/b/"))
     assert ws.context() == {"root": str(tmp_path / "wt"), "path": str(tmp_path / "wt/a/b"),
-                            "inputs": str(tmp_path / "run/inputs"), "outputs": str(tmp_path / "run/outputs")}
+                            "inputs": str(tmp_path / "run/inputs"), "outputs": str(tmp_path / "run/outputs"),
+                            "home": str(tmp_path / "run/home")}
     assert runner.workspace_of(files, tmp_path / "wt", None).path == str(tmp_path / "wt")
     assert not (tmp_path / "run").exists()
 

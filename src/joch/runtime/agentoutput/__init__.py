@@ -1,0 +1,68 @@
+"""Reading an agent CLI's own output: usage, cost, its session id and its own verdict.
+
+The runner feeds every line the agent prints (after redaction) to the parser its provider names
+(``AgentProvider.spec.outputFormat``, ``RunnerSpec.output_format``). A parser never needs the agent's
+cooperation: it reads what the CLI prints anyway in the non-interactive mode the preset starts it
+in (Claude Code's ``--output-format stream-json`` result, Codex's ``exec --json`` events, Aider's
+``Tokens: … Cost: …`` lines). Each format lives in its own module and is checked against the real
+CLI's output in the tests.
+
+What a parser reports (``Observation``):
+
+* ``usage``: usage events as the run callback takes them (``joch.controllers.metering``):
+  ``{"id", "model", "inputTokens", "outputTokens", "cachedTokens", "costUsd"?}``. Each event is a
+  delta (what this line adds), never a running total, and its ``id`` is stable for the same output
+  (the runner prefixes it with the attempt), so a retried report is counted once.
+* ``session_id``: the CLI's session (thread) id, as soon as it is printed: the runner records it at
+  once, so a retry after the runner was killed can resume it.
+* ``error``: the CLI's own final result says it failed (Claude Code's ``"is_error": true``), in words.
+
+Like the runner, these modules import only the standard library: they load in every run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+FORMATS: dict[str, str] = {
+    "claude-code": "joch.runtime.agentoutput.claude",
+    "codex": "joch.runtime.agentoutput.codex",
+    "aider": "joch.runtime.agentoutput.aider",
+    "gemini": "joch.runtime.agentoutput.gemini",
+    "opencode": "joch.runtime.agentoutput.opencode",
+}
+"""``outputFormat`` value → the module whose ``Parser`` reads it."""
+
+
+@dataclass
+class Observation:
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    session_id: str | None = None
+    error: str | None = None
+
+
+class Parser(Protocol):
+    def feed(self, line: str) -> Observation | None:
+        """One complete line of the agent's output (without its newline); None when it tells nothing."""
+
+    def finish(self) -> Observation | None:
+        """The output has ended: what could only be known at the end (a summary line without a
+        successor, say); None when nothing."""
+
+
+def parser_for(output_format: str | None) -> Parser | None:
+    """A new parser for ``output_format`` (None: no format, nothing is parsed); ``ValueError`` for a
+    format no module reads, or whose module does not exist yet."""
+    if output_format is None:
+        return None
+    module = FORMATS.get(output_format)
+    if module is None:
+        raise ValueError(f'unknown output format "{output_format}" (known: {", ".join(sorted(FORMATS))})')
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise ValueError(f'output format "{output_format}" has no parser ({module})') from None
+    parser: Parser = loaded.Parser()
+    return parser
