@@ -160,14 +160,15 @@ class LocalRuntime(Runtime):
         _check_run(run)
         return self.root / "workspaces" / f"{run.uid}-{run.attempt}"
 
-    def workspace(self, run: RunId, git: GitSource | None) -> Workspace:
+    def workspace(self, run: RunId, git: GitSource | None, resume_attempt: int | None = None) -> Workspace:
         """The run's paths; ``ValueError`` when ``git.path`` leaves the checkout or the uid cannot
-        name a directory."""
+        name a directory. A resumed attempt (``resume_attempt``) works in that attempt's checkout."""
         if git is not None and (inside := self._in_data_dir(git.url)) is not None:
             raise ValueError(f'repository "{git.url}" is inside this server\'s data directory ({inside}): its '
                              "mirrors and other runs' worktrees are not repositories a run may check out")
         try:
-            return runner.workspace_of(self.files(run), self.workspace_root(run), git)
+            root = self.workspace_root(dataclasses.replace(run, attempt=resume_attempt) if resume_attempt else run)
+            return runner.workspace_of(self.files(run), root, git)
         except workspace.WorkspaceError as exc:
             raise ValueError(str(exc)) from None
 
