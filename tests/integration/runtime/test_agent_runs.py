@@ -12,10 +12,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from integration.runtime import lineformat
-from integration.runtime.helpers import PYTHON, RunnerRun, python_agent, spec
-from joch.runtime.base import ConfigFile, RunState
+from integration.runtime.helpers import PYTHON, Repo, RunnerRun, git, git_source, python_agent, spec
+from joch.runtime.base import ConfigFile, Output, PatchPolicy, RunState, SuccessPolicy
 
 TESTS = str(Path(__file__).resolve().parents[2])
 
@@ -25,12 +26,13 @@ def with_test_format(r: RunnerRun, *extra: str) -> list[str]:
     return [PYTHON, "-c", lineformat.RUNNER_WITH_TEST_FORMAT, "--spec", str(r.files.spec), *r.options(), *extra]
 
 
-def run_with_test_format(r: RunnerRun, *extra: str, timeout: float = 60) -> tuple[int, RunState]:
+def run_with_test_format(r: RunnerRun, *extra: str, timeout: float = 60) -> tuple[int, RunState, str]:
+    """Run the runner to its end: its exit code, its record and its stderr (runner.log)."""
     env = {**r.env, "PYTHONPATH": os.pathsep.join([TESTS, r.env.get("PYTHONPATH", "")])}
     done = subprocess.run(with_test_format(r, *extra), env=env, capture_output=True, timeout=timeout, check=False)
     state = r.state()
     assert state is not None, done.stderr.decode()
-    return done.returncode, state
+    return done.returncode, state, done.stderr.decode()
 
 
 DUMP_ENV = """
@@ -140,3 +142,193 @@ def test_the_record_says_what_ran(make_run: Callable[..., RunnerRun], tmp_path: 
     r = make_run(spec([sys.executable, "-c", "pass"], version_args=()))
     _, state = r.run()
     assert state.invocation is not None and state.invocation.version is None  # not asked
+
+
+class Callback:
+    """A real HTTP server on 127.0.0.1 standing in for the run callback: it records what it is sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.posts: list[tuple[str, str, dict[str, Any]]] = []
+        posts = self.posts
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                posts.append((self.path, self.headers.get("Authorization", ""), body))
+                answer = json.dumps({"accepted": len(body["events"])}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self) -> list[dict[str, Any]]:
+        return [event for _, _, body in self.posts for event in body["events"]]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# Prints usage and its session, then waits until the runner has recorded the session before it ends.
+REPORTING_AGENT = """
+import json, sys, time
+print("USAGE u1 100 20 0.25", flush=True)
+print("noise", flush=True)
+sys.stdout.write("USAGE u2 5 1 0.01\\nSESSION sess-"); sys.stdout.flush(); time.sleep(0.1)
+print("42", flush=True)  # a line split across two reads
+until = time.time() + 20
+while time.time() < until:
+    record = json.load(open(sys.argv[1]))
+    if (record.get("session") or {}).get("id") == "sess-42":
+        print("session seen while running:", record["phase"], flush=True)
+        break
+    time.sleep(0.02)
+else:
+    sys.exit(7)
+"""
+
+
+def test_usage_and_the_session_from_the_agents_output(make_run: Callable[..., RunnerRun]) -> None:
+    callback = Callback()
+    try:
+        token = "jrt1_the-run-token"
+        fields: dict[str, Any] = {"output_format": lineformat.NAME, "secret_env": ("JOCH_RUN_TOKEN",), "attempt": 2}
+        r = make_run(spec(["placeholder"], **fields), env={"JOCH_RUN_TOKEN": token})
+        r.files.spec.write_text(spec([*python_agent(REPORTING_AGENT), str(r.files.state)], **fields).to_json())
+        code, state, _ = run_with_test_format(r, "--api-url", callback.url)
+    finally:
+        callback.close()
+    assert (code, state.phase) == (0, "Succeeded"), (state, r.log())
+    assert "session seen while running: Running" in r.log()
+    assert state.session is not None and (state.session.id, state.session.resumed_from) == ("sess-42", None)
+    assert [(e["id"], e.get("costUsd")) for e in callback.events()] == [
+        ("a2-u1", 0.25), ("a2-u2", 0.01), ("a2-final", None)]  # ids carry the attempt
+    assert callback.events()[0] == {"id": "a2-u1", "model": "m", "inputTokens": 100, "outputTokens": 20,
+                                    "costUsd": 0.25}
+    for path, authorization, _ in callback.posts:
+        assert path == "/v1/namespaces/default/agentruns/demo/callback"
+        assert authorization == f"Bearer {token}"
+    assert token not in r.log()
+
+
+def test_usage_that_cannot_be_reported_and_a_failing_parser_do_not_fail_the_run(
+        make_run: Callable[..., RunnerRun], tmp_path: Path) -> None:
+    code = "print('USAGE u1 1 1 0.5'); print('BOOM'); print('SESSION never-seen')"
+    r = make_run(spec(python_agent(code), output_format=lineformat.NAME, secret_env=("JOCH_RUN_TOKEN",)),
+                 env={"JOCH_RUN_TOKEN": "jrt1_x"})
+    exit_code, state, stderr = run_with_test_format(r, "--api-url", "http://127.0.0.1:9")  # nothing listens there
+    assert (exit_code, state.phase, state.reason) == (0, "Succeeded", "Completed"), state
+    assert state.session is None  # the parser was not asked again after it failed
+    assert "the output parser failed (RuntimeError: the test parser was told to fail)" in stderr
+    assert "1 usage event(s) not reported: usage was not recorded" in stderr
+    assert "jrt1_x" not in stderr
+
+
+def test_an_unknown_output_format_is_a_start_error(make_run: Callable[..., RunnerRun]) -> None:
+    r = make_run(spec(["true"], output_format="no-such-format"))
+    code, state = r.run()
+    assert (code, state.phase, state.reason) == (1, "Failed", "StartError")
+    assert (state.message or "").startswith('outputFormat: unknown output format "no-such-format"')
+
+
+def test_the_success_policy_judges_an_agent_that_exited_0(make_run: Callable[..., RunnerRun], repo: Repo) -> None:
+    def judged(code: str, *, fmt: bool = False, exit_code: int = 0, **policy: Any) -> RunState:
+        s = spec(python_agent(code), git=git_source(repo), success=SuccessPolicy(**policy),
+                 output_format=lineformat.NAME if fmt else None,
+                 patch=PatchPolicy(exclude=(".aider*",)), outputs=(Output("summary", "summary.md", optional=True),),
+                 env={"OUT": "OUTPUTS"})
+        r = make_run(s)
+        r.files.spec.write_text(r.files.spec.read_text().replace('"OUTPUTS"', json.dumps(str(r.files.outputs))))
+        got, state, _ = run_with_test_format(r)
+        assert got == (0 if state.phase == "Succeeded" else 1)
+        return state
+
+    edit = "open('README.md', 'a').write('more\\n')"
+    assert judged("pass").reason == "Completed"  # nothing asked: exit 0 is success, as before
+    state = judged("pass", require_changes=True)
+    assert (state.phase, state.reason, state.exit_code) == ("Failed", "NoChanges", 0)
+    assert state.message == ("agent exited with code 0 but changed nothing in the repository (changes.patch is empty; "
+                             "successPolicy.requireChanges)")
+    assert judged(edit, require_changes=True).reason == "Completed"
+    # A change only to what the patch leaves out is no change.
+    assert judged("open('.aider.chat.history.md', 'w').write('x')", require_changes=True).reason == "NoChanges"
+
+    noisy = "print('Retrying...'); print('litellm.APIConnectionError: ' + 'x' * 400); " + edit
+    state = judged(noisy, failure_patterns=(r"litellm\.APIConnectionError", "unused"))
+    assert (state.phase, state.reason) == ("Failed", "FailurePattern")
+    assert state.message == ('agent exited with code 0 but a line of its output matched the failure pattern '
+                             f'"litellm\\.APIConnectionError": litellm.APIConnectionError: {"x" * 272}…')
+    # A line over the cap is cut for the patterns (the log keeps it whole), and the next line is read.
+    huge = "import sys; sys.stdout.write('y' * (3 << 20) + '\\nFATAL\\n')"
+    assert judged(huge, failure_patterns=("^FATAL$",)).reason == "FailurePattern"
+    assert judged("print('all fine')", failure_patterns=("FATAL",)).reason == "Completed"
+
+    state = judged("print('ERROR the model could not be reached')", fmt=True)
+    assert (state.reason, state.message) == ("AgentReportedError", "agent exited with code 0 but reported an error: "
+                                                                   "the model could not be reached")
+    assert judged("print('ERROR ignored')", fmt=True, agent_result=False).reason == "Completed"
+
+    state = judged("pass", required_artifacts=("summary",))
+    assert (state.reason, state.message) == ("MissingOutput", 'agent exited with code 0 but its required output '
+                                             '"summary" was not stored (successPolicy.requiredArtifacts)')
+    writes = "import os; open(os.environ['OUT'] + '/summary.md', 'w').write('s')"
+    assert judged(writes, required_artifacts=("summary",)).reason == "Completed"
+
+    # An agent that failed keeps its own reason.
+    state = judged("print('FATAL'); raise SystemExit(4)", failure_patterns=("FATAL",), require_changes=True)
+    assert (state.reason, state.message) == ("AgentFailed", "agent exited with code 4")
+
+
+def test_a_bad_failure_pattern_is_a_start_error(make_run: Callable[..., RunnerRun]) -> None:
+    r = make_run(spec(["true"], success=SuccessPolicy(failure_patterns=("ok", "(unclosed"))))
+    code, state = r.run()
+    assert (code, state.reason) == (1, "StartError")
+    assert state.message is not None and state.message.startswith(
+        'successPolicy.failurePatterns[1]: "(unclosed" is not a regular expression: missing )')
+
+
+PATCH_AGENT = """
+import os, pathlib, subprocess
+pathlib.Path(".aider.chat.history.md").write_text("chat\\n")
+pathlib.Path("src/.aider.tags.cache.v4").mkdir(parents=True)
+pathlib.Path("src/.aider.tags.cache.v4/cache.db").write_bytes(b"\\0" * 32768)
+pathlib.Path("src/code.py").write_text("print('edited')\\n")
+pathlib.Path("big.bin").write_bytes(os.urandom(3000))
+pathlib.Path("README.md").write_text("# Demo\\nedited\\n")
+pathlib.Path("committed-big.txt").write_text("z" * 5000)
+subprocess.run(["git", "add", "committed-big.txt"], check=True)
+subprocess.run(["git", "commit", "-qm", "big"], check=True)
+"""
+
+
+def test_the_patch_leaves_out_excluded_and_oversized_files(make_run: Callable[..., RunnerRun], repo: Repo,
+                                                           tmp_path: Path) -> None:
+    s = spec(python_agent(PATCH_AGENT), git=git_source(repo),
+             patch=PatchPolicy(exclude=(".aider*", "**/.aider.tags.cache.v4/**"), max_file_bytes=2000))
+    r = make_run(s)
+    code, state = r.run()
+    assert (code, state.phase) == (0, "Succeeded"), (state, r.log())
+    patch = (r.files.artifacts / "changes.patch").read_text()
+    changed = sorted(line.split(" b/")[-1] for line in patch.splitlines() if line.startswith("diff --git"))
+    assert changed == ["README.md", "src/code.py"]
+    assert [(o.path, o.size) for o in state.omitted] == [("big.bin", 3000), ("committed-big.txt", 5000)]
+    assert state.omitted[0].message == ("3000 bytes is over the patch's limit of 2000 bytes per file "
+                                        "(patch.maxFileBytes); it was left out of changes.patch")
+    # What is left applies cleanly to the commit the run started from.
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "--quiet", str(repo.path), str(clone))
+    git(clone, "checkout", "--quiet", state.base_commit or "")
+    git(clone, "apply", "--index", str(r.files.artifacts / "changes.patch"))
+    assert (clone / "src/code.py").read_text() == "print('edited')\n"
+    assert not (clone / "big.bin").exists()
