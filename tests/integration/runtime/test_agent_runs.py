@@ -4,9 +4,12 @@ success policy, patch hygiene, and resuming an earlier attempt. Real runner proc
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -15,8 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from integration.runtime import lineformat
-from integration.runtime.helpers import PYTHON, Repo, RunnerRun, git, git_source, python_agent, spec
-from joch.runtime.base import ConfigFile, Output, PatchPolicy, RunState, SuccessPolicy
+from integration.runtime.helpers import (
+    PYTHON,
+    Repo,
+    RunnerRun,
+    git,
+    git_source,
+    group_members,
+    python_agent,
+    spec,
+    wait_for,
+)
+from joch.runtime import runner
+from joch.runtime.base import ConfigFile, Output, PatchPolicy, Resume, RunnerSpec, RunState, Session, SuccessPolicy
+from joch.runtime.local import LocalRuntime
 
 TESTS = str(Path(__file__).resolve().parents[2])
 
@@ -334,3 +349,99 @@ def test_the_patch_leaves_out_excluded_and_oversized_files(make_run: Callable[..
     git(clone, "apply", "--index", str(r.files.artifacts / "changes.patch"))
     assert (clone / "src/code.py").read_text() == "print('edited')\n"
     assert not (clone / "big.bin").exists()
+
+
+FIRST_ATTEMPT = """
+import os, pathlib
+pathlib.Path("work.txt").write_text("first attempt\\n")
+tool = pathlib.Path(os.environ["HOME"], ".tool")
+tool.mkdir()
+(tool / "session.json").write_text('{"id": "s-1"}')
+(tool / "link").symlink_to("/nonexistent/target")
+print("SESSION s-1", flush=True)
+raise SystemExit(1)
+"""
+
+SECOND_ATTEMPT = """
+import os, pathlib, sys
+assert os.getcwd() == sys.argv[1], os.getcwd()
+assert pathlib.Path("work.txt").read_text() == "first attempt\\n"
+tool = pathlib.Path(os.environ["HOME"], ".tool")
+assert os.environ["HOME"] == sys.argv[2] and (tool / "session.json").read_text() == '{"id": "s-1"}'
+assert os.readlink(tool / "link") == "/nonexistent/target"
+assert pathlib.Path(os.environ["HOME"], "c.toml").read_text() == "again"
+with open("work.txt", "a") as f: f.write("second attempt\\n")
+print("resumed")
+"""
+
+
+def attempt_run(tmp_path: Path, s: RunnerSpec) -> RunnerRun:
+    """A runner run laid out as the local runtime lays attempts out: ``runs/<uid>/<attempt>``."""
+    files = runner.RunFiles(tmp_path / "runs" / s.run.uid / str(s.run.attempt))
+    files.dir.mkdir(parents=True)
+    files.spec.write_text(s.to_json())
+    return RunnerRun(files, tmp_path / "workspace-1", dict(os.environ), tmp_path / "mirrors")
+
+
+def test_a_resumed_attempt_continues_in_the_earlier_worktree_and_home(repo: Repo, tmp_path: Path) -> None:
+    first = attempt_run(tmp_path, spec(python_agent(FIRST_ATTEMPT), git=git_source(repo), output_format=lineformat.NAME,
+                                       config_files=(ConfigFile("c.toml", "once"),)))
+    _, one, _ = run_with_test_format(first)
+    assert (one.phase, one.reason) == ("Failed", "AgentFailed") and one.session == Session("s-1", None)
+    second_spec = spec([*python_agent(SECOND_ATTEMPT), str(first.workspace_root), "HOME"], attempt=2,
+                       git=git_source(repo), resume=Resume(attempt=1, session_id="s-1"),
+                       config_files=(ConfigFile("c.toml", "again"),))
+    second = attempt_run(tmp_path, second_spec)
+    second.files.spec.write_text(second.files.spec.read_text().replace('"HOME"', json.dumps(str(second.files.home))))
+    code, two = second.run()
+    assert (code, two.phase) == (0, "Succeeded"), (two, second.log())
+    assert two.session == Session(id="s-1", resumed_from=1)
+    assert two.base_commit == one.base_commit is not None
+    patch = (second.files.artifacts / "changes.patch").read_text()
+    assert "+first attempt\n+second attempt\n" in patch  # both attempts' work, against the first's base
+    assert (first.files.home / ".tool" / "session.json").exists()  # a copy: the first attempt's HOME stays
+
+    # A worktree that is gone is not silently replaced by a fresh checkout.
+    shutil.rmtree(first.workspace_root)
+    third = attempt_run(tmp_path, spec(["true"], attempt=3, git=git_source(repo), resume=Resume(1, "s-1")))
+    _, three = third.run()
+    assert (three.phase, three.reason) == ("Failed", "WorkspaceError")
+    assert three.message == (f"cannot resume: the workspace {first.workspace_root} of the attempt to continue is gone")
+    fourth = attempt_run(tmp_path, spec(["true"], attempt=4, resume=Resume(9, "s-1")))
+    assert fourth.run()[1].message == "cannot resume attempt 9: attempt 4 can only continue an earlier one"
+
+
+SLOW_FIRST = """
+import pathlib, time
+pathlib.Path("work.txt").write_text("done before the runner was killed\\n")
+time.sleep(60)
+"""
+
+
+def test_a_lost_attempt_is_resumed_by_the_local_runtime(local: LocalRuntime, repo: Repo) -> None:
+    source = git_source(repo)
+    s1 = spec(python_agent(SLOW_FIRST), uid="u-res", git=source)
+    ref1 = local.submit(s1)
+    root = local.workspace_root(s1.run)
+    wait_for(lambda: (root / "work.txt").exists(), timeout=30)
+    os.kill(int(ref1["runnerPid"]), signal.SIGKILL)  # kill -9 of the runner mid-run
+    one = wait_for(lambda: (s := local.status(ref1)).finished and s, timeout=15)
+    assert one.phase == "Lost" and one.pid is not None
+    wait_for(lambda: not group_members(one.pid), timeout=5)  # its agent is gone too
+    # What the output parser records when the CLI prints its session id (see the runner tests).
+    runner.write_state(local.files(s1.run).state, dataclasses.replace(one, session=Session("sid-1")))
+    local.cleanup(ref1, keep_records=True)  # as the run controller does before it retries
+    assert (root / "work.txt").exists()  # kept: the next attempt may continue in it
+
+    resume = Resume(attempt=1, session_id="sid-1")
+    run2 = dataclasses.replace(s1.run, attempt=2)
+    ws = local.workspace(run2, source, resume=resume)
+    assert ws.root == str(root) and ws.home == str(local.files(run2).home)
+    check = "import pathlib; print(pathlib.Path('work.txt').read_text().strip())"
+    ref2 = local.submit(spec(python_agent(check), uid="u-res", attempt=2, git=source, resume=resume))
+    two = wait_for(lambda: (s := local.status(ref2)).finished and s, timeout=30)
+    log = b"".join(local.logs(ref2)).decode()
+    assert (two.phase, two.session) == ("Succeeded", Session("sid-1", 1)), (two, log)
+    assert log == "done before the runner was killed\n"
+    local.cleanup(ref2, keep_records=True)
+    assert not root.exists()  # the attempt that continued in it was the last to need it
