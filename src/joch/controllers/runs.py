@@ -583,7 +583,7 @@ class RunController(Controller):
             run_id = _run_id(run, attempt)
             git = _git(run)
             resumed = _resume_of(run, attempt, plan)
-            workspace = self._workspace(run_id, git, resumed.attempt if resumed else None)
+            workspace = self._workspace(run_id, git, resumed)
             invocation = self._invocation(run, plan, workspace, run_id, resumed)
             secrets = self._secret_values(run, invocation, plan.agent["metadata"]["name"])
             secrets[metering.TOKEN_ENV] = metering.run_token(self.ctx.store, run_id.uid, attempt)
@@ -657,10 +657,10 @@ class RunController(Controller):
             except (OSError, ValueError) as exc:
                 logger.warning("run %s: could not stop a possibly started attempt: %s", Key.of(run), exc)
 
-    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None, resume_attempt: int | None = None
+    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None, resume: rt.Resume | None = None
                    ) -> rt.Workspace:
         try:
-            return self.runtime.workspace(run_id, git, resume_attempt)
+            return self.runtime.workspace(run_id, git, resume=resume)
         except ValueError as exc:
             raise InvalidSpec("InvalidPath", f"spec.execution.coordinates.git: {exc}") from None
 

@@ -288,10 +288,9 @@ class Runtime(abc.ABC):
     type: str
 
     @abc.abstractmethod
-    def workspace(self, run: RunId, git: GitSource | None, resume_attempt: int | None = None) -> Workspace:
-        """The paths the run will have; pure (creates nothing), so templates can render first.
-        ``resume_attempt``: the attempt resumes that earlier attempt (``RunnerSpec.resume``), so its
-        checkout (``root``, ``path``) is that attempt's; inputs, outputs and HOME stay its own."""
+    def workspace(self, run: RunId, git: GitSource | None, *, resume: Resume | None = None) -> Workspace:
+        """The paths the run will have; pure (creates nothing), so templates can render first. With
+        ``resume`` (the attempt's ``RunnerSpec.resume``) the workspace is the continued attempt's."""
 
     @abc.abstractmethod
     def submit(self, spec: RunnerSpec, *, secrets: Mapping[str, str] | None = None) -> Ref: ...

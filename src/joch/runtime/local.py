@@ -88,6 +88,7 @@ from joch.runtime.base import (
     ArtifactRecord,
     GitSource,
     Ref,
+    Resume,
     RunId,
     RunnerSpec,
     RunState,
@@ -160,15 +161,29 @@ class LocalRuntime(Runtime):
         _check_run(run)
         return self.root / "workspaces" / f"{run.uid}-{run.attempt}"
 
-    def workspace(self, run: RunId, git: GitSource | None, resume_attempt: int | None = None) -> Workspace:
-        """The run's paths; ``ValueError`` when ``git.path`` leaves the checkout or the uid cannot
-        name a directory. A resumed attempt (``resume_attempt``) works in that attempt's checkout."""
+    def resumed_root(self, run: RunId, resume: Resume | None) -> Path:
+        """The workspace root attempt ``run`` works in: its own (``workspace_root``), or with ``resume``
+        the root of the attempt it continues (and that one's, if it continued another): the same
+        directory, so a CLI that keys its sessions by working directory finds its session there."""
+        while resume is not None and 1 <= resume.attempt < run.attempt:
+            run = dataclasses.replace(run, attempt=resume.attempt)
+            earlier = _spec_of(self.files(run))
+            resume = earlier.resume if earlier is not None else None
+        return self.workspace_root(run)
+
+    def _root_of(self, files: runner.RunFiles) -> Path:
+        """The workspace root of the attempt whose directory is ``files`` (``resumed_root``)."""
+        spec = _spec_of(files)
+        return self.resumed_root(_run_of(files), spec.resume if spec is not None else None)
+
+    def workspace(self, run: RunId, git: GitSource | None, *, resume: Resume | None = None) -> Workspace:
+        """The run's paths (``resume``: see ``resumed_root``); ``ValueError`` when ``git.path`` leaves
+        the checkout or the uid cannot name a directory."""
         if git is not None and (inside := self._in_data_dir(git.url)) is not None:
             raise ValueError(f'repository "{git.url}" is inside this server\'s data directory ({inside}): its '
                              "mirrors and other runs' worktrees are not repositories a run may check out")
         try:
-            root = self.workspace_root(dataclasses.replace(run, attempt=resume_attempt) if resume_attempt else run)
-            return runner.workspace_of(self.files(run), root, git)
+            return runner.workspace_of(self.files(run), self.resumed_root(run, resume), git)
         except workspace.WorkspaceError as exc:
             raise ValueError(str(exc)) from None
 
@@ -209,7 +224,7 @@ class LocalRuntime(Runtime):
 
     def _start(self, spec: RunnerSpec, files: runner.RunFiles, secrets: Mapping[str, str] | None) -> Ref:
         env = runner.runner_env(os.environ)
-        args = ["--workspace", str(self.workspace_root(spec.run)), "--cache", str(self.mirrors)]
+        args = ["--workspace", str(self.resumed_root(spec.run, spec.resume)), "--cache", str(self.mirrors)]
         if self.api_url:
             args += ["--api-url", self.api_url]
         if self.sandbox == "bwrap":
@@ -341,7 +356,7 @@ class LocalRuntime(Runtime):
                 said = "cancelled before the agent started" if state.pid is None else "cancelled; the agent was stopped"
                 ended = dataclasses.replace(state, phase="Cancelled", reason="Cancelled", message=said,
                                             finished_at=time.time())
-            elif (full := _full_disk(files, self.workspace_root(_run_of(files)))) is not None:
+            elif (full := _full_disk(files, self._root_of(files))) is not None:
                 where = "before it started the agent" if state.pid is None else "while the agent ran; agent killed"
                 said = f"the runner ended without recording an outcome {where}, and {full}"
                 ended = dataclasses.replace(state, phase="Failed", reason=disks.REASON, message=said,
@@ -439,7 +454,9 @@ class LocalRuntime(Runtime):
             self._wait_finished(ref, files)
         run = _run_of(files)
         spec = _spec_of(files)
-        workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self.workspace_root(run))
+        if keep_records and _may_be_resumed(runner.read_state(files.state)):
+            return  # a later attempt may continue in its worktree: removed with the run, or after that attempt
+        workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self._root_of(files))
         if not keep_records:
             # The run is going away: every attempt's records go with it (earlier attempts of a
             # retried run are not named by the latest reference).
@@ -561,6 +578,13 @@ def resolve_sandbox(sandbox: str) -> str:
                    "including other runs' files and this server's environment (--sandbox none to silence this)",
                    problem)
     return "none"
+
+
+def _may_be_resumed(state: RunState | None) -> bool:
+    """Whether a later attempt may continue this one (``RunnerSpec.resume``): it failed or its runner
+    was lost, after the agent's CLI said its session id."""
+    return (state is not None and state.phase in ("Failed", "Lost") and state.session is not None
+            and state.session.id is not None)
 
 
 def _check_run(run: RunId) -> None:
