@@ -113,6 +113,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from joch.runtime import disks, workspace
+from joch.runtime import sandbox as sandboxing
 from joch.runtime.base import (
     API_URL_ENV,
     RUN_TOKEN_ENV,
@@ -130,7 +131,7 @@ from joch.runtime.base import (
     Workspace,
 )
 from joch.runtime.redaction import Redactor, encodings
-from joch.runtime.sandbox import SANDBOXES, sandboxed
+from joch.runtime.sandbox import SANDBOXES
 
 if TYPE_CHECKING:
     import urllib.error
@@ -392,7 +393,8 @@ class _Ending:
 class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
                  environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
-                 hide: Iterable[Path] = (), api_url: str | None = None) -> None:
+                 hide: Iterable[Path] = (), api_url: str | None = None,
+                 agent_user: sandboxing.AgentUser | None = None, sandbox_reason: str | None = None) -> None:
         self.spec = spec
         self.api_url = api_url
         self.files = files
@@ -405,6 +407,10 @@ class Runner:
         self.secret_values = {name: source[name] for name in spec.secret_env if name in source}
         self.sandbox = sandbox
         self.hide = tuple(hide)
+        self.agent_user = agent_user if sandbox == "bwrap" else None  # see sandbox.AgentUser
+        self.sandbox_reason = sandbox_reason
+        self._sandbox: Sandbox | None = None
+        self._entered: sandboxing.Entered | None = None
         self.cancelled = False
         self._raise_on_signal = True
         self._base: str | None = None
@@ -416,6 +422,8 @@ class Runner:
     def record(self, state: RunState) -> None:
         if state.base_commit is None and self._base is not None:
             state = dataclasses.replace(state, base_commit=self._base)
+        if state.sandbox is None and self._sandbox is not None:
+            state = dataclasses.replace(state, sandbox=self._sandbox)
         record_state(self.files, state, runner_pid=os.getpid())
 
     def finish(self, phase: RunnerPhase, reason: str, message: str, *, exit_code: int | None = None,
@@ -474,6 +482,8 @@ class Runner:
             finally:
                 _kill_descendants()  # what left the agent's process group (setsid daemons) goes too
                 _set_subreaper(False)
+                if self._entered is not None:
+                    self._entered.close()  # the limited network's proxy
                 if agent.stdout is not None:
                     agent.stdout.close()
             log.finish()
@@ -563,8 +573,18 @@ class Runner:
                 # The identity git gave the runner may come from this user's ~/.gitconfig, which
                 # the agent's HOME is not: without it here, the agent's commits would fail.
                 workspace.copy_identity(checkout.root, home / ".gitconfig")
-            argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=home, hide=self.hide)
+            try:
+                self._entered = sandboxing.enter(
+                    executable, argv[1:], env=env, checkout=checkout, files=self.files, home=home, hide=self.hide,
+                    user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
+            except (sandboxing.SandboxError, OSError) as exc:
+                raise _StartError(f"cannot sandbox the agent: {exc}") from None
+            argv, env = self._entered.argv, self._entered.env
             executable = argv[0]
+        elif self.spec.network.mode != "on":
+            raise _StartError(sandboxing.unenforceable(self.spec.network.mode, self.sandbox_reason))
+        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
+                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
@@ -572,9 +592,11 @@ class Runner:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
+            if self._entered is not None:
+                self._entered.close()
             raise _StartError(f'could not start "{name}": {exc.strerror or exc}') from None
         self._pid = agent.pid
-        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid))
+        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid, sandbox=self._sandbox))
         return agent
 
     def _supervise(self, agent: subprocess.Popen[bytes], log: LogSink) -> _Ending:
@@ -1054,6 +1076,12 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
                         help="run the agent under bubblewrap (bwrap), or as a plain child process (none)")
     parser.add_argument("--hide", action="append", default=[], metavar="PATH",
                         help="with --sandbox bwrap: a directory the agent sees as empty (the data dir); repeatable")
+    parser.add_argument("--agent-user", metavar="USER[:GROUP]",
+                        help="with --sandbox bwrap, when this runner is root: the user (name or uid) the agent "
+                             "runs as (default nobody, 65534; root: no change)")
+    parser.add_argument("--sandbox-reason", metavar="TEXT",
+                        help="with --sandbox none: why, for the run's record (the server's --sandbox auto found "
+                             "no bubblewrap)")
     parser.add_argument("--secrets-stdin", action="store_true",
                         help="read the secret values as one JSON object from stdin, not from the environment")
     parser.add_argument("--api-url", metavar="URL",
@@ -1085,8 +1113,16 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
         return 2
     root = Path(args.workspace or files.dir / "workspace")
     cache = Path(args.cache or files.dir / "mirrors")
+    try:
+        user = sandboxing.agent_user(args.agent_user) if args.sandbox == "bwrap" else None
+    except sandboxing.SandboxError as exc:
+        print(f"joch runner: {exc}", file=sys.stderr)
+        write_state(files.state, RunState(phase="Failed", reason="StartError", message=str(exc),
+                                          finished_at=time.time()), runner_pid=os.getpid())
+        return 2
     runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
-                    hide=[Path(h) for h in args.hide], api_url=args.api_url)
+                    hide=[Path(h) for h in args.hide], api_url=args.api_url, agent_user=user,
+                    sandbox_reason=args.sandbox_reason)
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
