@@ -12,10 +12,11 @@ list names, and nothing else:
   in the runner's log; a name is resolved by the proxy, on the host. Bounded: ``MAX_CONNECTIONS``
   at once (more get ``503``), a request head of at most ``MAX_HEAD`` bytes read within
   ``HEAD_SECONDS``, upstream connections opened within ``CONNECT_SECONDS``.
-* **The bridge** (``python netbridge.py SOCKET PORT -- ARGV``, the agent's first command in the
-  sandbox, already as the agent's user) listens on 127.0.0.1:``PROXY_PORT`` inside the namespace and
-  carries each connection to the proxy's socket; it forks itself off and executes the agent in its
-  own place, so the agent keeps the pid, exit status and signals the runner supervises. The agent
+* **The bridge** (``python netbridge.py [--user=UID:GID] SOCKET PORT -- ARGV``, the first command
+  in the sandbox) listens on 127.0.0.1:``PROXY_PORT`` inside the namespace and carries each
+  connection to the proxy's socket; it forks that listener off (which drops to the agent's user)
+  and executes ``ARGV`` (``setpriv ... AGENT``) in its own place, so the agent keeps the pid, exit
+  status and signals the runner supervises. The agent
   gets ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` (and their lower-case forms) naming the
   bridge, and no ``NO_PROXY``: a client that honours them reaches the allowed hosts; one that does
   not reaches nothing.
@@ -31,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import socket
 import sys
 import threading
@@ -49,10 +49,11 @@ _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_pr
 _HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
 
-def bridge_command(proxy_socket: str) -> list[str]:
+def bridge_command(proxy_socket: str, user: tuple[int, int] | None = None) -> list[str]:
     """The command (to put in front of the agent's) that runs the bridge inside the sandbox, where
-    the proxy's socket is at ``proxy_socket``."""
-    return [sys.executable, "-I", "-S", os.path.abspath(__file__), proxy_socket, str(PROXY_PORT), "--"]
+    the proxy's socket is at ``proxy_socket``; ``user`` (uid, gid): what the bridge drops to."""
+    ids = [] if user is None else [f"--user={user[0]}:{user[1]}"]
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), *ids, proxy_socket, str(PROXY_PORT), "--"]
 
 
 def agent_env(env: dict[str, str]) -> dict[str, str]:
@@ -291,17 +292,23 @@ def pump(a: socket.socket, b: socket.socket) -> None:
 # --- the bridge (inside the sandbox) --------------------------------------------------------------
 
 
-def bridge(proxy_socket: str, port: int, argv: list[str]) -> None:
-    """Listen on 127.0.0.1:``port``, fork the listener off, and become the agent (``argv``)."""
+def bridge(proxy_socket: str, port: int, argv: list[str], user: tuple[int, int] | None = None) -> None:
+    """Listen on 127.0.0.1:``port``, fork the listener off (as ``user``, when given: uid, gid, no
+    supplementary groups), and become the agent (``argv``)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(MAX_CONNECTIONS)
     agent = os.getpid()
     if os.fork() == 0:
-        _die_with(agent)
-        _serve_bridge(listener, proxy_socket)
-        os._exit(0)
+        try:
+            if user is not None:
+                os.setgroups([])
+                os.setresgid(user[1], user[1], user[1])
+                os.setresuid(user[0], user[0], user[0])
+            _serve_bridge(listener, proxy_socket, agent)
+        finally:
+            os._exit(0)
     listener.close()
     try:
         os.execvp(argv[0], argv)  # noqa: S606 - the agent, as the runner was told to start it
@@ -310,16 +317,9 @@ def bridge(proxy_socket: str, port: int, argv: list[str]) -> None:
         os._exit(127)
 
 
-def _die_with(parent: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(0)
-
-
-def _serve_bridge(listener: socket.socket, proxy_socket: str) -> None:
+def _serve_bridge(listener: socket.socket, proxy_socket: str, agent: int) -> None:
+    """Carry connections until the agent (this process's parent) is gone. (Not PR_SET_PDEATHSIG:
+    the agent's setpriv changing its credentials sends that signal at once.)"""
     slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
     def carry(client: socket.socket) -> None:
@@ -332,15 +332,24 @@ def _serve_bridge(listener: socket.socket, proxy_socket: str) -> None:
         finally:
             slots.release()
 
-    while True:
-        client, _ = listener.accept()
+    listener.settimeout(0.5)
+    while os.getppid() == agent:
+        try:
+            client, _ = listener.accept()
+        except TimeoutError:
+            continue
+        client.settimeout(None)
         slots.acquire()
         threading.Thread(target=carry, args=(client,), daemon=True).start()
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    ids: tuple[int, int] | None = None
+    if args and args[0].startswith("--user="):
+        uid, _, gid = args.pop(0).removeprefix("--user=").partition(":")
+        ids = (int(uid), int(gid))
     if len(args) < 4 or args[2] != "--":
-        print("usage: netbridge.py SOCKET PORT -- ARGV...", file=sys.stderr)
+        print("usage: netbridge.py [--user=UID:GID] SOCKET PORT -- ARGV...", file=sys.stderr)
         sys.exit(2)
-    bridge(args[0], int(args[1]), args[3:])
+    bridge(args[0], int(args[1]), args[3:], ids)

@@ -40,7 +40,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
     root file system is read-only; writable are the worktree (and of the mirror it commits into, the
-    objects, refs and its worktree's git directory: not what configures the runners' git), the
+    objects, refs and its worktree's git directory, but no other worktree's: not what configures the
+    runners' git), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
@@ -85,22 +86,28 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
         # commondir file naming another repository's, hooks, info/) is the agent's to read, not to
         # write. Writable are what its commits need: objects, refs and their logs, and the worktree's
         # own git directory (HEAD, index).
+        # Of the other worktrees' git directories (other runs' index and HEAD), none is there.
         mount(checkout.mirror, "--ro-bind", checkout.mirror)
         for part in ("objects", "refs", "logs"):
             (checkout.mirror / part).mkdir(exist_ok=True)
             mount(checkout.mirror / part, "--bind", checkout.mirror / part)
+        if (checkout.mirror / "worktrees").is_dir():
+            mount(checkout.mirror / "worktrees", "--tmpfs")
         if checkout.git_dir is not None and checkout.git_dir.is_relative_to(checkout.mirror):
             mount(checkout.git_dir, "--bind", checkout.git_dir)
     if proxy_socket is not None:
         mount(PROXY_SOCKET, "--bind", proxy_socket)
     mount(files.inputs, "--ro-bind", files.inputs)
     command += ["--chdir", str(checkout.path), "--"]
-    if user is not None:
-        command += user.setpriv()
     if network == "limited" and proxy_socket is not None:
         from joch.runtime import netbridge  # only for limited runs: start-up time matters
 
-        command += netbridge.bridge_command(PROXY_SOCKET)
+        # The bridge first: it drops to the agent's user itself once it listens, and then becomes
+        # setpriv, whose exec of the agent may still pass directories only root may enter (an
+        # interpreter installed below /root: the agent is that program, it cannot read it).
+        command += netbridge.bridge_command(PROXY_SOCKET, None if user is None else (user.uid, user.gid))
+    if user is not None:
+        command += user.setpriv()
     return [*command, executable, *args]
 
 
