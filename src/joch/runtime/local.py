@@ -50,8 +50,10 @@ Decisions:
   logs a failure that repeats at every poll once, not every ``poll_interval``.
 * **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
-  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
-  as this user and can read what this user can; ``auto`` warns once about that at start.
+  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back; a root server's agents
+  run as ``agent_user`` (nobody by default), and each Agent's network is on, off or limited. Without
+  it, an agent runs as this user and can read what this user can; ``auto`` warns once about that at
+  start, and each run's record says why (``Sandbox.reason``).
 * **Nothing of the server's reaches a runner's environment or command line.** An agent can read
   ``/proc/<pid>/environ`` and ``cmdline`` of its ancestors, so runners and the fork server start with
   ``runner.runner_env`` (PATH, HOME, locale, proxies: no ``JOCH_STORE``), their settings are command

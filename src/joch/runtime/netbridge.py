@@ -81,6 +81,8 @@ def parse_allow(entries: Iterable[str]) -> list[tuple[str, int | None]]:
 
 def split_host_port(text: str, default: int | None) -> tuple[str, int | None]:
     """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` → (lower-case host, port or ``default``)."""
+    if any(c in text for c in "/ \t@?#\\"):
+        raise ValueError(f'"{text}" is not host, host:port or [address]:port')
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
@@ -91,7 +93,7 @@ def split_host_port(text: str, default: int | None) -> tuple[str, int | None]:
     else:
         host, port_text = text, ""
     host = host.rstrip(".").lower()
-    if not host or any(c in host for c in "/ \t@?#"):
+    if not host:
         raise ValueError(f'"{text}" is not host, host:port or [address]:port')
     if not port_text:
         return host, default

@@ -42,7 +42,11 @@ to start on a directory that has one: a run attempt is executed once.
   under the host's /tmp, is mounted back read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
-  ``--sandbox none`` runs it as a plain child process.
+  A root runner's agent runs as ``--agent-user`` (default nobody), with what it writes chowned to
+  it (``sandbox.AgentUser``); its network is ``spec.network`` (``on``, ``off``, ``limited``: through
+  the runner's proxy, ``joch.runtime.netbridge``). ``--sandbox none`` runs it as a plain child
+  process, as the runner's user, and refuses (``StartError``) a network other than ``on``. The
+  record says which (``RunState.sandbox``; ``--sandbox-reason``: why none).
 * **Reporting usage.** With ``--api-url`` (the server as the runtime reaches it) the agent gets
   ``JOCH_API_URL``, ``JOCH_RUN_NAMESPACE``, ``JOCH_RUN_NAME`` and ``JOCH_CALLBACK_URL`` (the run's
   ``POST .../agentruns/<name>/callback``), and the run token ``JOCH_RUN_TOKEN`` arrives as a secret

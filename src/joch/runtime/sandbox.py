@@ -342,6 +342,9 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
     if network.mode not in ("on", "off", "limited"):
         raise SandboxError(f'spec.security.network.mode must be on, off or limited (got "{network.mode}")')
     if user is not None:
+        if shutil.which(SETPRIV) is None:
+            raise SandboxError("setpriv is not installed (Debian/Ubuntu: apt-get install util-linux): without it the "
+                               "agent cannot run as --agent-user; install it, or give --agent-user root")
         fresh = (Path("/tmp"), *hide)  # noqa: S108 - the sandbox's own /tmp
         needed = [checkout.path, files.outputs, files.inputs, home, Path(executable)]
         if network.mode == "limited":
