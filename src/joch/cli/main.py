@@ -332,6 +332,12 @@ SandboxOption = Annotated[
                       help="Run agents under bubblewrap: bwrap (refuse to start without it), auto (when it works, "
                            "else warn), none."),
 ]
+AgentUserOption = Annotated[
+    str | None, typer.Option("--agent-user", metavar="NAME|UID[:GID]", show_default=False,
+                             help="When the server runs as root: the user sandboxed agents run as (default nobody, "
+                                  "65534); their worktree, outputs and HOME are given to it. root: no change. "
+                                  "Without the sandbox agents run as the server's user."),
+]
 ApiUrlOption = Annotated[
     str | None, typer.Option("--api-url", metavar="URL", show_default=False,
                              help="The API server as agents on this machine reach it, for their usage callback "
@@ -419,6 +425,7 @@ def server_command(
         help="How long audit rows are kept (e.g. 90d, 720h); 0 keeps them forever. Pruned at start "
              "and hourly.")] = "90d",
     api_url: ApiUrlOption = None,
+    agent_user: AgentUserOption = None,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -439,7 +446,7 @@ def server_command(
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox if controllers else "none", store_file=store_file, api_url=api_url,
-        secret_key_file=secret_key_file,
+        secret_key_file=secret_key_file, agent_user=agent_user,
     )
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
@@ -464,6 +471,7 @@ def controller_command(
     max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
     sandbox: SandboxOption = "auto",
     api_url: ApiUrlOption = None,
+    agent_user: AgentUserOption = None,
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -474,6 +482,7 @@ def controller_command(
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox, store_file=store_file, api_url=api_url, secret_key_file=secret_key_file,
+        agent_user=agent_user,
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
                             secret_key_file=secret_key_file)
@@ -932,6 +941,10 @@ def runner_command(
                                                          "Repeatable.")] = None,
     api_url: Annotated[str | None, typer.Option("--api-url", metavar="URL", show_default=False,
                                                 help="The Joch server, for the agent's usage callback.")] = None,
+    agent_user: AgentUserOption = None,
+    sandbox_reason: Annotated[str | None, typer.Option("--sandbox-reason", metavar="TEXT", show_default=False,
+                                                       help="With --sandbox none: why, for the run's record.")
+                              ] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
@@ -947,6 +960,8 @@ def runner_command(
     for path in hide or ():
         argv += ["--hide", str(path)]
     argv += ["--api-url", api_url] if api_url else []
+    argv += ["--agent-user", agent_user] if agent_user else []
+    argv += ["--sandbox-reason", sandbox_reason] if sandbox_reason else []
     raise typer.Exit(runner.main(argv))
 
 

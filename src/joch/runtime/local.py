@@ -50,8 +50,10 @@ Decisions:
   logs a failure that repeats at every poll once, not every ``poll_interval``.
 * **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
-  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
-  as this user and can read what this user can; ``auto`` warns once about that at start.
+  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back; a root server's agents
+  run as ``agent_user`` (nobody by default), and each Agent's network is on, off or limited. Without
+  it, an agent runs as this user and can read what this user can; ``auto`` warns once about that at
+  start, and each run's record says why (``Sandbox.reason``).
 * **Nothing of the server's reaches a runner's environment or command line.** An agent can read
   ``/proc/<pid>/environ`` and ``cmdline`` of its ancestors, so runners and the fork server start with
   ``runner.runner_env`` (PATH, HOME, locale, proxies: no ``JOCH_STORE``), their settings are command
@@ -96,7 +98,7 @@ from joch.runtime.base import (
     Workspace,
     run_dir_name,
 )
-from joch.runtime.sandbox import sandbox_problem
+from joch.runtime.sandbox import SandboxError, parse_agent_user, sandbox_problem
 
 logger = logging.getLogger(__name__)
 
@@ -126,16 +128,26 @@ class LocalRuntime(Runtime):
     type = TYPE
 
     def __init__(self, root: Path, *, poll_interval: float = 0.05, sandbox: str = "none",
-                 hide: tuple[Path, ...] = (), api_url: str | None = None) -> None:
+                 hide: tuple[Path, ...] = (), api_url: str | None = None, agent_user: str | None = None,
+                 sandbox_reason: str | None = None) -> None:
         """``sandbox``: ``bwrap`` runs every agent under bubblewrap (``ValueError`` when it does not work
         here), ``auto`` does so when it works and otherwise logs a warning and runs agents as plain
         processes, ``none`` never sandboxes. ``hide``: paths the sandboxed agent sees empty, besides
         ``root``. ``api_url``: the Joch server as agents on this machine reach it, handed to each
-        runner (``--api-url``) so its agent can report usage (None: agents get no callback)."""
+        runner (``--api-url``) so its agent can report usage (None: agents get no callback).
+        ``agent_user``: whom a sandboxed agent runs as when this process is root (``NAME|UID[:GID]``,
+        default nobody: ``sandbox.AgentUser``; ``ValueError`` when there is no such user).
+        ``sandbox_reason``: why agents are not sandboxed, for each run's record (``Sandbox.reason``),
+        when ``sandbox`` is ``none`` because the caller's ``auto`` found no bubblewrap."""
         self.root = Path(root).resolve()
         self.api_url = api_url
         self.poll_interval = poll_interval
-        self.sandbox = resolve_sandbox(sandbox)
+        self.sandbox, found = sandbox_choice(sandbox)
+        self.sandbox_reason = sandbox_reason or found
+        try:
+            self.agent_user = str(parse_agent_user(agent_user)) if agent_user else None
+        except SandboxError as exc:
+            raise ValueError(str(exc)) from None
         self.hide = (self.root, *(Path(h).resolve() for h in hide))
         self._lock = threading.Lock()
         self._submitting: set[Path] = set()
@@ -231,6 +243,10 @@ class LocalRuntime(Runtime):
             args += ["--sandbox", "bwrap"]
             for path in self.hide:
                 args += ["--hide", str(path)]
+            if self.agent_user:
+                args += ["--agent-user", self.agent_user]
+        elif self.sandbox_reason:
+            args += ["--sandbox-reason", self.sandbox_reason]
         given = {name: value for name, value in (secrets or {}).items() if name in spec.secret_env}
         child: subprocess.Popen[bytes] | None = None
         pid: int | None
@@ -565,19 +581,24 @@ class LocalRuntime(Runtime):
 
 def resolve_sandbox(sandbox: str) -> str:
     """``bwrap`` or ``none`` for a ``--sandbox`` choice; ``ValueError`` for ``bwrap`` where it cannot work."""
+    return sandbox_choice(sandbox)[0]
+
+
+def sandbox_choice(sandbox: str) -> tuple[str, str | None]:
+    """``resolve_sandbox``'s answer, and why it is ``none`` (the run's ``Sandbox.reason``)."""
     if sandbox == "none":
-        return sandbox
+        return sandbox, "the server was started with --sandbox none"
     if sandbox not in ("auto", "bwrap"):
         raise ValueError(f'--sandbox must be auto, bwrap or none (got "{sandbox}")')
     problem = sandbox_problem()
     if problem is None:
-        return "bwrap"
+        return "bwrap", None
     if sandbox == "bwrap":
         raise ValueError(f"--sandbox bwrap: {problem}; install it, or choose --sandbox auto or none")
     logger.warning("local runtime: agents run without a sandbox: %s. They can read what this user can, "
                    "including other runs' files and this server's environment (--sandbox none to silence this)",
                    problem)
-    return "none"
+    return "none", f"--sandbox auto: {problem}"
 
 
 def _may_be_resumed(state: RunState | None) -> bool:

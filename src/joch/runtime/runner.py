@@ -42,7 +42,11 @@ to start on a directory that has one: a run attempt is executed once.
   under the host's /tmp, is mounted back read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
-  ``--sandbox none`` runs it as a plain child process.
+  A root runner's agent runs as ``--agent-user`` (default nobody), with what it writes chowned to
+  it (``sandbox.AgentUser``); its network is ``spec.network`` (``on``, ``off``, ``limited``: through
+  the runner's proxy, ``joch.runtime.netbridge``). ``--sandbox none`` runs it as a plain child
+  process, as the runner's user, and refuses (``StartError``) a network other than ``on``. The
+  record says which (``RunState.sandbox``; ``--sandbox-reason``: why none).
 * **Reporting usage.** With ``--api-url`` (the server as the runtime reaches it) the agent gets
   ``JOCH_API_URL``, ``JOCH_RUN_NAMESPACE``, ``JOCH_RUN_NAME`` and ``JOCH_CALLBACK_URL`` (the run's
   ``POST .../agentruns/<name>/callback``), and the run token ``JOCH_RUN_TOKEN`` arrives as a secret
@@ -114,6 +118,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from joch.runtime import agentoutput, disks, workspace
+from joch.runtime import sandbox as sandboxing
 from joch.runtime.base import (
     API_URL_ENV,
     RUN_TOKEN_ENV,
@@ -132,7 +137,7 @@ from joch.runtime.base import (
     Workspace,
 )
 from joch.runtime.redaction import Redactor, encodings
-from joch.runtime.sandbox import SANDBOXES, sandboxed
+from joch.runtime.sandbox import SANDBOXES
 
 if TYPE_CHECKING:
     import urllib.error
@@ -401,7 +406,8 @@ class _Ending:
 class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
                  environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
-                 hide: Iterable[Path] = (), api_url: str | None = None) -> None:
+                 hide: Iterable[Path] = (), api_url: str | None = None,
+                 agent_user: sandboxing.AgentUser | None = None, sandbox_reason: str | None = None) -> None:
         self.spec = spec
         self.api_url = api_url
         self.files = files
@@ -414,13 +420,16 @@ class Runner:
         self.secret_values = {name: source[name] for name in spec.secret_env if name in source}
         self.sandbox = sandbox
         self.hide = tuple(hide)
+        self.agent_user = agent_user if sandbox == "bwrap" else None  # see sandbox.AgentUser
+        self.sandbox_reason = sandbox_reason
+        self._sandbox: Sandbox | None = None
+        self._entered: sandboxing.Entered | None = None
         self.cancelled = False
         self._raise_on_signal = True
         self._base: str | None = None
         self._started_at: float | None = None
         self._pid: int | None = None
         self._invocation: Invocation | None = None
-        self._sandbox: Sandbox | None = None
         self._session: Session | None = None
         self._omitted: tuple[RefusedArtifact, ...] = ()
         self._changed: bool | None = None  # whether changes.patch holds anything (None: no repository)
@@ -495,6 +504,8 @@ class Runner:
             finally:
                 _kill_descendants()  # what left the agent's process group (setsid daemons) goes too
                 _set_subreaper(False)
+                if self._entered is not None:
+                    self._entered.close()  # the limited network's proxy
                 if agent.stdout is not None:
                     agent.stdout.close()
                 if self._usage is not None:
@@ -646,11 +657,19 @@ class Runner:
             raise _StartError(_not_runnable(name, checkout.path))
         argv = list(self.spec.argv)
         self._invocation = self._describe(executable, argv, env, checkout.path)
-        self._sandbox = sandbox_record(self.sandbox, network=self.spec.network.mode)
         if self.sandbox == "bwrap":
-            argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=self.files.home,
-                             hide=self.hide)
+            try:
+                self._entered = sandboxing.enter(
+                    executable, argv[1:], env=env, checkout=checkout, files=self.files, home=self.files.home,
+                    hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
+            except (sandboxing.SandboxError, OSError) as exc:
+                raise _StartError(f"cannot sandbox the agent: {exc}") from None
+            argv, env = self._entered.argv, self._entered.env
             executable = argv[0]
+        elif self.spec.network.mode != "on":
+            raise _StartError(sandboxing.unenforceable(self.spec.network.mode, self.sandbox_reason))
+        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
+                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
@@ -658,9 +677,11 @@ class Runner:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
+            if self._entered is not None:
+                self._entered.close()
             raise _StartError(f'could not start "{name}": {exc.strerror or exc}') from None
         self._pid = agent.pid
-        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid))
+        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid, sandbox=self._sandbox))
         return agent
 
     def _output_watch(self) -> OutputWatch:
@@ -947,19 +968,6 @@ def _status_message(exc: urllib.error.HTTPError) -> str:
     except (OSError, ValueError):
         return str(exc.reason)
     return str(status.get("message") or exc.reason) if isinstance(status, dict) else str(exc.reason)
-
-
-def sandbox_record(mode: str, *, network: str, user: int | None = None, reason: str | None = None) -> Sandbox:
-    """How the agent is confined, for the record (``RunState.sandbox``): ``mode`` is the runner's
-    ``--sandbox`` (``bwrap`` or ``none``), ``user`` the uid the agent runs as (this process's when not
-    given). Unsandboxed, the agent has the host's network whatever was asked for, and the record says so."""
-    uid = os.getuid() if user is None else user
-    if mode == "bwrap":
-        return Sandbox(mode="bwrap", user=uid, network=network, reason=reason)
-    said = reason or "the runtime runs agents without a sandbox (--sandbox none)"
-    if network != "on":
-        said += f"; network {network} was asked for and is not enforced without one"
-    return Sandbox(mode="none", user=uid, network="on", reason=said)
 
 
 def _redacted(data: bytes, secrets: list[bytes]) -> bytes:
@@ -1408,6 +1416,12 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
                         help="run the agent under bubblewrap (bwrap), or as a plain child process (none)")
     parser.add_argument("--hide", action="append", default=[], metavar="PATH",
                         help="with --sandbox bwrap: a directory the agent sees as empty (the data dir); repeatable")
+    parser.add_argument("--agent-user", metavar="USER[:GROUP]",
+                        help="with --sandbox bwrap, when this runner is root: the user (name or uid) the agent "
+                             "runs as (default nobody, 65534; root: no change)")
+    parser.add_argument("--sandbox-reason", metavar="TEXT",
+                        help="with --sandbox none: why, for the run's record (the server's --sandbox auto found "
+                             "no bubblewrap)")
     parser.add_argument("--secrets-stdin", action="store_true",
                         help="read the secret values as one JSON object from stdin, not from the environment")
     parser.add_argument("--api-url", metavar="URL",
@@ -1439,8 +1453,16 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
         return 2
     root = Path(args.workspace or files.dir / "workspace")
     cache = Path(args.cache or files.dir / "mirrors")
+    try:
+        user = sandboxing.agent_user(args.agent_user) if args.sandbox == "bwrap" else None
+    except sandboxing.SandboxError as exc:
+        print(f"joch runner: {exc}", file=sys.stderr)
+        write_state(files.state, RunState(phase="Failed", reason="StartError", message=str(exc),
+                                          finished_at=time.time()), runner_pid=os.getpid())
+        return 2
     runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
-                    hide=[Path(h) for h in args.hide], api_url=args.api_url)
+                    hide=[Path(h) for h in args.hide], api_url=args.api_url, agent_user=user,
+                    sandbox_reason=args.sandbox_reason)
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:

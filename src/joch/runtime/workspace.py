@@ -68,6 +68,11 @@ _CONFIG = (
     "core.pager=cat",
     "color.ui=false",
     "advice.detachedHead=false",
+    # A root runner's agent runs as another uid (sandbox.AgentUser) and owns its worktree and git
+    # directory: git would refuse them as of "dubious ownership". What that check guards against (a
+    # repository of another user's configuring commands) is kept out otherwise: the runner names the
+    # repository itself (GIT_DIR, GIT_COMMON_DIR), and the mirror's config is read-only to the agent.
+    "safe.directory=*",
 )
 # Variables that make git operate on another repository or index than the one we name.
 LOCATION_VARS = (
