@@ -12,6 +12,7 @@ A run attempt's directory holds what the runner reads and writes::
               cancel-requested a marker the runtime leaves before it signals the runner
               .reserve         space held back so the last record can be written on a full disk
               log.tail         while the agent runs, the end of an over-long log (see "Limits")
+              home/            the agent's HOME, this attempt's own (Workspace.home)
 
 The run directory is the spec file's directory. The workspace root (the git worktree) is
 ``--workspace`` and the repository mirrors are below ``--cache`` (by default ``workspace/`` and
@@ -29,6 +30,17 @@ to start on a directory that has one: a run attempt is executed once.
   executable in front, so console scripts installed alongside joch are found), started in its own
   session and process group, in ``Workspace.path``, with an allowlist of the runner's environment
   (``PASSED_ENV``), plus ``spec.env``, plus the variables named by ``spec.secret_env``.
+* **Its HOME** is the attempt's own, ``home/`` (sandboxed or not): ``HOME`` and the XDG base
+  directories (``XDG_DIRS``) point below it, never at the runner's HOME (the server's), whose CLI
+  configuration must not apply to runs and whose state runs must not share. Before the agent starts
+  it gets the git identity the runner's git uses (``workspace.copy_identity``: the agent's commits
+  work) and ``spec.config_files`` (paths relative to HOME and staying inside it, also through
+  symbolic links; written with their ``mode``).
+* **What runs is recorded** with the ``Running`` record (``RunState.invocation``, ``_describe``):
+  the argv (secrets redacted, arguments over ``MAX_ARG_BYTES`` cut), the environment's names, the
+  executable found, the sha256 of its real file and its version (``<exe> *version_args`` under the
+  agent's environment, ``VERSION_TIMEOUT``; failing or hanging there only leaves it out), with the
+  base commit and ``RunState.sandbox`` (``sandbox_record``).
 * **Secret values** never pass through a file, and never through the runner's own environment when
   the local runtime starts it: an agent can read ``/proc/<pid>/environ`` of its parent, and the
   runner's environment holds nothing the agent was not given. With ``--secrets-stdin`` the runner
@@ -38,7 +50,7 @@ to start on a directory that has one: a run attempt is executed once.
   (empty, or with ``=`` or NUL in it) fails the run with ``StartError`` naming it.
 * **The sandbox** (``--sandbox bwrap``): the agent runs under bubblewrap in new PID, IPC and UTS
   namespaces with the root file system read-only, its worktree (and its repository's mirror, which
-  its commits go into), outputs and a private HOME and /tmp writable (what the agent runs from, if
+  its commits go into), outputs and its HOME and a private /tmp writable (what the agent runs from, if
   under the host's /tmp, is mounted back read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
@@ -62,12 +74,28 @@ to start on a directory that has one: a run attempt is executed once.
 * **Output** goes through a pipe the runner reads; every secret value of four or more characters
   is replaced by ``***`` before it reaches the log, including one split across reads, and so are its
   common encodings (``encodings``: base64, hex, percent-encoding, JSON escapes).
+* **The output is read** as well as logged (``OutputWatch``): each complete line after redaction
+  (cut at ``MAX_LINE_BYTES``) goes to the parser ``spec.output_format`` names (``agentoutput``) and
+  is searched for ``spec.success.failure_patterns``. The parser's usage events are posted to the
+  run's callback from a thread (``UsageReporter``, ids prefixed ``a<attempt>-``; never holding up
+  the log; a failure is said in runner.log, and the run goes on), its session id is recorded at
+  once (the ``Running`` record is written again), and its error is kept for the success policy.
 * **After the agent ends,** each declared output (a regular file below ``outputs/``) is hard-linked
   into ``artifacts/`` with its sha256 and size (hashed in place: an artifact takes its size on disk
   once, not twice; copied only when it cannot be linked), and ``changes.patch`` records everything
   the agent did to the worktree against the base commit (commits, uncommitted and untracked files).
   A missing non-optional output fails a run that otherwise succeeded (reason ``MissingOutput``); a
-  failed run keeps its own reason.
+  failed run keeps its own reason. ``changes.patch`` leaves out ``spec.patch.exclude`` (git pathspec
+  globs) and, with ``spec.patch.max_file_bytes``, every file over that size (listed in the record's
+  ``omitted``); it stays ``git apply``-able.
+* **The success policy** (``spec.success``) judges only an agent that exited 0 with nothing else
+  wrong: the CLI's own error (``AgentReportedError``), a failure pattern's line (``FailurePattern``),
+  a required artifact not stored (``MissingOutput``), an empty patch (``NoChanges``), in that order.
+* **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
+  (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
+  never checks out afresh), from that attempt's base commit, with a copy of its HOME (links kept as
+  links), once what is left of its agent is killed; ``RunState.session`` says which attempt it
+  continued.
 * **Limits.** ``max_log_bytes``: the log keeps the first half of that many bytes as they come, and
   of the rest only the last half (held in ``log.tail``, a ring, and appended when the agent ends),
   with a line saying how many bytes were cut between them. ``max_artifact_bytes``: a larger output
@@ -81,7 +109,8 @@ to start on a directory that has one: a run attempt is executed once.
   small allocated file) from the start and gives it up when a record does not fit.
 
 Reasons: ``Completed``, ``AgentFailed``, ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError``,
-``StartError``, ``MissingOutput``, ``ArtifactTooLarge``, ``DiskFull``, and ``RunnerError`` for a bug
+``StartError``, ``MissingOutput``, ``ArtifactTooLarge``, ``DiskFull``, ``NoChanges``,
+``FailurePattern``, ``AgentReportedError``, and ``RunnerError`` for a bug
 in the runner itself; the runtime adds ``RunnerLost``. An agent killed by signal N has exit code
 128 + N, as shells and Kubernetes report it (the message names the signal). The runner's own exit
 status: 0 when the run succeeded, 1 when it did not, 2 when there was no run to execute (a bad
