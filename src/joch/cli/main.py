@@ -746,6 +746,42 @@ def run_command(
         raise typer.Exit(code)
 
 
+@command("render")
+def render_command(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(metavar="run", help="What to render: run (an AgentRun).")],
+    filenames: FilenameOption = None,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="yaml|json", help="Print as yaml or json.")
+                      ] = "yaml",
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Render an AgentRun without running it: what its agent would execute.
+
+    The server compiles the run's agent and renders its provider's templates as a first attempt
+    would, and starts nothing: the argv, working directory, environment (values of the provider's
+    envTemplate and the Agent's env; variables that come from Secrets by name only), config and
+    input files with their rendered content, and the effective parameters. A template that fails
+    is reported with the field that holds it (AgentProvider/codex spec.argsTemplate[3].when)."""
+    if kind.lower() not in ("run", "runs", "agentrun", "agentruns", "ar"):
+        raise errors.BadRequest(f'cannot render "{kind}": only runs can be rendered (joch render run -f run.yaml)')
+    shown = _one_of("--output", output, ("yaml", "json"))
+    docs = manifests.documents(_read(filenames))
+    if len(docs) != 1 or docs[0].obj.get("kind") != "AgentRun":
+        found = ", ".join(str(d.obj.get("kind")) for d in docs) or "no objects"
+        raise errors.BadRequest(f"render run takes exactly one AgentRun; the files hold {found}")
+    obj = docs[0].obj
+    chosen = _namespace(ctx, namespace)
+    written = (obj.get("metadata") or {}).get("namespace")
+    if written and chosen.explicit and written != chosen.name:
+        raise errors.BadRequest(f'the run\'s metadata.namespace is "{written}", and -n says "{chosen.name}"')
+    with _client(ctx, server) as client:
+        rendered = runs.render(client, obj, written if written and not chosen.explicit else chosen.name)
+    from joch.cli import printers
+
+    typer.echo(printers.dump(rendered, shown or "yaml"), nl=False)
+
+
 @command("logs")
 def logs_command(
     ctx: typer.Context,
