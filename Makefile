@@ -9,7 +9,7 @@ PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs bench-watch-memory \
-	bench-policy bench-governance clean
+	bench-policy bench-governance agent-clis clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -43,7 +43,13 @@ sandbox-tools:
 			apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
 		else echo "note: bubblewrap (bwrap) is not installed: agents run unsandboxed, sandbox tests are skipped"; fi; }
 
-test: venv-dev postgres-up sandbox-tools lint typecheck
+# The real agent CLIs the tests drive (Codex CLI, Claude Code, Gemini CLI, OpenCode, aider), at the versions
+# pinned in tests/agents/, into $${JOCH_AGENT_CACHE:-~/.cache/joch-agents}; a no-op when that cache is current.
+# Without npm or a Python 3.10-3.12 the CLIs that need it are left out: their tests skip (and fail under CI).
+agent-clis: venv-dev
+	@scripts/agent-clis || { [ -z "$$CI" ] && echo "note: some agent CLIs are missing: their tests are skipped"; }
+
+test: venv-dev postgres-up sandbox-tools agent-clis lint typecheck
 	$(BIN)/pytest -q
 
 # `make lock` keeps every pin that still satisfies pyproject.toml; `make lock LOCK_FLAGS=--upgrade` takes the newest.
