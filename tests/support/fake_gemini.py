@@ -10,7 +10,8 @@ body) and ``:streamGenerateContent?alt=sse`` (server-sent events, one ``data:`` 
   with one ``write_file`` function call per scripted edit (a path relative to the working
   directory, made absolute against the one the CLI states in its first message), then with the
   final text;
-* ``loop=True`` never gives the final text: it keeps writing ``loop-<n>.txt``;
+* ``loop=True`` keeps writing ``loop-<n>.txt`` instead of giving the final text (``max_loop`` at most);
+* ``api_key`` set: a request with another ``x-goog-api-key`` gets a 400;
 * a request asking for JSON (``generationConfig.responseMimeType`` ``application/json``: the CLI's
   own checks, such as "who speaks next") gets the smallest object its schema allows, with
   ``next_speaker`` ``user`` (the agent is done);
@@ -18,8 +19,9 @@ body) and ``:streamGenerateContent?alt=sse`` (server-sent events, one ``data:`` 
   HTTP 500s, ``stop()`` refuses connections.
 
 Each answer reports ``usageMetadata`` (``promptTokenCount``/``candidatesTokenCount`` from the
-constructor). Every request is recorded (method, path, headers without the key, JSON body) in
-``requests``. ``python tests/support/fake_gemini.py --port 8775`` runs one by hand.
+constructor; the sums of all answers in ``reported``). Every request is recorded (method, path,
+headers without the key, JSON body) in ``requests``. ``python tests/support/fake_gemini.py --port 8775``
+runs one by hand.
 """
 
 from __future__ import annotations
@@ -58,8 +60,12 @@ class FakeGemini:
     cached_tokens: int = 0  # reported as cachedContentTokenCount on the agent's turns
     thought_tokens: int = 0  # reported as thoughtsTokenCount on the agent's turns (billed as output)
     delay: float = 0.0  # seconds to wait before each agent turn's answer
+    api_key: str | None = None  # when set, any other x-goog-api-key gets a 400 API_KEY_INVALID
+    max_loop: int = 200  # a looping script still ends after this many calls
     port: int = 0
     requests: list[Recorded] = field(default_factory=list)
+    reported: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cached": 0, "thoughts": 0})
+    """The usage the fake reported in all its answers."""
 
     def __post_init__(self) -> None:
         self._ids = itertools.count(1)
@@ -111,7 +117,7 @@ class FakeGemini:
         if self.delay:
             self._wake.wait(self.delay)
         done = _calls(body.get("contents") or [])
-        if self.loop or done < len(self.edits):
+        if (self.loop and done < self.max_loop) or done < len(self.edits):
             path, content = self.edits[done] if done < len(self.edits) else (f"loop-{done}.txt", f"turn {done}\n")
             call = {"functionCall": {"name": WRITE, "args": {"file_path": _absolute(path, body), "content": content}}}
             return self._response(model, [{"text": f"I'll write {path}."}, call], self.input_tokens,
@@ -121,6 +127,10 @@ class FakeGemini:
 
     def _response(self, model: str, parts: list[dict[str, Any]], tokens_in: int, tokens_out: int,
                   cached: int = 0, thoughts: int = 0) -> dict[str, Any]:
+        with self._lock:
+            for key, value in (("input", tokens_in), ("output", tokens_out), ("cached", cached),
+                               ("thoughts", thoughts)):
+                self.reported[key] += value
         usage = {"promptTokenCount": tokens_in, "candidatesTokenCount": tokens_out,
                  "totalTokenCount": tokens_in + tokens_out + thoughts}
         if cached:
@@ -206,7 +216,9 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             fake.record(Recorded("POST", self.path, self._headers(), body))
             route = self.path.split("?")[0]
             model = route.rsplit("/", 1)[-1].split(":")[0]
-            if fake.mode == "down":
+            if fake.api_key is not None and self.headers.get("x-goog-api-key") != fake.api_key:
+                self._json(400, _error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key."))
+            elif fake.mode == "down":
                 self._json(500, _error(500, "INTERNAL", "the fake is down"))
             elif fake.mode == "error" or not isinstance(body, dict):
                 self._json(400, _error(400, "INVALID_ARGUMENT", "the fake refuses this request"))
