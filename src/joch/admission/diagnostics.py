@@ -140,8 +140,10 @@ def _input_keys(value: Any, loc: FieldPath) -> FieldPath:
 
 def _strip_union_tag(loc: FieldPath) -> FieldPath:
     if len(loc) > 1 and isinstance(loc[-1], str) and _UNION_TAG.match(loc[-1]):
-        return loc[:-1]
-    return loc
+        loc = loc[:-1]
+    # a tagged union's member inside the path (AgentProvider argsTemplate's "conditional[]")
+    return tuple(seg for i, seg in enumerate(loc) if not (
+        0 < i and isinstance(seg, str) and seg.endswith("[]") and isinstance(loc[i - 1], int)))
 
 
 def _cause(

@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, Discriminator, Field, PrivateAttr, Tag, model_validator
 
 from joch.api.errors import NotFound
 from joch.api.meta import (
@@ -126,11 +126,38 @@ class AgentDefaults(Model):
     timeoutSeconds: PositiveInt = 3600
     retryLimit: NonNegativeInt = 0
     budgetUsd: Number | None = Field(default=None, ge=0)
+    # Values for the provider's declared parameters, between the provider's defaults and the run's
+    # spec.parameters (a run overrides them).
+    parameters: dict[Str, Str] = Field(default_factory=dict)
+
+
+NetworkMode = Literal["on", "off", "limited"]
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
+                   r"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$")
+
+
+def host_problem(entry: str) -> str | None:
+    """Why ``entry`` is not ``host`` or ``host:port`` (a name, an IPv4 address or a bracketed IPv6
+    address; a port from 1 to 65535), or None."""
+    match = _HOST.match(entry)
+    if match is None or (match.group(1) is not None and not 1 <= int(match.group(1)) <= 65535):
+        return (f'"{entry}" is not a host or host:port (e.g. "api.openai.com", "api.openai.com:443", '
+                '"127.0.0.1:9999", "[::1]:8080"); no scheme, path or wildcard')
+    return None
+
+
+class AgentNetwork(Model):
+    """The agent's network in the sandbox: ``on`` (the host's), ``off`` (none but its own loopback),
+    ``limited`` (only the ``allow`` entries, ``host`` or ``host:port``, through a proxy)."""
+
+    mode: NetworkMode = "on"
+    allow: list[Str] = Field(default_factory=list)
 
 
 class AgentSecurity(Model):
     allowedSecrets: list[Str] = Field(default_factory=list)
     allowedServiceAccounts: list[Str] = Field(default_factory=list)
+    network: AgentNetwork | None = None  # None: mode on
 
 
 class AgentSpec(CheckedSpec):
@@ -158,6 +185,16 @@ class AgentSpec(CheckedSpec):
         for i, env in enumerate(self.env):
             if (problem := env_name_problem(env.name)) is not None:
                 yield (("env", i, "name"), problem, "FieldValueInvalid")
+        for name in self.defaults.parameters:
+            if (problem := parameter_name_problem(name)) is not None:
+                yield (("defaults", "parameters", name), problem, "FieldValueInvalid")
+        network = self.security.network or AgentNetwork()
+        for i, entry in enumerate(network.allow):
+            if (problem := host_problem(entry)) is not None:
+                yield (("security", "network", "allow", i), problem, "FieldValueInvalid")
+        if network.allow and network.mode != "limited":
+            yield (("security", "network", "allow"), f'allow only applies to mode "limited" (mode is '
+                   f'"{network.mode}"): set mode: limited, or remove allow', "FieldValueInvalid")
 
 
 class AgentStatus(ConditionedStatus):
@@ -191,16 +228,95 @@ class SecretEnv(Model):
     secretRef: SecretKeyRef
 
 
+OUTPUT_FORMATS = ("claude-code", "codex", "aider", "gemini", "opencode")
+"""The ``outputFormat`` values: the keys of ``joch.runtime.agentoutput.FORMATS`` (a test keeps them
+equal; the api layer may not import the runtime)."""
+OutputFormat = Literal["claude-code", "codex", "aider", "gemini", "opencode"]
+PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def parameter_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a provider parameter (templates read it as ``parameters.<name>``), or None."""
+    if PARAMETER_NAME.match(name):
+        return None
+    return (f'invalid parameter name "{name}": use letters, digits and "_", not starting with a digit '
+            "(templates read it as parameters.<name>), e.g. baseUrl")
+
+
+class ConditionalArgs(Model):
+    """An ``argsTemplate`` item included only when ``when`` holds: ``when`` is a Jinja expression
+    (no braces) evaluated in the template context; truthy → every element of ``args`` is rendered
+    and passed, falsy → none. A parameter that is not set is undefined, which is falsy here
+    (``when: parameters.baseUrl``); ``parameters.baseUrl is defined`` says the same explicitly."""
+
+    when: Str = Field(min_length=1)
+    args: list[Str] = Field(min_length=1)
+
+
+def _arg_kind(value: Any) -> str:
+    return "conditional[]" if isinstance(value, dict) or isinstance(value, ConditionalArgs) else "str"
+
+
+ArgTemplate = Annotated[Annotated[Str, Tag("str")] | Annotated[ConditionalArgs, Tag("conditional[]")],
+                        Discriminator(_arg_kind)]
+"""An ``argsTemplate`` item: a string, or ``{when, args}``. (The tags keep admission's error paths
+plain: ``spec.argsTemplate[2]``, ``spec.argsTemplate[3].when``.)"""
+
+
+class ProviderParameter(Model):
+    name: Str = Field(min_length=1)
+    default: Str | None = None
+    description: Str | None = None
+
+
+class ConfigFile(Model):
+    """A tool configuration file written into the attempt's own HOME before the agent starts;
+    ``path`` is relative to HOME, ``path`` and ``content`` are templates."""
+
+    path: Str = Field(min_length=1)
+    content: Str
+    mode: Annotated[Int, Field(ge=0, le=0o777)] = 0o600
+
+
+class SuccessPolicy(Model):
+    """When an agent that exited 0 has succeeded: see ``joch.runtime.base.SuccessPolicy``."""
+
+    requireChanges: Bool = False
+    failurePatterns: list[Str] = Field(default_factory=list)
+    requiredArtifacts: list[Str] = Field(default_factory=list)
+    agentResult: Bool = True
+
+
+class PatchPolicy(Model):
+    """What ``changes.patch`` leaves out: git pathspec globs (relative to the worktree root), and
+    any changed file over ``maxFileBytes`` (listed in ``status.omitted``)."""
+
+    exclude: list[Str] = Field(default_factory=list)
+    maxFileBytes: PositiveInt | None = None
+
+
 class AgentProviderSpec(CheckedSpec):
     binary: Str = Field(min_length=1)
-    argsTemplate: list[Str] = Field(default_factory=list)
+    versionArgs: list[Str] | None = None  # None: ["--version"]; []: do not ask
+    parameters: list[ProviderParameter] = Field(default_factory=list)
+    argsTemplate: list[ArgTemplate] = Field(default_factory=list)
     envTemplate: dict[Str, Str] = Field(default_factory=dict)
     inputFiles: list[InputFile] = Field(default_factory=list)
     outputArtifacts: list[OutputArtifact] = Field(default_factory=list)
     secretEnv: list[SecretEnv] = Field(default_factory=list)
+    configFiles: list[ConfigFile] = Field(default_factory=list)
+    outputFormat: OutputFormat | None = None
+    resumable: Bool | None = None
+    successPolicy: SuccessPolicy | None = None
+    patch: PatchPolicy | None = None
     workload: Workload | None = None
 
     def problems(self) -> Iterator[Problem]:
+        yield from self._parameter_problems()
+        yield from self._policy_problems()
+        for i, config in enumerate(self.configFiles):
+            if "{" not in config.path and (problem := path_problem(config.path, "HOME")) is not None:
+                yield (("configFiles", i, "path"), problem, "FieldValueInvalid")
         # Artifact names become download file names and URL segments, and the runtime adds its own
         # "changes.patch": a name must be a plain, unique file name that is not that one.
         first: dict[str, int] = {}
@@ -229,6 +345,35 @@ class AgentProviderSpec(CheckedSpec):
         for i, env in enumerate(self.secretEnv):
             if (problem := env_name_problem(env.name)) is not None:
                 yield (("secretEnv", i, "name"), problem, "FieldValueInvalid")
+
+    def _parameter_problems(self) -> Iterator[Problem]:
+        first: dict[str, int] = {}
+        for i, parameter in enumerate(self.parameters):
+            if (problem := parameter_name_problem(parameter.name)) is not None:
+                yield (("parameters", i, "name"), problem, "FieldValueInvalid")
+            elif parameter.name in first:
+                yield (("parameters", i, "name"), f'duplicate parameter "{parameter.name}" (spec.parameters'
+                       f"[{first[parameter.name]}] declares it already)", "FieldValueDuplicate")
+            first.setdefault(parameter.name, i)
+
+    def _policy_problems(self) -> Iterator[Problem]:
+        success = self.successPolicy or SuccessPolicy()
+        for i, pattern in enumerate(success.failurePatterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                yield (("successPolicy", "failurePatterns", i), f'"{pattern}" is not a Python regular expression: '
+                       f"{exc}", "FieldValueInvalid")
+        outputs = [o.name for o in self.outputArtifacts]
+        for i, name in enumerate(success.requiredArtifacts):
+            if name not in outputs:
+                known = f"the outputs are {', '.join(outputs)}" if outputs else "there are no outputArtifacts"
+                yield (("successPolicy", "requiredArtifacts", i), f'"{name}" names no output artifact ({known})',
+                       "FieldValueInvalid")
+        for i, pattern in enumerate((self.patch or PatchPolicy()).exclude):
+            if not pattern or "\0" in pattern or pattern.startswith(":"):
+                yield (("patch", "exclude", i), f'"{pattern}" is not a path glob (git pathspec magic such as '
+                       '":(exclude)" is added for you; write the glob only, e.g. ".aider*")', "FieldValueInvalid")
 
 
 class AgentProviderStatus(ConditionedStatus):
@@ -426,6 +571,44 @@ class TokenUsage(Model):
     cachedTokens: NonNegativeInt = 0
 
 
+class RunInvocation(Model):
+    """What ran (the runner's record): argv as rendered (secrets redacted, long arguments shortened),
+    the environment's variable names (never values), the executable's path, version and sha256."""
+
+    argv: list[Str] = Field(default_factory=list)
+    env: list[Str] = Field(default_factory=list)
+    executable: Str | None = None
+    version: Str | None = None
+    sha256: Str | None = None
+
+
+class RunSandbox(Model):
+    """How the agent was confined: ``mode`` bwrap or none (``reason`` why none), the uid it ran as,
+    its network."""
+
+    mode: Str
+    user: Int | None = None
+    network: Str | None = None
+    reason: Str | None = None
+
+
+class RunSession(Model):
+    """The agent CLI's own session id; ``attempt`` the attempt that recorded it; ``resumedFromAttempt``
+    the attempt whose session (and worktree) the current attempt continued (absent: it started over)."""
+
+    id: Str | None = None
+    attempt: Int | None = None
+    resumedFromAttempt: Int | None = None
+
+
+class OmittedFile(Model):
+    """A changed file ``changes.patch`` left out (over the provider's ``patch.maxFileBytes``)."""
+
+    path: Str
+    size: Int | None = None
+    message: Str | None = None
+
+
 RunPhase = Literal["Pending", "AwaitingApproval", "Queued", "Running", "Succeeded", "Failed", "Cancelled"]
 
 
@@ -443,6 +626,11 @@ class AgentRunStatus(ConditionedStatus):
     usage: TokenUsage | None = None
     exitCode: Int | None = None
     compiledManifestHash: Str | None = None
+    invocation: RunInvocation | None = None
+    baseCommit: Str | None = None
+    sandbox: RunSandbox | None = None
+    session: RunSession | None = None
+    omitted: list[OmittedFile] = Field(default_factory=list)
 
 
 # --- runtime.joch.dev/Approval -------------------------------------------------------------------

@@ -9,7 +9,11 @@ left out: admission defaults many of them and they are noise on a page meant for
 Conditions get their own table (Type, Status, Reason, Message, Age since the last transition)
 because they are what a user looks at first when something is not Ready; an AgentRun's
 ``status.artifacts`` get one too (Name, Size, SHA256), under ``Artifacts:``, since a digest is
-unreadable as a YAML block. A kind that keeps its fields at the top level, as a RoleBinding keeps
+unreadable as a YAML block. What ran gets its own blocks after them: ``Invocation:`` (the
+executable's path, version and sha256, the argv as one shell-quoted line — the runner redacted
+secrets in it — and the environment's variable *names*; values are never recorded), ``Base Commit``,
+``Manifest Hash``, ``Sandbox``, ``Session`` (resumed from which attempt, or started over) and the
+files ``changes.patch`` left out (``Omitted:``). A kind that keeps its fields at the top level, as a RoleBinding keeps
 ``roleRef`` and ``subjects``, gets a block per field (``roleRef:``, ``subjects:``) instead of Spec.
 Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object
 (``reading`` finds them), oldest first. Rendering is a pure function of the object, its events
@@ -26,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +43,7 @@ INDENT = "  "
 SECRET = ("ops.joch.dev", "Secret")
 AGENT_RUN = ("runtime.joch.dev", "AgentRun")
 TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
+RUN_OWN_BLOCKS = ("artifacts", "invocation", "baseCommit", "compiledManifestHash", "sandbox", "session", "omitted")
 
 
 def describe(
@@ -59,8 +65,9 @@ def describe(
         lines += _section(key, value, 0)
     status = obj.get("status") or {}
     if (rt.group, rt.kind) == AGENT_RUN:
-        lines += _status({k: v for k, v in status.items() if k != "artifacts"}, now)
+        lines += _status({k: v for k, v in status.items() if k not in RUN_OWN_BLOCKS}, now)
         lines += _artifacts(status.get("artifacts") or [])
+        lines += _what_ran(status)
     elif (rt.group, rt.kind) == SECRET:
         listed = {str(k.get("name")): f"{k.get('size')} bytes" for k in status.get("keys") or [] if isinstance(k, dict)}
         lines += _section("Data", listed, 0)
@@ -183,6 +190,51 @@ def _artifacts(artifacts: Sequence[dict[str, Any]]) -> list[str]:
     rows = [[_text(a.get("name")), _text(a.get("size")), _text(a.get("sha256"))] for a in artifacts]
     table = printers.render_table(headers, [["-" * len(h) for h in headers], *rows])
     return ["Artifacts:", *(INDENT + line for line in table)]
+
+
+def _what_ran(status: dict[str, Any]) -> list[str]:
+    """An AgentRun's record of what ran: the invocation, the commit and manifest it started from,
+    its sandbox and session, the files its patch left out."""
+    lines: list[str] = []
+    invocation = status.get("invocation")
+    if isinstance(invocation, dict) and invocation:
+        argv = [str(a) for a in invocation.get("argv") or []]
+        env = [str(e) for e in invocation.get("env") or []]
+        rows = [("Executable", invocation.get("executable")), ("Version", invocation.get("version")),
+                ("SHA256", invocation.get("sha256")), ("Argv", shlex.join(argv) if argv else None),
+                ("Env", ", ".join(env) if env else None)]
+        lines += ["Invocation:", *(f"{INDENT}{(k + ':').ljust(12)}{_text(v)}" for k, v in rows)]
+    else:
+        lines.append(f"{'Invocation:'.ljust(HEADER_WIDTH)}{columns.NONE}")
+    lines.append(f"{'Base Commit:'.ljust(16)}{_text(status.get('baseCommit'))}")
+    lines.append(f"{'Manifest Hash:'.ljust(16)}{_text(status.get('compiledManifestHash'))}")
+    lines.append(f"{'Sandbox:'.ljust(16)}{_sandbox(status.get('sandbox'))}")
+    lines.append(f"{'Session:'.ljust(16)}{_session(status.get('session'))}")
+    omitted = [o for o in status.get("omitted") or [] if isinstance(o, dict)]
+    if omitted:
+        headers = ["Path", "Size", "Why"]
+        rows2 = [[_text(o.get("path")), _text(o.get("size")), _text(o.get("message"))] for o in omitted]
+        table = printers.render_table(headers, [["-" * len(h) for h in headers], *rows2])
+        lines += ["Omitted from changes.patch:", *(INDENT + line for line in table)]
+    return lines
+
+
+def _sandbox(box: Any) -> str:
+    if not isinstance(box, dict) or not box.get("mode"):
+        return columns.NONE
+    if box["mode"] == "none":
+        return "none" + (f" ({box['reason']})" if box.get("reason") else "")
+    said = [f"user {box['user']}"] if box.get("user") is not None else []
+    said += [f"network {box['network']}"] if box.get("network") else []
+    return f"{box['mode']}" + (f" ({', '.join(said)})" if said else "")
+
+
+def _session(session: Any) -> str:
+    if not isinstance(session, dict) or not (session.get("id") or session.get("resumedFromAttempt")):
+        return columns.NONE
+    name = _text(session.get("id"))
+    earlier = session.get("resumedFromAttempt")
+    return f"{name} (resumed from attempt {earlier})" if earlier else f"{name} (started over)"
 
 
 def _events(events: Sequence[dict[str, Any]], now: dt.datetime) -> list[str]:

@@ -332,6 +332,12 @@ SandboxOption = Annotated[
                       help="Run agents under bubblewrap: bwrap (refuse to start without it), auto (when it works, "
                            "else warn), none."),
 ]
+AgentUserOption = Annotated[
+    str | None, typer.Option("--agent-user", metavar="NAME|UID[:GID]", show_default=False,
+                             help="When the server runs as root: the user sandboxed agents run as (default nobody, "
+                                  "65534); their worktree, outputs and HOME are given to it. root: no change. "
+                                  "Without the sandbox agents run as the server's user."),
+]
 ApiUrlOption = Annotated[
     str | None, typer.Option("--api-url", metavar="URL", show_default=False,
                              help="The API server as agents on this machine reach it, for their usage callback "
@@ -419,6 +425,7 @@ def server_command(
         help="How long audit rows are kept (e.g. 90d, 720h); 0 keeps them forever. Pruned at start "
              "and hourly.")] = "90d",
     api_url: ApiUrlOption = None,
+    agent_user: AgentUserOption = None,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -439,7 +446,7 @@ def server_command(
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox if controllers else "none", store_file=store_file, api_url=api_url,
-        secret_key_file=secret_key_file,
+        secret_key_file=secret_key_file, agent_user=agent_user,
     )
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
@@ -464,6 +471,7 @@ def controller_command(
     max_artifact_bytes: MaxArtifactBytesOption = "1Gi",
     sandbox: SandboxOption = "auto",
     api_url: ApiUrlOption = None,
+    agent_user: AgentUserOption = None,
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -474,6 +482,7 @@ def controller_command(
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox, store_file=store_file, api_url=api_url, secret_key_file=secret_key_file,
+        agent_user=agent_user,
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
                             secret_key_file=secret_key_file)
@@ -737,6 +746,42 @@ def run_command(
         raise typer.Exit(code)
 
 
+@command("render")
+def render_command(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(metavar="run", help="What to render: run (an AgentRun).")],
+    filenames: FilenameOption = None,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="yaml|json", help="Print as yaml or json.")
+                      ] = "yaml",
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Render an AgentRun without running it: what its agent would execute.
+
+    The server compiles the run's agent and renders its provider's templates as a first attempt
+    would, and starts nothing: the argv, working directory, environment (values of the provider's
+    envTemplate and the Agent's env; variables that come from Secrets by name only), config and
+    input files with their rendered content, and the effective parameters. A template that fails
+    is reported with the field that holds it (AgentProvider/codex spec.argsTemplate[3].when)."""
+    if kind.lower() not in ("run", "runs", "agentrun", "agentruns", "ar"):
+        raise errors.BadRequest(f'cannot render "{kind}": only runs can be rendered (joch render run -f run.yaml)')
+    shown = _one_of("--output", output, ("yaml", "json"))
+    docs = manifests.documents(_read(filenames))
+    if len(docs) != 1 or docs[0].obj.get("kind") != "AgentRun":
+        found = ", ".join(str(d.obj.get("kind")) for d in docs) or "no objects"
+        raise errors.BadRequest(f"render run takes exactly one AgentRun; the files hold {found}")
+    obj = docs[0].obj
+    chosen = _namespace(ctx, namespace)
+    written = (obj.get("metadata") or {}).get("namespace")
+    if written and chosen.explicit and written != chosen.name:
+        raise errors.BadRequest(f'the run\'s metadata.namespace is "{written}", and -n says "{chosen.name}"')
+    with _client(ctx, server) as client:
+        rendered = runs.render(client, obj, written if written and not chosen.explicit else chosen.name)
+    from joch.cli import printers
+
+    typer.echo(printers.dump(rendered, shown or "yaml"), nl=False)
+
+
 @command("logs")
 def logs_command(
     ctx: typer.Context,
@@ -932,6 +977,10 @@ def runner_command(
                                                          "Repeatable.")] = None,
     api_url: Annotated[str | None, typer.Option("--api-url", metavar="URL", show_default=False,
                                                 help="The Joch server, for the agent's usage callback.")] = None,
+    agent_user: AgentUserOption = None,
+    sandbox_reason: Annotated[str | None, typer.Option("--sandbox-reason", metavar="TEXT", show_default=False,
+                                                       help="With --sandbox none: why, for the run's record.")
+                              ] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
@@ -947,6 +996,8 @@ def runner_command(
     for path in hide or ():
         argv += ["--hide", str(path)]
     argv += ["--api-url", api_url] if api_url else []
+    argv += ["--agent-user", agent_user] if agent_user else []
+    argv += ["--sandbox-reason", sandbox_reason] if sandbox_reason else []
     raise typer.Exit(runner.main(argv))
 
 

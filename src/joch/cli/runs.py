@@ -1,4 +1,4 @@
-"""The run commands: ``run``, ``logs``, ``cancel``, ``approve``/``deny`` and ``artifacts``.
+"""The run commands: ``run``, ``logs``, ``cancel``, ``approve``/``deny``, ``artifacts`` and ``render run``.
 
 They address two fixed kinds, AgentRun and Approval, so their paths are built from the constants
 below instead of asking the server's discovery first (one round trip less per command). The kind a
@@ -18,6 +18,11 @@ Decisions:
   a run that is not running, already holds.
 * ``approve run NAME`` decides the run's one pending Approval (``spec.runRef.name``); with several
   pending, it names them and decides none.
+* ``render run -f run.yaml`` sends the one AgentRun in the file to the server's render route
+  (``joch.server.runs``), which starts nothing, and prints the RenderedRun it answers: the argv,
+  working directory, environment (values only of the provider's and Agent's plain entries; variables
+  that come from Secrets by name), config and input files with their content. A relative
+  repository path in the file is resolved against the file's directory, as ``apply -f`` does.
 * ``artifacts --download DIR`` writes each file under a temporary name, checks its sha256 against
   the run's record, and only then renames it to the artifact's name: a file that does not match is
   removed and reported, and never left where a later step could read it.
@@ -148,6 +153,18 @@ def parameters(given: list[str]) -> dict[str, str]:
             raise errors.BadRequest(f'--param must be KEY=VALUE (got "{item}")')
         out[key.strip()] = value
     return out
+
+
+def render_path(namespace: str) -> str:
+    return f"/v1/namespaces/{namespace}/agentruns/render"
+
+
+def render(client: Client, obj: Obj, namespace: str) -> Obj:
+    """The server's rendering of the AgentRun ``obj`` (nothing is created or started)."""
+    rendered = client.request("POST", render_path(namespace), json_body=obj)
+    if not isinstance(rendered, dict):
+        raise client.not_joch(f"POST {render_path(namespace)} answered JSON that is not an object")
+    return rendered
 
 
 def create(client: Client, obj: Obj, namespace: str) -> Obj:

@@ -139,7 +139,7 @@ def controller_options(
     *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
     lease_duration: float, identity: str | None, max_log_bytes: str = "64Mi", max_artifact_bytes: str = "1Gi",
     sandbox: str = "none", store_file: Path | None = None, api_url: str | None = None,
-    secret_key_file: Path | None = None,
+    secret_key_file: Path | None = None, agent_user: str | None = None,
 ) -> ControllerOptions:
     for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
                         ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
@@ -153,12 +153,20 @@ def controller_options(
     if log_limit is not None and log_limit < MIN_LOG_BYTES:
         raise errors.BadRequest(f"--max-log-bytes must be at least {MIN_LOG_BYTES} (1Ki), or 0 for no limit "
                                 f"(got {max_log_bytes})")
-    sandbox = _sandbox(sandbox)
+    sandbox, sandbox_reason = _sandbox(sandbox)
+    if agent_user is not None:
+        from joch.runtime.sandbox import SandboxError, parse_agent_user
+
+        try:
+            agent_user = str(parse_agent_user(agent_user))
+        except SandboxError as exc:
+            raise errors.BadRequest(str(exc)) from None
     if api_url is not None and not api_url.startswith(("http://", "https://")):
         raise errors.BadRequest(f'--api-url must be an http:// or https:// URL (got "{api_url}")')
     return ControllerOptions(
         api_url=api_url.rstrip("/") if api_url else None,
-        sandbox=sandbox, sandbox_hide=_secret_files(store_file, secret_key_file),
+        sandbox=sandbox, sandbox_hide=_secret_files(store_file, secret_key_file), sandbox_reason=sandbox_reason,
+        agent_user=agent_user,
         data_dir=data_dir, identity=identity or default_identity(), lease_duration=lease_duration,
         renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
         max_concurrent_runs=max_concurrent_runs, max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace,
@@ -166,23 +174,24 @@ def controller_options(
     )
 
 
-def _sandbox(choice: str) -> str:
+def _sandbox(choice: str) -> tuple[str, str | None]:
     """``--sandbox``: ``bwrap`` is checked now (a server that cannot keep that promise does not start);
-    ``auto`` becomes ``bwrap`` where bubblewrap works, else ``none`` with a warning."""
+    ``auto`` becomes ``bwrap`` where bubblewrap works, else ``none`` with a warning. With the reason
+    for ``none`` that each run's status gives (``status.sandbox.reason``)."""
     from joch.runtime.sandbox import sandbox_problem
 
     if choice not in ("auto", "bwrap", "none"):
         raise errors.BadRequest(f'--sandbox must be auto, bwrap or none (got "{choice}")')
     if choice == "none":
-        return choice
+        return choice, "the server was started with --sandbox none"
     problem = sandbox_problem()
     if problem is None:
-        return "bwrap"
+        return "bwrap", None
     if choice == "bwrap":
         raise errors.BadRequest(f"--sandbox bwrap: {problem}; install bubblewrap, or choose --sandbox auto or none")
     print(f"warning: agents run without a sandbox ({problem}): they can read what this user can, other runs' "
           "files and this server's environment included; --sandbox none silences this", file=sys.stderr)
-    return "none"
+    return "none", f"--sandbox auto: {problem}"
 
 
 def _secret_files(store_file: Path | None, secret_key_file: Path | None = None) -> tuple[Path, ...]:
@@ -297,6 +306,7 @@ def run_controllers(
         raise errors.BadRequest(str(exc)) from None
     try:
         runtime = LocalRuntime(options.data_dir, sandbox=options.sandbox, hide=options.sandbox_hide,
+                               sandbox_reason=options.sandbox_reason, agent_user=options.agent_user,
                                api_url=options.api_url)
         try:
             with managing.running(opened, runtime, options) as manager:

@@ -40,7 +40,7 @@ from joch.api import errors
 from joch.api.kinds import AGENT_PROVIDER, POLICY, SECRET, AgentProviderSpec, AgentSpec
 from joch.api.registry import KindInfo
 from joch.api.secrets import key_names as secret_keys
-from joch.compiler.render import check_templates
+from joch.compiler.render import check_parameters, check_templates
 from joch.store.base import Obj, Writer
 
 API_VERSION = "joch.dev/v1alpha1"
@@ -108,6 +108,7 @@ def compile_agent(read: Reader, agent: Obj) -> Compiled:
         "sources": [_source(agent), _source(provider), *(_source(p) for p in policies)],
     }
     problems += [Problem("TemplateError", f"{path}: {message}") for path, message in check_templates(manifest)]
+    problems += [Problem("UnknownParameter", f"{path}: {message}") for path, message in check_parameters(manifest)]
     if problems:
         return _failed(problems)
     digest = manifest_hash(manifest)

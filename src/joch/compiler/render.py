@@ -47,8 +47,20 @@ The template context (``build_context`` builds it from the objects):
 * ``run``: ``{name, namespace, uid, attempt, parameters, labels}``.
 * ``implementation``: ``{text, summary, description, acceptanceCriteria, labels, source}``; optional
   fields are ``None`` or ``[]``, never missing (``render_invocation`` fills them in).
-* ``parameters``: the run's ``spec.parameters`` (a map of strings; also ``run.parameters``).
-* ``workspace``: ``{root, path, inputs, outputs}`` — absolute paths (``joch.runtime.base.Workspace``).
+* ``parameters``: the effective parameters (``effective_parameters``): the provider's declared
+  defaults, overridden by the Agent's ``defaults.parameters``, overridden by the run's
+  ``spec.parameters`` (a map of strings; also ``run.parameters``). A parameter nobody set is
+  *undefined*: ``{{ parameters.baseUrl }}`` fails, ``{{ parameters.baseUrl | default("") }}`` and
+  ``parameters.baseUrl is defined`` do not, and in a ``when`` condition it is simply false.
+* ``workspace``: ``{root, path, inputs, outputs, home}`` — absolute paths (``joch.runtime.base.Workspace``).
+* ``session``: ``{id, resumedFrom}``: the agent CLI's session id this attempt continues and the
+  attempt it came from, both ``None`` when the attempt starts over.
+
+**Conditional arguments.** An ``argsTemplate`` item is a string (always passed, even when it renders
+to ``""``: nothing is dropped silently) or ``{when, args}``: ``when`` is one Jinja *expression*
+(``parameters.baseUrl``, ``session.id``, ``parameters.effort in ["low", "high"]``) evaluated in the
+same sandbox; truthy includes every rendered element of ``args``, falsy none. Reading a key a map
+does not have is false there (not an error), while an undefined top-level name still is one.
 * ``model`` and ``memory``: maps the caller resolved, or ``{}`` when the agent has none (``None``
   is taken as ``{}``).
 """
@@ -59,11 +71,13 @@ import contextlib
 import contextvars
 import difflib
 import functools
+import posixpath
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from types import FrameType
 from typing import Any, cast
 
@@ -76,12 +90,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from joch.api.kinds import AgentSpec
 
-CONTEXT_KEYS = ("agent", "run", "implementation", "parameters", "workspace", "model", "memory")
+CONTEXT_KEYS = ("agent", "run", "implementation", "parameters", "workspace", "model", "memory", "session")
 SHAPES: Mapping[str, tuple[str, ...]] = {
     "agent": ("name", "namespace", "provider", *(f for f in AgentSpec.model_fields if f != "providerRef")),
     "run": ("name", "namespace", "uid", "attempt", "parameters", "labels"),
     "implementation": ("text", "summary", "description", "acceptanceCriteria", "labels", "source"),
     "workspace": ("root", "path", "inputs", "outputs", "home"),
+    "session": ("id", "resumedFrom"),
 }
 """The context values whose fields are fixed, so a misspelt field is found before any run."""
 
@@ -106,29 +121,75 @@ class TemplateError(Exception):
         self.message = message
 
 
+class ParameterError(Exception):
+    """A parameter the provider does not declare (``path`` names where it was set)."""
+
+    reason = "UnknownParameter"
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
 @dataclass(frozen=True)
 class Invocation:
     """What a run executes. Secrets are references here (env name, Secret name, key): the runtime
-    resolves their values into the process environment only."""
+    resolves their values into the process environment only. The provider's policies are carried
+    as written (camelCase keys, defaults filled in by the compiled manifest)."""
 
     argv: tuple[str, ...]
     env: dict[str, str]
     input_files: tuple[tuple[str, str], ...]       # (path below workspace.inputs, content)
     outputs: tuple[tuple[str, str, bool], ...]     # (name, path below workspace.outputs, optional)
     secret_env: tuple[tuple[str, str, str], ...]   # (env name, Secret name, key)
+    config_files: tuple[tuple[str, str, int], ...] = ()   # (path below workspace.home, content, mode)
+    output_format: str | None = None
+    success: Mapping[str, Any] = dataclass_field(default_factory=dict)   # spec.successPolicy
+    patch: Mapping[str, Any] = dataclass_field(default_factory=dict)     # spec.patch
+    version_args: tuple[str, ...] = ("--version",)
+    resumable: bool = False
+    parameters: Mapping[str, str] = dataclass_field(default_factory=dict)  # the effective parameters
 
 
 # --- the context ---------------------------------------------------------------------------------
+
+def effective_parameters(manifest: Mapping[str, Any], run_parameters: Mapping[str, str]) -> dict[str, str]:
+    """The provider's declared defaults ← the Agent's ``defaults.parameters`` ← the run's
+    ``spec.parameters``. A provider that declares parameters declares all it takes: a value for
+    another name (a typo, most likely) is a ``ParameterError``; a provider that declares none takes
+    any (templates read what they expect, and a missing one is undefined)."""
+    spec = manifest.get("spec") or {}
+    provider = spec.get("provider") or {}
+    declared = [p for p in provider.get("parameters") or [] if isinstance(p, Mapping)]
+    names = [str(p["name"]) for p in declared]
+    agent_values = dict((spec.get("defaults") or {}).get("parameters") or {})
+    if names:
+        for where, values in (("Agent spec.defaults.parameters", agent_values), ("spec.parameters", run_parameters)):
+            for key in values:
+                if key not in names:
+                    raise ParameterError(f"{where}.{key}", (
+                        f'AgentProvider/{provider.get("name", "?")} declares no parameter "{key}"'
+                        f"{_did_you_mean(key, names)}; it declares {', '.join(names)}"))
+    out = {str(p["name"]): str(p["default"]) for p in declared if p.get("default") is not None}
+    out.update(agent_values)
+    out.update(run_parameters)
+    return out
+
 
 def build_context(
     manifest: Mapping[str, Any], *, run: Mapping[str, Any], attempt: int,
     implementation: Mapping[str, Any], workspace: Mapping[str, str],
     model: Mapping[str, Any] | None = None, memory: Mapping[str, Any] | None = None,
+    session: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The template context of one run attempt: ``run`` is the AgentRun object, ``implementation``
-    the ImplementationSpec's spec (referenced or inline), ``workspace`` the runtime's paths."""
+    the ImplementationSpec's spec (referenced or inline), ``workspace`` the runtime's paths,
+    ``session`` the CLI session this attempt resumes (``{id, resumedFrom}``; None: it starts over).
+    ``ParameterError`` for a parameter the provider does not declare."""
     run_meta = run.get("metadata") or {}
-    parameters = dict((run.get("spec") or {}).get("parameters") or {})
+    parameters = effective_parameters(manifest, dict((run.get("spec") or {}).get("parameters") or {}))
+    session = session or {}
     return {
         "agent": agent_context(manifest),
         "run": {"name": run_meta.get("name"), "namespace": run_meta.get("namespace"),
@@ -139,6 +200,7 @@ def build_context(
         "workspace": dict(workspace),
         "model": dict(model or {}),
         "memory": dict(memory or {}),
+        "session": {"id": session.get("id"), "resumedFrom": session.get("resumedFrom")},
     }
 
 
@@ -171,19 +233,20 @@ def render_invocation(manifest: Mapping[str, Any], context: Mapping[str, Any]) -
     for key in ("model", "memory"):
         if values.get(key, None) is None:
             values[key] = _Map({}, key)
+    if values.get("session", None) is None:
+        values["session"] = _Map({"id": None, "resumedFrom": None}, "session")
     token = _KEYS.set(tuple(values))
     try:
         binary = _render(f"{where} spec.binary", provider["binary"], values, MAX_ARGUMENT_BYTES)
         if not binary:
             raise TemplateError(f"{where} spec.binary", "renders to an empty string: a command needs a program")
-        argv = (binary, *(
-            _render(f"{where} spec.argsTemplate[{i}]", text, values, MAX_ARGUMENT_BYTES)
-            for i, text in enumerate(provider.get("argsTemplate") or [])))
+        argv = (binary, *_render_args(where, provider.get("argsTemplate") or [], values))
         env = {name: _render(f"{where} spec.envTemplate.{name}", text, values, MAX_ARGUMENT_BYTES - len(name) - 1)
                for name, text in (provider.get("envTemplate") or {}).items()}
         files = tuple((f["path"], _render(f"{where} spec.inputFiles[{i}].content", f["content"], values,
                                           MAX_FILE_BYTES))
                       for i, f in enumerate(provider.get("inputFiles") or []))
+        configs = tuple(_render_config(where, i, f, values) for i, f in enumerate(provider.get("configFiles") or []))
     finally:
         _KEYS.reset(token)
     # The Agent's env is literal (not templated) and wins over the provider's: it is the more
@@ -198,7 +261,48 @@ def render_invocation(manifest: Mapping[str, Any], context: Mapping[str, Any]) -
                       for o in provider.get("outputArtifacts") or []),
         secret_env=tuple((s["name"], s["secretRef"]["name"], s["secretRef"]["key"])
                          for s in provider.get("secretEnv") or []),
+        config_files=configs,
+        output_format=provider.get("outputFormat"),
+        success=dict(provider.get("successPolicy") or {}),
+        patch=dict(provider.get("patch") or {}),
+        version_args=tuple(("--version",) if provider.get("versionArgs") is None else provider["versionArgs"]),
+        resumable=bool(provider.get("resumable")),
+        parameters=dict(context.get("parameters") or {}),
     )
+
+
+def _render_args(where: str, items: list[Any], values: Mapping[str, Any]) -> Iterator[str]:
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            yield _render(f"{where} spec.argsTemplate[{i}]", item, values, MAX_ARGUMENT_BYTES)
+            continue
+        path = f"{where} spec.argsTemplate[{i}].when"
+        try:
+            source = _when_source(item["when"])
+        except TemplateSyntaxError as exc:
+            raise TemplateError(path, _syntax(exc)) from None
+        if _render(path, source, values, 1, when=True):
+            for j, text in enumerate(item.get("args") or []):
+                yield _render(f"{where} spec.argsTemplate[{i}].args[{j}]", text, values, MAX_ARGUMENT_BYTES)
+
+
+def _render_config(where: str, i: int, config: Mapping[str, Any], values: Mapping[str, Any]) -> tuple[str, str, int]:
+    path = _render(f"{where} spec.configFiles[{i}].path", config["path"], values, 4096)
+    normal = posixpath.normpath(path.replace("\\", "/"))
+    if not path or posixpath.isabs(normal) or normal in (".", "..") or normal.startswith("../"):
+        raise TemplateError(f"{where} spec.configFiles[{i}].path", (
+            f'renders to "{path}": a config file\'s path must be relative to the attempt\'s HOME and stay '
+            'inside it (no leading "/", no ".." that leaves it)'))
+    content = _render(f"{where} spec.configFiles[{i}].content", config["content"], values, MAX_FILE_BYTES)
+    return normal, content, int(config.get("mode", 0o600))
+
+
+@functools.lru_cache(maxsize=1024)
+def _when_source(expression: str) -> str:
+    """A ``when`` expression as a template that renders ``1`` when it holds and nothing otherwise;
+    ``TemplateSyntaxError`` unless the text is exactly one expression (so it cannot close the tag)."""
+    _ENV.compile_expression(expression)  # parses only; a statement or a second expression is an error
+    return "{% if (" + expression + ") %}1{% endif %}"
 
 
 def check_templates(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -206,13 +310,27 @@ def check_templates(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(path, message) for path, source in templates(manifest) for message in _template_problems(source)]
 
 
+def check_parameters(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The Agent's ``defaults.parameters`` against the parameters its provider declares."""
+    try:
+        effective_parameters(manifest, {})
+    except ParameterError as exc:
+        return [(exc.path, exc.message)]
+    return []
+
+
 @functools.lru_cache(maxsize=1024)
 def _template_problems(source: str) -> tuple[str, ...]:
     try:
+        if source.startswith(_WHEN_PREFIX):
+            source = _when_source(source[len(_WHEN_PREFIX):])
         ast = _ENV.parse(source)
     except TemplateSyntaxError as exc:
         return (_syntax(exc),)
     return tuple(_static_problems(ast))
+
+
+_WHEN_PREFIX = "\0when:"  # marks a ``when`` expression among ``templates``' sources (no template holds NUL)
 
 
 def templates(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -220,12 +338,20 @@ def templates(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     provider = manifest["spec"]["provider"]
     where = _where(provider)
     yield f"{where} spec.binary", provider["binary"]
-    for i, text in enumerate(provider.get("argsTemplate") or []):
-        yield f"{where} spec.argsTemplate[{i}]", text
+    for i, item in enumerate(provider.get("argsTemplate") or []):
+        if isinstance(item, str):
+            yield f"{where} spec.argsTemplate[{i}]", item
+            continue
+        yield f"{where} spec.argsTemplate[{i}].when", _WHEN_PREFIX + item["when"]
+        for j, text in enumerate(item.get("args") or []):
+            yield f"{where} spec.argsTemplate[{i}].args[{j}]", text
     for name, text in (provider.get("envTemplate") or {}).items():
         yield f"{where} spec.envTemplate.{name}", text
     for i, f in enumerate(provider.get("inputFiles") or []):
         yield f"{where} spec.inputFiles[{i}].content", f["content"]
+    for i, f in enumerate(provider.get("configFiles") or []):
+        yield f"{where} spec.configFiles[{i}].path", f["path"]
+        yield f"{where} spec.configFiles[{i}].content", f["content"]
 
 
 def _where(provider: Mapping[str, Any]) -> str:
@@ -267,10 +393,10 @@ def _time_budget(seconds: float) -> Iterator[None]:
         sys.settrace(previous)
 
 
-def _render(path: str, source: str, values: Mapping[str, Any], limit: int) -> str:
+def _render(path: str, source: str, values: Mapping[str, Any], limit: int, *, when: bool = False) -> str:
     work = _WORK.set(_Work())
     try:
-        template = _compile(source)
+        template = _compile(source, when)
         size = 0
         parts: list[str] = []
         deadline = time.monotonic() + MAX_RENDER_SECONDS
@@ -341,11 +467,12 @@ def _syntax(exc: TemplateSyntaxError) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile(source: str) -> jinja2.Template:
-    ast = _ENV.parse(source)
+def _compile(source: str, when: bool = False) -> jinja2.Template:
+    env = _WHEN_ENV if when else _ENV
+    ast = env.parse(source)
     if _loads_templates(ast):
         raise jinja2.TemplateError(_NO_LOADER)
-    return _ENV.from_string(ast)
+    return env.from_string(ast)
 
 
 _NO_LOADER = "templates cannot extend, include or import other templates: there is no template loader"
@@ -429,6 +556,18 @@ class _Undefined(StrictUndefined):
             return (f'"{self._undefined_name}" is undefined: it is read from a value that is None '
                     "(guard it with {% if … %} or use | default(…))")
         return undefined_message(obj, self._undefined_name)
+
+
+class _WhenUndefined(_Undefined):
+    """In a ``when`` condition, a key a mapping does not have is false (``parameters.baseUrl`` not
+    set); anything else done with it, and an undefined top-level name, is still an error."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:  # type: ignore[override]
+        if isinstance(self._undefined_obj, dict):
+            return False
+        return cast(bool, super().__bool__())
 
 
 # --- the sandbox ---------------------------------------------------------------------------------
@@ -643,14 +782,15 @@ def _finalize(value: Any) -> Any:
     return value
 
 
-def _environment() -> _Sandbox:
-    env = _Sandbox(undefined=_Undefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize)
+def _environment(undefined: type[jinja2.Undefined] = _Undefined) -> _Sandbox:
+    env = _Sandbox(undefined=undefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize)
     env.filters = {name: _guarded_filter(name, f) for name, f in env.filters.items()}
     del env.globals["lipsum"]  # lipsum(n=…) builds text of any size, and no command needs it
     return env
 
 
 _ENV = _environment()
+_WHEN_ENV = _environment(_WhenUndefined)
 
 
 # --- static checks -------------------------------------------------------------------------------

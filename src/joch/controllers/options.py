@@ -43,6 +43,8 @@ class ControllerOptions:
     max_artifact_bytes: int | None = GiB  # a larger output artifact is refused (None: no limit)
     sandbox: str = "none"  # the local runtime's: auto, bwrap or none (joch server's --sandbox, default auto)
     sandbox_hide: tuple[Path, ...] = ()  # besides the data dir: what sandboxed agents must not read (--store-file)
+    sandbox_reason: str | None = None  # why sandbox is none (auto found no bubblewrap): each run's status says it
+    agent_user: str | None = None  # --agent-user: whom a root server's sandboxed agents run as (None: nobody)
     # The API server as agents reach it (their JOCH_API_URL, for the run callback). `joch server`
     # derives it from --host and --port; `joch controller` takes --api-url. None: no callback.
     api_url: str | None = None

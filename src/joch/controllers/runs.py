@@ -103,6 +103,7 @@ _PROBLEM_REASONS = {
     "SecretNotFound": "MissingSecret",
     "SecretNotAllowed": "SecretNotAllowed",
     "TemplateError": "TemplateError",
+    "UnknownParameter": "UnknownParameter",
 }
 
 
@@ -339,14 +340,9 @@ class RunController(Controller):
         run_id = _run_id(run, 1)
         self._invocation(run, plan, self._workspace(run_id, _git(run)), run_id)
 
-    def _invocation(self, run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunId) -> render.Invocation:
-        manifest = plan.compiled.manifest or {}
-        context = render.build_context(manifest, run=run, attempt=run_id.attempt,
-                                       implementation=plan.implementation, workspace=workspace.context())
-        try:
-            return render.render_invocation(manifest, context)
-        except render.TemplateError as exc:
-            raise InvalidSpec("TemplateError", str(exc)) from None
+    def _invocation(self, run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunId,
+                    resume: rt.Resume | None = None) -> render.Invocation:
+        return invocation_of(run, plan, workspace, run_id, resume)
 
     # --- AwaitingApproval -------------------------------------------------------------------------
 
@@ -586,7 +582,9 @@ class RunController(Controller):
             attempt = int((run.get("status") or {}).get("attempt") or 1)
             run_id = _run_id(run, attempt)
             git = _git(run)
-            invocation = self._invocation(run, plan, self._workspace(run_id, git), run_id)
+            resumed = _resume_of(run, attempt, plan)
+            workspace = self._workspace(run_id, git, resumed)
+            invocation = self._invocation(run, plan, workspace, run_id, resumed)
             secrets = self._secret_values(run, invocation, plan.agent["metadata"]["name"])
             secrets[metering.TOKEN_ENV] = metering.run_token(self.ctx.store, run_id.uid, attempt)
         except InvalidSpec as exc:
@@ -608,6 +606,7 @@ class RunController(Controller):
             outputs=tuple(rt.Output(name, path, optional) for name, path, optional in invocation.outputs),
             git=git, timeout_seconds=float(plan.timeout_seconds), grace_seconds=self.options.grace_seconds,
             max_log_bytes=self.options.max_log_bytes, max_artifact_bytes=self.options.max_artifact_bytes,
+            **runner_fields(invocation, plan.compiled), resume=resumed,
         )
         spec_hash = "sha256:" + hashlib.sha256(spec.to_json().encode()).hexdigest()
         if not resume:
@@ -616,6 +615,10 @@ class RunController(Controller):
                           runtimeRef={"type": self.runtime.type, "id": f"{run_id.uid}/{attempt}", "pending": True},
                           startedAt=now(), specHash=spec_hash, compiledManifestHash=plan.compiled.hash)
             status.pop("finishedAt", None)
+            for stale in ("invocation", "baseCommit", "sandbox", "omitted"):
+                status.pop(stale, None)  # the previous attempt's
+            if resumed is None:
+                status.pop("session", None)
             try:
                 run = self._write(run, status)
             except BaseException:
@@ -654,9 +657,10 @@ class RunController(Controller):
             except (OSError, ValueError) as exc:
                 logger.warning("run %s: could not stop a possibly started attempt: %s", Key.of(run), exc)
 
-    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None) -> rt.Workspace:
+    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None, resume: rt.Resume | None = None
+                   ) -> rt.Workspace:
         try:
-            return self.runtime.workspace(run_id, git)
+            return self.runtime.workspace(run_id, git, resume=resume)
         except ValueError as exc:
             raise InvalidSpec("InvalidPath", f"spec.execution.coordinates.git: {exc}") from None
 
@@ -740,6 +744,12 @@ class RunController(Controller):
             self._cancel_once(key, ref)
             return Result(requeue_after=1.0)
         status = run.get("status") or {}
+        if state.reason != "Unreachable":
+            noted = dict(status)
+            note_runtime_facts(noted, state)
+            if noted != status:
+                run = self._write(run, noted)  # what runs, as the runner recorded it (no Event)
+                status = noted
         timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
         started = parse_time(status["startedAt"]).timestamp() if status.get("startedAt") else self.ctx.clock.time()
         overdue = self.ctx.clock.time() - (started + timeout + self.options.grace_seconds + BACKSTOP_SLACK)
@@ -779,7 +789,13 @@ class RunController(Controller):
         message = state.message or reason
         artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
         _note_refused(status, state.refused)
-        self._cleanup(key, ref, keep_records=True)
+        note_runtime_facts(status, state)
+        retrying = state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
+            and not run["spec"].get("cancel") and metering.exceeded(run) is None
+        resume = self._resumption(run, state, attempt) if retrying else None
+        if resume is None:
+            self._cleanup(key, ref, keep_records=True)
+            self._cleanup_resumed(key, run, attempt)
         over = metering.exceeded(run)
         if over is not None:
             # Stopped for its spend: that is the outcome, however the agent's process ended.
@@ -787,13 +803,21 @@ class RunController(Controller):
                            finished_at=state.finished_at)
             ended.update(exitCode=state.exit_code, artifacts=artifacts)
             _note_refused(ended, state.refused)
+            note_runtime_facts(ended, state)
             self._write(run, ended, (metering.EXCEEDED, ended["message"], "Warning"))
             self._release(key)
             return None
-        if state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
-                and not run["spec"].get("cancel"):
+        if retrying:
             status.update(attempt=attempt + 1, exitCode=state.exit_code, artifacts=artifacts)
             note = f"attempt {attempt} failed ({message}); retrying as attempt {attempt + 1} of {retry_limit + 1}"
+            if resume is not None:
+                # The next attempt continues the agent's session in the worktree it was made in.
+                status["session"] = {"id": resume.session_id, "attempt": attempt + 1,
+                                     "resumedFromAttempt": resume.attempt}
+                note += f", resuming the agent's session {resume.session_id} (attempt {resume.attempt}'s worktree)"
+            elif (state.session or rt.Session()).id:
+                note += ", starting over (" + ("the provider is not resumable" if reason == "RunnerLost" else
+                                                 "only an attempt whose runner was lost is resumed") + ")"
             status["conditions"] = set_condition(list(status.get("conditions") or []),
                                                  _cond("InProgress", "False", reason, message))
             run = self._write(run, self._to_queued(status, "Retrying", note), ("Retrying", note, "Warning"))
@@ -804,6 +828,7 @@ class RunController(Controller):
         ended = _ended(run, phase, reason, message, finished_at=state.finished_at)
         ended.update(exitCode=state.exit_code, artifacts=artifacts)
         _note_refused(ended, state.refused)
+        note_runtime_facts(ended, state)
         kind: Literal["Normal", "Warning"] = "Normal" if phase == "Succeeded" else "Warning"
         summary = message if phase != "Succeeded" else (
             f"{message}; {len(artifacts)} artifact{'s' if len(artifacts) != 1 else ''}")
@@ -812,6 +837,31 @@ class RunController(Controller):
         self._write(run, ended, (phase if phase != "Failed" else reason, summary, kind))
         self._release(key)
         return None
+
+    def _resumption(self, run: Obj, state: rt.RunState, attempt: int) -> rt.Resume | None:
+        """Whether the attempt that just ended is continued rather than started over: only after its
+        runner was lost (the agent itself did not fail), for a ``resumable`` provider, and when the
+        runner recorded the agent's session id. The next attempt then works in the worktree that
+        session was made in: this attempt's, or the one it resumed in turn."""
+        session = state.session
+        if state.reason != "RunnerLost" or session is None or not session.id:
+            return None
+        namespace = run["metadata"].get("namespace") or ""
+        agent = self._read(kinds.AGENT, namespace, run["spec"]["agentRef"]["name"])
+        provider_name = (((agent or {}).get("spec") or {}).get("providerRef") or {}).get("name")
+        provider = self._read(kinds.AGENT_PROVIDER, namespace, provider_name) if provider_name else None
+        if not ((provider or {}).get("spec") or {}).get("resumable"):
+            return None
+        earlier = session.resumed_from if session.resumed_from and session.resumed_from < attempt else attempt
+        return rt.Resume(attempt=earlier, session_id=session.id)
+
+    def _cleanup_resumed(self, key: Key, run: Obj, attempt: int) -> None:
+        """Remove the worktree of the earlier attempt the ending one resumed (kept for it)."""
+        session = (run.get("status") or {}).get("session") or {}
+        earlier = session.get("resumedFromAttempt")
+        if isinstance(earlier, int) and 1 <= earlier < attempt and session.get("attempt") == attempt:
+            self._cleanup(key, {"type": self.runtime.type, "id": f"{run['metadata']['uid']}/{earlier}"},
+                          keep_records=True)
 
     def _retry_limit(self, run: Obj) -> int:
         agent = self.ctx.cache(kinds.AGENT).get(run["metadata"].get("namespace") or "", run["spec"]["agentRef"]["name"])
@@ -823,6 +873,7 @@ class RunController(Controller):
         ref = _runtime_ref(run)
         if isinstance(ref, dict):
             self._cleanup(key, ref, keep_records=True)
+            self._cleanup_resumed(key, run, int((run.get("status") or {}).get("attempt") or 1))
         ttl = run["spec"].get("ttlSecondsAfterFinished")
         finished = (run.get("status") or {}).get("finishedAt")
         if ttl is None or not finished:
@@ -900,6 +951,82 @@ class RunController(Controller):
             for reason, message, type_ in reported:
                 events.record(w, out, reason=reason, message=message, type=type_, component=COMPONENT)
         return out
+
+
+# --- the invocation and what the runner recorded of it -------------------------------------------
+
+def invocation_of(run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunId,
+                  resume: rt.Resume | None = None) -> render.Invocation:
+    """The provider's templates rendered for one attempt of ``run`` (``InvalidSpec`` on a problem);
+    ``resume``: the attempt continues that CLI session (template context ``session``)."""
+    manifest = plan.compiled.manifest or {}
+    session = {"id": resume.session_id, "resumedFrom": resume.attempt} if resume is not None else None
+    try:
+        context = render.build_context(manifest, run=run, attempt=run_id.attempt, implementation=plan.implementation,
+                                       workspace=workspace.context(), session=session)
+        return render.render_invocation(manifest, context)
+    except render.TemplateError as exc:
+        raise InvalidSpec("TemplateError", str(exc)) from None
+    except render.ParameterError as exc:
+        raise InvalidSpec("UnknownParameter", str(exc)) from None
+
+
+def runner_fields(invocation: render.Invocation, compiled: compiler.Compiled) -> dict[str, Any]:
+    """The ``RunnerSpec`` fields that come from the provider's policies and the Agent's network."""
+    success, patch = invocation.success, invocation.patch
+    network = (((compiled.manifest or {}).get("spec") or {}).get("security") or {}).get("network") or {}
+    max_file = patch.get("maxFileBytes")
+    return {
+        "config_files": tuple(rt.ConfigFile(path, content, mode) for path, content, mode in invocation.config_files),
+        "output_format": invocation.output_format,
+        "success": rt.SuccessPolicy(require_changes=bool(success.get("requireChanges", False)),
+                                    failure_patterns=tuple(success.get("failurePatterns") or ()),
+                                    required_artifacts=tuple(success.get("requiredArtifacts") or ()),
+                                    agent_result=bool(success.get("agentResult", True))),
+        "patch": rt.PatchPolicy(exclude=tuple(patch.get("exclude") or ()),
+                                max_file_bytes=int(max_file) if isinstance(max_file, int) else None),
+        "version_args": tuple(invocation.version_args),
+        "network": rt.Network(mode=network.get("mode") or "on", allow=tuple(network.get("allow") or ())),
+        "manifest_hash": compiled.hash,
+    }
+
+
+def note_runtime_facts(status: dict[str, Any], state: rt.RunState) -> None:
+    """What the runner recorded of the attempt — ``invocation``, ``baseCommit``, ``sandbox``,
+    ``session``, ``omitted`` — into ``status`` (those it has not recorded yet are left as they are).
+    None of it holds a secret value: the runner redacts argv and records only env names."""
+    attempt = status.get("attempt")
+    if state.invocation is not None:
+        inv = state.invocation
+        status["invocation"] = _present({"argv": list(inv.argv), "env": list(inv.env), "executable": inv.executable,
+                                         "version": inv.version, "sha256": inv.sha256})
+    if state.base_commit:
+        status["baseCommit"] = state.base_commit
+    if state.sandbox is not None:
+        box = state.sandbox
+        status["sandbox"] = _present({"mode": box.mode, "user": box.user, "network": box.network,
+                                      "reason": box.reason})
+    if state.session is not None and (state.session.id or state.session.resumed_from):
+        status["session"] = _present({"id": state.session.id, "attempt": attempt,
+                                      "resumedFromAttempt": state.session.resumed_from})
+    if state.omitted:
+        status["omitted"] = [{"path": o.path, "size": o.size, "message": o.message} for o in state.omitted]
+
+
+def _present(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _resume_of(run: Obj, attempt: int, plan: Plan) -> rt.Resume | None:
+    """The ``Resume`` of the attempt about to start, as decided when the previous one ended
+    (``status.session`` names this attempt and the one it resumes), while the provider is resumable."""
+    session = (run.get("status") or {}).get("session") or {}
+    provider = ((plan.compiled.manifest or {}).get("spec") or {}).get("provider") or {}
+    earlier = session.get("resumedFromAttempt")
+    if (attempt > 1 and provider.get("resumable") and session.get("attempt") == attempt and session.get("id")
+            and isinstance(earlier, int) and 1 <= earlier < attempt):
+        return rt.Resume(attempt=earlier, session_id=str(session["id"]))
+    return None
 
 
 # --- helpers ---------------------------------------------------------------------------------------

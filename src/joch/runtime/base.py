@@ -288,8 +288,9 @@ class Runtime(abc.ABC):
     type: str
 
     @abc.abstractmethod
-    def workspace(self, run: RunId, git: GitSource | None) -> Workspace:
-        """The paths the run will have; pure (creates nothing), so templates can render first."""
+    def workspace(self, run: RunId, git: GitSource | None, *, resume: Resume | None = None) -> Workspace:
+        """The paths the run will have; pure (creates nothing), so templates can render first. With
+        ``resume`` (the attempt's ``RunnerSpec.resume``) the workspace is the continued attempt's."""
 
     @abc.abstractmethod
     def submit(self, spec: RunnerSpec, *, secrets: Mapping[str, str] | None = None) -> Ref: ...

@@ -50,8 +50,10 @@ Decisions:
   logs a failure that repeats at every poll once, not every ``poll_interval``.
 * **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
-  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
-  as this user and can read what this user can; ``auto`` warns once about that at start.
+  tmpfs with the run's own worktree, mirror, outputs and HOME mounted back; a root server's agents
+  run as ``agent_user`` (nobody by default), and each Agent's network is on, off or limited. Without
+  it, an agent runs as this user and can read what this user can; ``auto`` warns once about that at
+  start, and each run's record says why (``Sandbox.reason``).
 * **Nothing of the server's reaches a runner's environment or command line.** An agent can read
   ``/proc/<pid>/environ`` and ``cmdline`` of its ancestors, so runners and the fork server start with
   ``runner.runner_env`` (PATH, HOME, locale, proxies: no ``JOCH_STORE``), their settings are command
@@ -88,6 +90,7 @@ from joch.runtime.base import (
     ArtifactRecord,
     GitSource,
     Ref,
+    Resume,
     RunId,
     RunnerSpec,
     RunState,
@@ -95,7 +98,7 @@ from joch.runtime.base import (
     Workspace,
     run_dir_name,
 )
-from joch.runtime.sandbox import sandbox_problem
+from joch.runtime.sandbox import SandboxError, parse_agent_user, sandbox_problem
 
 logger = logging.getLogger(__name__)
 
@@ -125,16 +128,26 @@ class LocalRuntime(Runtime):
     type = TYPE
 
     def __init__(self, root: Path, *, poll_interval: float = 0.05, sandbox: str = "none",
-                 hide: tuple[Path, ...] = (), api_url: str | None = None) -> None:
+                 hide: tuple[Path, ...] = (), api_url: str | None = None, agent_user: str | None = None,
+                 sandbox_reason: str | None = None) -> None:
         """``sandbox``: ``bwrap`` runs every agent under bubblewrap (``ValueError`` when it does not work
         here), ``auto`` does so when it works and otherwise logs a warning and runs agents as plain
         processes, ``none`` never sandboxes. ``hide``: paths the sandboxed agent sees empty, besides
         ``root``. ``api_url``: the Joch server as agents on this machine reach it, handed to each
-        runner (``--api-url``) so its agent can report usage (None: agents get no callback)."""
+        runner (``--api-url``) so its agent can report usage (None: agents get no callback).
+        ``agent_user``: whom a sandboxed agent runs as when this process is root (``NAME|UID[:GID]``,
+        default nobody: ``sandbox.AgentUser``; ``ValueError`` when there is no such user).
+        ``sandbox_reason``: why agents are not sandboxed, for each run's record (``Sandbox.reason``),
+        when ``sandbox`` is ``none`` because the caller's ``auto`` found no bubblewrap."""
         self.root = Path(root).resolve()
         self.api_url = api_url
         self.poll_interval = poll_interval
-        self.sandbox = resolve_sandbox(sandbox)
+        self.sandbox, found = sandbox_choice(sandbox)
+        self.sandbox_reason = sandbox_reason or found
+        try:
+            self.agent_user = str(parse_agent_user(agent_user)) if agent_user else None
+        except SandboxError as exc:
+            raise ValueError(str(exc)) from None
         self.hide = (self.root, *(Path(h).resolve() for h in hide))
         self._lock = threading.Lock()
         self._submitting: set[Path] = set()
@@ -160,14 +173,29 @@ class LocalRuntime(Runtime):
         _check_run(run)
         return self.root / "workspaces" / f"{run.uid}-{run.attempt}"
 
-    def workspace(self, run: RunId, git: GitSource | None) -> Workspace:
-        """The run's paths; ``ValueError`` when ``git.path`` leaves the checkout or the uid cannot
-        name a directory."""
+    def resumed_root(self, run: RunId, resume: Resume | None) -> Path:
+        """The workspace root attempt ``run`` works in: its own (``workspace_root``), or with ``resume``
+        the root of the attempt it continues (and that one's, if it continued another): the same
+        directory, so a CLI that keys its sessions by working directory finds its session there."""
+        while resume is not None and 1 <= resume.attempt < run.attempt:
+            run = dataclasses.replace(run, attempt=resume.attempt)
+            earlier = _spec_of(self.files(run))
+            resume = earlier.resume if earlier is not None else None
+        return self.workspace_root(run)
+
+    def _root_of(self, files: runner.RunFiles) -> Path:
+        """The workspace root of the attempt whose directory is ``files`` (``resumed_root``)."""
+        spec = _spec_of(files)
+        return self.resumed_root(_run_of(files), spec.resume if spec is not None else None)
+
+    def workspace(self, run: RunId, git: GitSource | None, *, resume: Resume | None = None) -> Workspace:
+        """The run's paths (``resume``: see ``resumed_root``); ``ValueError`` when ``git.path`` leaves
+        the checkout or the uid cannot name a directory."""
         if git is not None and (inside := self._in_data_dir(git.url)) is not None:
             raise ValueError(f'repository "{git.url}" is inside this server\'s data directory ({inside}): its '
                              "mirrors and other runs' worktrees are not repositories a run may check out")
         try:
-            return runner.workspace_of(self.files(run), self.workspace_root(run), git)
+            return runner.workspace_of(self.files(run), self.resumed_root(run, resume), git)
         except workspace.WorkspaceError as exc:
             raise ValueError(str(exc)) from None
 
@@ -208,13 +236,17 @@ class LocalRuntime(Runtime):
 
     def _start(self, spec: RunnerSpec, files: runner.RunFiles, secrets: Mapping[str, str] | None) -> Ref:
         env = runner.runner_env(os.environ)
-        args = ["--workspace", str(self.workspace_root(spec.run)), "--cache", str(self.mirrors)]
+        args = ["--workspace", str(self.resumed_root(spec.run, spec.resume)), "--cache", str(self.mirrors)]
         if self.api_url:
             args += ["--api-url", self.api_url]
         if self.sandbox == "bwrap":
             args += ["--sandbox", "bwrap"]
             for path in self.hide:
                 args += ["--hide", str(path)]
+            if self.agent_user:
+                args += ["--agent-user", self.agent_user]
+        elif self.sandbox_reason:
+            args += ["--sandbox-reason", self.sandbox_reason]
         given = {name: value for name, value in (secrets or {}).items() if name in spec.secret_env}
         child: subprocess.Popen[bytes] | None = None
         pid: int | None
@@ -340,7 +372,7 @@ class LocalRuntime(Runtime):
                 said = "cancelled before the agent started" if state.pid is None else "cancelled; the agent was stopped"
                 ended = dataclasses.replace(state, phase="Cancelled", reason="Cancelled", message=said,
                                             finished_at=time.time())
-            elif (full := _full_disk(files, self.workspace_root(_run_of(files)))) is not None:
+            elif (full := _full_disk(files, self._root_of(files))) is not None:
                 where = "before it started the agent" if state.pid is None else "while the agent ran; agent killed"
                 said = f"the runner ended without recording an outcome {where}, and {full}"
                 ended = dataclasses.replace(state, phase="Failed", reason=disks.REASON, message=said,
@@ -438,7 +470,9 @@ class LocalRuntime(Runtime):
             self._wait_finished(ref, files)
         run = _run_of(files)
         spec = _spec_of(files)
-        workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self.workspace_root(run))
+        if keep_records and _may_be_resumed(runner.read_state(files.state)):
+            return  # a later attempt may continue in its worktree: removed with the run, or after that attempt
+        workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self._root_of(files))
         if not keep_records:
             # The run is going away: every attempt's records go with it (earlier attempts of a
             # retried run are not named by the latest reference).
@@ -547,19 +581,31 @@ class LocalRuntime(Runtime):
 
 def resolve_sandbox(sandbox: str) -> str:
     """``bwrap`` or ``none`` for a ``--sandbox`` choice; ``ValueError`` for ``bwrap`` where it cannot work."""
+    return sandbox_choice(sandbox)[0]
+
+
+def sandbox_choice(sandbox: str) -> tuple[str, str | None]:
+    """``resolve_sandbox``'s answer, and why it is ``none`` (the run's ``Sandbox.reason``)."""
     if sandbox == "none":
-        return sandbox
+        return sandbox, "the server was started with --sandbox none"
     if sandbox not in ("auto", "bwrap"):
         raise ValueError(f'--sandbox must be auto, bwrap or none (got "{sandbox}")')
     problem = sandbox_problem()
     if problem is None:
-        return "bwrap"
+        return "bwrap", None
     if sandbox == "bwrap":
         raise ValueError(f"--sandbox bwrap: {problem}; install it, or choose --sandbox auto or none")
     logger.warning("local runtime: agents run without a sandbox: %s. They can read what this user can, "
                    "including other runs' files and this server's environment (--sandbox none to silence this)",
                    problem)
-    return "none"
+    return "none", f"--sandbox auto: {problem}"
+
+
+def _may_be_resumed(state: RunState | None) -> bool:
+    """Whether a later attempt may continue this one (``RunnerSpec.resume``): it failed or its runner
+    was lost, after the agent's CLI said its session id."""
+    return (state is not None and state.phase in ("Failed", "Lost") and state.session is not None
+            and state.session.id is not None)
 
 
 def _check_run(run: RunId) -> None:

@@ -12,6 +12,7 @@ A run attempt's directory holds what the runner reads and writes::
               cancel-requested a marker the runtime leaves before it signals the runner
               .reserve         space held back so the last record can be written on a full disk
               log.tail         while the agent runs, the end of an over-long log (see "Limits")
+              home/            the agent's HOME, this attempt's own (Workspace.home)
 
 The run directory is the spec file's directory. The workspace root (the git worktree) is
 ``--workspace`` and the repository mirrors are below ``--cache`` (by default ``workspace/`` and
@@ -29,6 +30,17 @@ to start on a directory that has one: a run attempt is executed once.
   executable in front, so console scripts installed alongside joch are found), started in its own
   session and process group, in ``Workspace.path``, with an allowlist of the runner's environment
   (``PASSED_ENV``), plus ``spec.env``, plus the variables named by ``spec.secret_env``.
+* **Its HOME** is the attempt's own, ``home/`` (sandboxed or not): ``HOME`` and the XDG base
+  directories (``XDG_DIRS``) point below it, never at the runner's HOME (the server's), whose CLI
+  configuration must not apply to runs and whose state runs must not share. Before the agent starts
+  it gets the git identity the runner's git uses (``workspace.copy_identity``: the agent's commits
+  work) and ``spec.config_files`` (paths relative to HOME and staying inside it, also through
+  symbolic links; written with their ``mode``).
+* **What runs is recorded** with the ``Running`` record (``RunState.invocation``, ``_describe``):
+  the argv (secrets redacted, arguments over ``MAX_ARG_BYTES`` cut), the environment's names, the
+  executable found, the sha256 of its real file and its version (``<exe> *version_args`` under the
+  agent's environment, ``VERSION_TIMEOUT``; failing or hanging there only leaves it out), with the
+  base commit and ``RunState.sandbox`` (``sandbox_record``).
 * **Secret values** never pass through a file, and never through the runner's own environment when
   the local runtime starts it: an agent can read ``/proc/<pid>/environ`` of its parent, and the
   runner's environment holds nothing the agent was not given. With ``--secrets-stdin`` the runner
@@ -38,11 +50,15 @@ to start on a directory that has one: a run attempt is executed once.
   (empty, or with ``=`` or NUL in it) fails the run with ``StartError`` naming it.
 * **The sandbox** (``--sandbox bwrap``): the agent runs under bubblewrap in new PID, IPC and UTS
   namespaces with the root file system read-only, its worktree (and its repository's mirror, which
-  its commits go into), outputs and a private HOME and /tmp writable (what the agent runs from, if
+  its commits go into), outputs and its HOME and a private /tmp writable (what the agent runs from, if
   under the host's /tmp, is mounted back read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
-  ``--sandbox none`` runs it as a plain child process.
+  A root runner's agent runs as ``--agent-user`` (default nobody), with what it writes chowned to
+  it (``sandbox.AgentUser``); its network is ``spec.network`` (``on``, ``off``, ``limited``: through
+  the runner's proxy, ``joch.runtime.netbridge``). ``--sandbox none`` runs it as a plain child
+  process, as the runner's user, and refuses (``StartError``) a network other than ``on``. The
+  record says which (``RunState.sandbox``; ``--sandbox-reason``: why none).
 * **Reporting usage.** With ``--api-url`` (the server as the runtime reaches it) the agent gets
   ``JOCH_API_URL``, ``JOCH_RUN_NAMESPACE``, ``JOCH_RUN_NAME`` and ``JOCH_CALLBACK_URL`` (the run's
   ``POST .../agentruns/<name>/callback``), and the run token ``JOCH_RUN_TOKEN`` arrives as a secret
@@ -58,12 +74,28 @@ to start on a directory that has one: a run attempt is executed once.
 * **Output** goes through a pipe the runner reads; every secret value of four or more characters
   is replaced by ``***`` before it reaches the log, including one split across reads, and so are its
   common encodings (``encodings``: base64, hex, percent-encoding, JSON escapes).
+* **The output is read** as well as logged (``OutputWatch``): each complete line after redaction
+  (cut at ``MAX_LINE_BYTES``) goes to the parser ``spec.output_format`` names (``agentoutput``) and
+  is searched for ``spec.success.failure_patterns``. The parser's usage events are posted to the
+  run's callback from a thread (``UsageReporter``, ids prefixed ``a<attempt>-``; never holding up
+  the log; a failure is said in runner.log, and the run goes on), its session id is recorded at
+  once (the ``Running`` record is written again), and its error is kept for the success policy.
 * **After the agent ends,** each declared output (a regular file below ``outputs/``) is hard-linked
   into ``artifacts/`` with its sha256 and size (hashed in place: an artifact takes its size on disk
   once, not twice; copied only when it cannot be linked), and ``changes.patch`` records everything
   the agent did to the worktree against the base commit (commits, uncommitted and untracked files).
   A missing non-optional output fails a run that otherwise succeeded (reason ``MissingOutput``); a
-  failed run keeps its own reason.
+  failed run keeps its own reason. ``changes.patch`` leaves out ``spec.patch.exclude`` (git pathspec
+  globs) and, with ``spec.patch.max_file_bytes``, every file over that size (listed in the record's
+  ``omitted``); it stays ``git apply``-able.
+* **The success policy** (``spec.success``) judges only an agent that exited 0 with nothing else
+  wrong: the CLI's own error (``AgentReportedError``), a failure pattern's line (``FailurePattern``),
+  a required artifact not stored (``MissingOutput``), an empty patch (``NoChanges``), in that order.
+* **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
+  (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
+  never checks out afresh), from that attempt's base commit, with a copy of its HOME (links kept as
+  links), once what is left of its agent is killed; ``RunState.session`` says which attempt it
+  continued.
 * **Limits.** ``max_log_bytes``: the log keeps the first half of that many bytes as they come, and
   of the rest only the last half (held in ``log.tail``, a ring, and appended when the agent ends),
   with a line saying how many bytes were cut between them. ``max_artifact_bytes``: a larger output
@@ -77,7 +109,8 @@ to start on a directory that has one: a run attempt is executed once.
   small allocated file) from the start and gives it up when a record does not fit.
 
 Reasons: ``Completed``, ``AgentFailed``, ``DeadlineExceeded``, ``Cancelled``, ``WorkspaceError``,
-``StartError``, ``MissingOutput``, ``ArtifactTooLarge``, ``DiskFull``, and ``RunnerError`` for a bug
+``StartError``, ``MissingOutput``, ``ArtifactTooLarge``, ``DiskFull``, ``NoChanges``,
+``FailurePattern``, ``AgentReportedError``, and ``RunnerError`` for a bug
 in the runner itself; the runtime adds ``RunnerLost``. An agent killed by signal N has exit code
 128 + N, as shells and Kubernetes report it (the message names the signal). The runner's own exit
 status: 0 when the run succeeded, 1 when it did not, 2 when there was no run to execute (a bad
@@ -98,6 +131,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -106,13 +140,14 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from joch.runtime import disks, workspace
+from joch.runtime import agentoutput, disks, workspace
+from joch.runtime import sandbox as sandboxing
 from joch.runtime.base import (
     API_URL_ENV,
     RUN_TOKEN_ENV,
@@ -121,6 +156,7 @@ from joch.runtime.base import (
     GitSource,
     Invocation,
     RefusedArtifact,
+    Resume,
     RunId,
     RunnerPhase,
     RunnerSpec,
@@ -130,7 +166,7 @@ from joch.runtime.base import (
     Workspace,
 )
 from joch.runtime.redaction import Redactor, encodings
-from joch.runtime.sandbox import SANDBOXES, sandboxed
+from joch.runtime.sandbox import SANDBOXES
 
 if TYPE_CHECKING:
     import urllib.error
@@ -150,6 +186,13 @@ _POLL = 0.25          # longest sleep of the supervision loop (signals and outpu
 _AFTER_KILL = 2.0     # how long to wait for a SIGKILLed group to vanish, or for its output pipe to close
 _CHUNK = 65536
 RESERVE_BYTES = 256 * 1024  # far more than a record needs, little next to a run's files
+VERSION_TIMEOUT = 5.0       # how long the CLI may take to say its version (``version_args``)
+MAX_ARG_BYTES = 4096        # an argument longer than this is cut in the record (``Invocation.argv``)
+MAX_LINE_BYTES = 1 << 20    # a longer output line is cut before the output parser and failure patterns see it
+USAGE_WAIT = 30.0           # how long, once the agent ended, usage still being reported may take
+XDG_DIRS = {"XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share", "XDG_CACHE_HOME": ".cache",
+            "XDG_STATE_HOME": ".local/state"}
+"""The agent's XDG base directories, below its own HOME (``RunFiles.home``)."""
 
 
 @dataclass(frozen=True)
@@ -392,7 +435,8 @@ class _Ending:
 class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
                  environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
-                 hide: Iterable[Path] = (), api_url: str | None = None) -> None:
+                 hide: Iterable[Path] = (), api_url: str | None = None,
+                 agent_user: sandboxing.AgentUser | None = None, sandbox_reason: str | None = None) -> None:
         self.spec = spec
         self.api_url = api_url
         self.files = files
@@ -405,17 +449,32 @@ class Runner:
         self.secret_values = {name: source[name] for name in spec.secret_env if name in source}
         self.sandbox = sandbox
         self.hide = tuple(hide)
+        self.agent_user = agent_user if sandbox == "bwrap" else None  # see sandbox.AgentUser
+        self.sandbox_reason = sandbox_reason
+        self._sandbox: Sandbox | None = None
+        self._entered: sandboxing.Entered | None = None
         self.cancelled = False
         self._raise_on_signal = True
         self._base: str | None = None
         self._started_at: float | None = None
         self._pid: int | None = None
+        self._invocation: Invocation | None = None
+        self._session: Session | None = None
+        self._omitted: tuple[RefusedArtifact, ...] = ()
+        self._changed: bool | None = None  # whether changes.patch holds anything (None: no repository)
+        self._watch = OutputWatch(None, (), on_usage=lambda events: None, on_session=lambda session: None)
+        self._usage: UsageReporter | None = None
+        self._said_no_usage = False
 
     # The record ------------------------------------------------------------------------------------
 
     def record(self, state: RunState) -> None:
-        if state.base_commit is None and self._base is not None:
-            state = dataclasses.replace(state, base_commit=self._base)
+        """Write ``state``, with what this runner learned so far (base commit, invocation, sandbox,
+        session, omitted files) filled in where ``state`` leaves it out."""
+        state = dataclasses.replace(
+            state, base_commit=state.base_commit or self._base, invocation=state.invocation or self._invocation,
+            sandbox=state.sandbox or self._sandbox, session=state.session or self._session,
+            omitted=state.omitted or self._omitted)
         record_state(self.files, state, runner_pid=os.getpid())
 
     def finish(self, phase: RunnerPhase, reason: str, message: str, *, exit_code: int | None = None,
@@ -474,8 +533,12 @@ class Runner:
             finally:
                 _kill_descendants()  # what left the agent's process group (setsid daemons) goes too
                 _set_subreaper(False)
+                if self._entered is not None:
+                    self._entered.close()  # the limited network's proxy
                 if agent.stdout is not None:
                     agent.stdout.close()
+                if self._usage is not None:
+                    self._usage.close(USAGE_WAIT)
             log.finish()
         finally:
             log.close()
@@ -494,15 +557,81 @@ class Runner:
                 raise workspace.WorkspaceError(f"input file: {exc}") from None
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(item.content, encoding="utf-8")
-        checkout = workspace.prepare(cache=self.cache, git=self.spec.git, root=self.root, deadline=deadline)
+        if self.spec.resume is not None:
+            checkout = self._resume(self.spec.resume)
+        else:
+            checkout = workspace.prepare(cache=self.cache, git=self.spec.git, root=self.root, deadline=deadline)
         self._base = checkout.base
+        self._prepare_home(checkout)
         return checkout
+
+    def _resume(self, resume: Resume) -> workspace.Checkout:
+        """Continue attempt ``resume.attempt``: in its worktree (``--workspace`` names it), from its base
+        commit, with a copy of its HOME (where the CLI keeps its session), its agent gone for sure."""
+        what = f"cannot resume attempt {resume.attempt}"
+        if not 1 <= resume.attempt < self.spec.run.attempt:
+            raise workspace.WorkspaceError(f"{what}: attempt {self.spec.run.attempt} can only continue an earlier one")
+        earlier = RunFiles(self.files.dir.parent / str(resume.attempt))
+        state = read_state(earlier.state)
+        if state is None:
+            raise workspace.WorkspaceError(f"{what}: it left no record ({earlier.state})")
+        if not state.finished:
+            raise workspace.WorkspaceError(f"{what}: its record says it is still {state.phase}")
+        if state.pid is not None:
+            _stop_leftover(state.pid, self.root)
+        checkout = workspace.reuse(cache=self.cache, git=self.spec.git, root=self.root, base=state.base_commit)
+        if earlier.home.is_dir():
+            # Links are copied as links: what the earlier agent pointed at is not read here.
+            shutil.copytree(earlier.home, self.files.home, symlinks=True, dirs_exist_ok=True)
+        self._session = Session(id=resume.session_id, resumed_from=resume.attempt)
+        return checkout
+
+    def _prepare_home(self, checkout: workspace.Checkout) -> None:
+        """The attempt's own HOME (``RunFiles.home``) with its XDG directories, the git identity the
+        agent's commits need, and the provider's configuration files."""
+        home = self.files.home
+        home.mkdir(mode=0o700, exist_ok=True)
+        for sub in XDG_DIRS.values():
+            (home / sub).mkdir(parents=True, exist_ok=True)
+        if checkout.base is not None:
+            # The identity git gave the runner may come from this user's ~/.gitconfig, which the
+            # agent's HOME is not: without it here, the agent's commits would fail.
+            workspace.copy_identity(checkout.root, home / ".gitconfig")
+        real_home = home.resolve()
+        for i, item in enumerate(self.spec.config_files):
+            where = f'config file "{item.path}" (configFiles[{i}].path)'
+            try:
+                target = workspace.subpath(home, item.path)
+            except workspace.WorkspaceError:
+                raise workspace.WorkspaceError(f"{where}: must be a relative path that stays inside HOME") from None
+            if target == home:
+                raise workspace.WorkspaceError(f"{where}: names HOME itself, not a file in it")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.parent.resolve().is_relative_to(real_home):
+                raise workspace.WorkspaceError(f"{where}: leads outside HOME through a symbolic link")
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, item.mode & 0o7777)
+            except OSError as exc:
+                if disks.is_full_error(exc):
+                    raise _naming(exc, target) from None
+                raise workspace.WorkspaceError(f"{where}: cannot write {target}: {exc.strerror or exc}") from None
+            try:
+                os.fchmod(fd, item.mode & 0o7777)  # whatever the umask says
+                _write_all(fd, item.content.encode())
+            except OSError as exc:
+                raise _naming(exc, target) from None
+            finally:
+                os.close(fd)
 
     def agent_env(self) -> dict[str, str]:
         # An allowlist, not the server's whole environment: that holds the store URL (with its
         # password on Postgres) and whatever credentials the server was started with. The agent gets
         # what a login shell needs, plus what its provider and Agent declare and its allowed secrets.
         env = {k: v for k, v in self.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
+        # The attempt's own HOME, never the runner's (the server's): CLIs keep their state and
+        # configuration there, and the operator's own must not apply to runs, nor runs share it.
+        env["HOME"] = str(self.files.home)
+        env.update({name: str(self.files.home / sub) for name, sub in XDG_DIRS.items()})
         env.update(self.spec.env)
         if self.api_url:
             env.update({API_URL_ENV: self.api_url, "JOCH_RUN_NAMESPACE": self.spec.run.namespace,
@@ -550,21 +679,26 @@ class Runner:
         if not self.spec.argv:
             raise _StartError("the run has no command (argv is empty)")
         env = self.agent_env()
+        self._watch = self._output_watch()
         name = self.spec.argv[0]
         executable = _which(name, env["PATH"], checkout.path)
         if executable is None:
             raise _StartError(_not_runnable(name, checkout.path))
         argv = list(self.spec.argv)
+        self._invocation = self._describe(executable, argv, env, checkout.path)
         if self.sandbox == "bwrap":
-            home = self.files.home
-            home.mkdir(exist_ok=True)
-            env["HOME"] = str(home)
-            if checkout.base is not None:
-                # The identity git gave the runner may come from this user's ~/.gitconfig, which
-                # the agent's HOME is not: without it here, the agent's commits would fail.
-                workspace.copy_identity(checkout.root, home / ".gitconfig")
-            argv = sandboxed(executable, argv[1:], checkout=checkout, files=self.files, home=home, hide=self.hide)
+            try:
+                self._entered = sandboxing.enter(
+                    executable, argv[1:], env=env, checkout=checkout, files=self.files, home=self.files.home,
+                    hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
+            except (sandboxing.SandboxError, OSError) as exc:
+                raise _StartError(f"cannot sandbox the agent: {exc}") from None
+            argv, env = self._entered.argv, self._entered.env
             executable = argv[0]
+        elif self.spec.network.mode != "on":
+            raise _StartError(sandboxing.unenforceable(self.spec.network.mode, self.sandbox_reason))
+        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
+                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
@@ -572,10 +706,84 @@ class Runner:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
+            if self._entered is not None:
+                self._entered.close()
             raise _StartError(f'could not start "{name}": {exc.strerror or exc}') from None
         self._pid = agent.pid
-        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid))
+        self.record(RunState(phase="Running", started_at=self._started_at, pid=agent.pid, sandbox=self._sandbox))
         return agent
+
+    def _output_watch(self) -> OutputWatch:
+        try:
+            parser = agentoutput.parser_for(self.spec.output_format)
+        except ValueError as exc:
+            raise _StartError(f"outputFormat: {exc}") from None
+        patterns = []
+        for i, pattern in enumerate(self.spec.success.failure_patterns):
+            try:
+                patterns.append(re.compile(pattern))
+            except re.error as exc:
+                raise _StartError(f'successPolicy.failurePatterns[{i}]: "{pattern}" is not a regular expression: '
+                                  f"{exc}") from None
+        if self.api_url and self.secret_values.get(RUN_TOKEN_ENV):
+            self._usage = UsageReporter(self.report_usage, f"a{self.spec.run.attempt}-")
+        return OutputWatch(parser, patterns, on_usage=self._on_usage, on_session=self._on_session)
+
+    def _on_usage(self, events: list[dict[str, Any]]) -> None:
+        if self._usage is not None:
+            self._usage.add(events)
+        elif not self._said_no_usage:
+            self._said_no_usage = True
+            _say("joch runner: the agent's output reports usage, but this runner has no callback to report it to "
+                 "(no --api-url or run token)")
+
+    def _on_session(self, session_id: str) -> None:
+        """Record the CLI's session id at once (a retry after this runner is killed can resume it)."""
+        if self._session is not None and self._session.id == session_id:
+            return
+        self._session = Session(id=session_id, resumed_from=self._session.resumed_from if self._session else None)
+        if self._pid is not None:
+            self.record(RunState(phase="Running", started_at=self._started_at, pid=self._pid))
+
+    def _describe(self, executable: str, argv: list[str], env: Mapping[str, str], cwd: Path) -> Invocation:
+        """What is about to run, for the record: the argv (secrets redacted, long arguments cut), the
+        environment's names, the executable as found on PATH, the sha256 of the file it is (links
+        followed) and what it says its version is (``None`` when it would not say)."""
+        secrets = self.secrets()
+        real = os.path.realpath(executable)
+        try:
+            digest: str | None = _hashed("", Path(real), "").sha256
+        except OSError:
+            digest = None
+        return Invocation(argv=tuple(_recorded_arg(arg, secrets) for arg in argv), env=tuple(sorted(env)),
+                          executable=os.path.abspath(executable), version=self._version(executable, env, cwd, secrets),
+                          sha256=digest)
+
+    def _version(self, executable: str, env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
+        """The first line ``executable *version_args`` prints within ``VERSION_TIMEOUT`` seconds (redacted);
+        None when it is not asked, fails or takes longer. Never a reason for the run to fail."""
+        if not self.spec.version_args:
+            return None
+        try:
+            proc = subprocess.Popen([executable, *self.spec.version_args], cwd=cwd, env=dict(env),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        except OSError:
+            return None
+        try:
+            out, _ = proc.communicate(timeout=VERSION_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            asked = " ".join([executable, *self.spec.version_args])
+            _say(f"joch runner: {asked} took longer than {VERSION_TIMEOUT:g} s; no version recorded")
+            return None
+        finally:
+            signal_group(proc.pid, signal.SIGKILL)  # nothing it started lives on
+        if proc.returncode != 0:
+            return None
+        line = next((line.strip() for line in _redacted(out, secrets).splitlines() if line.strip()), b"")
+        return line[:200].decode(errors="replace") or None
 
     def _supervise(self, agent: subprocess.Popen[bytes], log: LogSink) -> _Ending:
         """Copy output to the log until the agent and its group are gone; stop them when asked."""
@@ -629,9 +837,12 @@ class Runner:
                 readable, _, _ = select.select([fd for fd in (pipe, wake_r) if fd is not None], [], [], timeout)
                 if wake_r in readable:
                     _drain(wake_r)
-                if pipe is not None and pipe in readable and not _copy(pipe, log, redactor):
+                if pipe is not None and pipe in readable and not _copy(pipe, log, redactor, self._watch):
                     pipe = None
-            log.write(redactor.flush())
+            rest = redactor.flush()
+            log.write(rest)
+            self._watch.feed(rest)
+            self._watch.finish()
         finally:
             signal.signal(signal.SIGCHLD, previous_chld)
             signal.set_wakeup_fd(previous_wakeup)
@@ -669,14 +880,23 @@ class Runner:
                 refused.append(stored)
         if checkout.base is not None:
             patch = self.files.artifacts / PATCH
+            per_file = self.spec.patch.max_file_bytes
             try:
-                workspace.write_changes(checkout.root, checkout.base, patch, limit=limit,
-                                        git_dir=checkout.git_dir, common_dir=checkout.mirror)
-                records.append(_hashed(PATCH, patch, PATCH))
+                omitted = workspace.write_changes(checkout.root, checkout.base, patch, limit=limit,
+                                                  git_dir=checkout.git_dir, common_dir=checkout.mirror,
+                                                  exclude=self.spec.patch.exclude, max_file_bytes=per_file)
+                stored = _hashed(PATCH, patch, PATCH)
+                records.append(stored)
+                self._omitted = tuple(RefusedArtifact(
+                    name=path, path=path, size=size,
+                    message=f"{size} bytes is over the patch's limit of {per_file} bytes per file "
+                            f"(patch.maxFileBytes); it was left out of {PATCH}") for path, size in omitted)
+                self._changed = stored.size > 0 or bool(omitted)
             except workspace.TooLarge as exc:
                 message = (f"the workspace's changes are more than the artifact size limit of {limit} bytes "
                            "(--max-artifact-bytes); they were not stored")
                 refused.append(RefusedArtifact(name=PATCH, path=PATCH, size=exc.size, message=message))
+                self._changed = True
             except (workspace.WorkspaceError, OSError) as exc:
                 with contextlib.suppress(OSError):
                     patch.unlink()  # a partial patch is no use, and on a full disk it holds space
@@ -711,6 +931,21 @@ class Runner:
         if missing:
             message = f"agent exited with code 0 but did not write output {', '.join(missing)}"
             return end("Failed", "MissingOutput", message)
+        policy = self.spec.success
+        if policy.agent_result and self._watch.error is not None:
+            return end("Failed", "AgentReportedError", f"agent exited with code 0 but reported an error: "
+                                                       f"{_shortened(self._watch.error)}")
+        if self._watch.failure is not None:
+            return end("Failed", "FailurePattern", f"agent exited with code 0 but {self._watch.failure}")
+        stored = {a.name for a in artifacts}
+        absent = [name for name in policy.required_artifacts if name not in stored]
+        if absent:
+            names = ", ".join(f'"{name}"' for name in absent)
+            return end("Failed", "MissingOutput", f"agent exited with code 0 but its required output {names} was not "
+                                                  "stored (successPolicy.requiredArtifacts)")
+        if policy.require_changes and self._changed is False:
+            return end("Failed", "NoChanges", "agent exited with code 0 but changed nothing in the repository "
+                                              f"({PATCH} is empty; successPolicy.requireChanges)")
         return end("Succeeded", "Completed", "agent exited with code 0")
 
 
@@ -762,6 +997,39 @@ def _status_message(exc: urllib.error.HTTPError) -> str:
     except (OSError, ValueError):
         return str(exc.reason)
     return str(status.get("message") or exc.reason) if isinstance(status, dict) else str(exc.reason)
+
+
+def _redacted(data: bytes, secrets: list[bytes]) -> bytes:
+    redactor = Redactor(secrets)
+    return redactor.feed(data) + redactor.flush()
+
+
+def _recorded_arg(arg: str, secrets: list[bytes]) -> str:
+    """An argument as the record shows it: secrets redacted, cut to ``MAX_ARG_BYTES`` with a marker."""
+    data = _redacted(os.fsencode(arg), secrets)
+    if len(data) <= MAX_ARG_BYTES:
+        return data.decode(errors="replace")
+    return data[:MAX_ARG_BYTES].decode(errors="ignore") + f"…[joch: {len(data) - MAX_ARG_BYTES} more bytes]"
+
+
+def _stop_leftover(pgid: int, root: Path) -> None:
+    """Kill what is left of an earlier attempt's agent (process group ``pgid``) before its worktree
+    (``root``) is worked in again: only when the group's leader still works below ``root``, since a
+    group id of a process long gone may belong to another process now."""
+    try:
+        cwd = os.readlink(f"/proc/{pgid}/cwd")
+    except OSError:
+        return
+    if not Path(cwd).is_relative_to(os.path.realpath(root)):
+        return
+    signal_group(pgid, signal.SIGKILL)
+    until = time.monotonic() + _AFTER_KILL
+    while group_alive(pgid) and time.monotonic() < until:
+        time.sleep(0.01)
+
+
+def _shortened(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _seconds(value: float) -> str:
@@ -855,8 +1123,8 @@ def _reap() -> list[tuple[int, int]]:
         reaped.append((pid, os.waitstatus_to_exitcode(status)))
 
 
-def _copy(pipe: int, log: LogSink, redactor: Redactor) -> bool:
-    """Move what the pipe has to the log; False at end of file."""
+def _copy(pipe: int, log: LogSink, redactor: Redactor, watch: OutputWatch) -> bool:
+    """Move what the pipe has to the log (and the output watch); False at end of file."""
     while True:
         try:
             chunk = os.read(pipe, _CHUNK)
@@ -864,7 +1132,9 @@ def _copy(pipe: int, log: LogSink, redactor: Redactor) -> bool:
             return True
         if not chunk:
             return False
-        log.write(redactor.feed(chunk))
+        redacted = redactor.feed(chunk)
+        log.write(redacted)
+        watch.feed(redacted)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -928,6 +1198,127 @@ def _say(line: str) -> None:
     """A line for runner.log; on a full disk even that may not fit, and it must not end the run."""
     with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr)
+
+
+class OutputWatch:
+    """The agent's output as the runner reads it for itself, line by line after redaction: each line
+    goes to the provider's output parser (``agentoutput``: usage, the CLI's session id, its own
+    verdict) and is searched for the success policy's failure patterns. A line that does not end
+    within ``MAX_LINE_BYTES`` is cut there (the log keeps it whole); a parser that fails is reported
+    on the runner's stderr and not asked again, and the run goes on."""
+
+    def __init__(self, parser: agentoutput.Parser | None, patterns: Sequence[re.Pattern[str]], *,
+                 on_usage: Callable[[list[dict[str, Any]]], None], on_session: Callable[[str], None]) -> None:
+        self.parser = parser
+        self.patterns = tuple(patterns)
+        self.on_usage = on_usage
+        self.on_session = on_session
+        self.failure: str | None = None  # the first line a failure pattern matched, said for a person
+        self.error: str | None = None    # the CLI's own final verdict, when it says it failed
+        self._line = bytearray()
+        self._cut = False
+
+    def feed(self, data: bytes) -> None:
+        if self.parser is None and not self.patterns:
+            return
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            self._hold(data[start:end])
+            self._complete()
+            start = end + 1
+        self._hold(data[start:])
+
+    def finish(self) -> None:
+        if self._line or self._cut:
+            self._complete()
+        if self.parser is not None:
+            self._ask(self.parser.finish)
+
+    def _hold(self, piece: bytes) -> None:
+        room = MAX_LINE_BYTES - len(self._line)
+        if len(piece) > room:
+            piece, self._cut = piece[:room], True
+        self._line += piece
+
+    def _complete(self) -> None:
+        line = self._line.decode(errors="replace").removesuffix("\r")
+        self._line.clear()
+        self._cut = False
+        if self.failure is None:
+            for pattern in self.patterns:
+                if pattern.search(line):
+                    shown = line if len(line) <= 300 else line[:300] + "…"
+                    self.failure = f'a line of its output matched the failure pattern "{pattern.pattern}": {shown}'
+                    break
+        if self.parser is not None:
+            parser = self.parser
+            self._ask(lambda: parser.feed(line))
+
+    def _ask(self, call: Callable[[], agentoutput.Observation | None]) -> None:
+        try:
+            seen = call()
+        except Exception as exc:  # noqa: BLE001 - a parser's bug must not end the run
+            _say(f"joch runner: the output parser failed ({type(exc).__name__}: {exc}); the rest of the output is "
+                 "not parsed")
+            self.parser = None
+            return
+        if seen is None:
+            return
+        if seen.usage:
+            self.on_usage(seen.usage)
+        if seen.session_id:
+            self.on_session(seen.session_id)
+        if seen.error:
+            self.error = seen.error
+
+
+class UsageReporter:
+    """Posts the usage events the output parser finds to the run's callback (``post``:
+    ``Runner.report_usage``) from a thread of its own, so the log is never held up by HTTP; events
+    that arrive while a post is under way go together in the next one. Their ids get ``prefix``
+    (``a<attempt>-``): a retried attempt's output is new usage. A failed post is said on the runner's
+    stderr; the run goes on."""
+
+    def __init__(self, post: Callable[..., Any], prefix: str) -> None:
+        self._post = post
+        self._prefix = prefix
+        self._pending: list[dict[str, Any]] = []
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, events: Iterable[Mapping[str, Any]]) -> None:
+        with self._cond:
+            self._pending += [{**event, "id": f"{self._prefix}{event.get('id', '')}"} for event in events]
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="joch-runner-usage", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def close(self, timeout: float) -> None:
+        """Post what is pending, waiting at most ``timeout`` seconds."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is None:
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            _say(f"joch runner: usage still being reported after {timeout:g} s was given up")
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                batch, self._pending = self._pending[:100], self._pending[100:]
+                if not batch:
+                    return
+            try:
+                self._post(*batch)
+            except Exception as exc:  # noqa: BLE001 - metering's loss, not the run's
+                _say(f"joch runner: {len(batch)} usage event(s) not reported: {exc}")
 
 
 class LogSink:
@@ -1054,6 +1445,12 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
                         help="run the agent under bubblewrap (bwrap), or as a plain child process (none)")
     parser.add_argument("--hide", action="append", default=[], metavar="PATH",
                         help="with --sandbox bwrap: a directory the agent sees as empty (the data dir); repeatable")
+    parser.add_argument("--agent-user", metavar="USER[:GROUP]",
+                        help="with --sandbox bwrap, when this runner is root: the user (name or uid) the agent "
+                             "runs as (default nobody, 65534; root: no change)")
+    parser.add_argument("--sandbox-reason", metavar="TEXT",
+                        help="with --sandbox none: why, for the run's record (the server's --sandbox auto found "
+                             "no bubblewrap)")
     parser.add_argument("--secrets-stdin", action="store_true",
                         help="read the secret values as one JSON object from stdin, not from the environment")
     parser.add_argument("--api-url", metavar="URL",
@@ -1085,8 +1482,16 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
         return 2
     root = Path(args.workspace or files.dir / "workspace")
     cache = Path(args.cache or files.dir / "mirrors")
+    try:
+        user = sandboxing.agent_user(args.agent_user) if args.sandbox == "bwrap" else None
+    except sandboxing.SandboxError as exc:
+        print(f"joch runner: {exc}", file=sys.stderr)
+        write_state(files.state, RunState(phase="Failed", reason="StartError", message=str(exc),
+                                          finished_at=time.time()), runner_pid=os.getpid())
+        return 2
     runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
-                    hide=[Path(h) for h in args.hide], api_url=args.api_url)
+                    hide=[Path(h) for h in args.hide], api_url=args.api_url, agent_user=user,
+                    sandbox_reason=args.sandbox_reason)
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:

@@ -13,57 +13,102 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from joch.runtime import workspace
+from joch.runtime.base import Network, Sandbox
 
 if TYPE_CHECKING:
+    from joch.runtime.netbridge import Proxy
     from joch.runtime.runner import RunFiles
 
 SANDBOXES = ("none", "bwrap")
 BWRAP = "bwrap"
+PROXY_SOCKET = "/tmp/.joch-network.sock"  # noqa: S108 - in the sandbox's own /tmp
+"""Where the runner's proxy socket is mounted in a ``limited`` sandbox (a short path: a unix socket's
+is at most 107 bytes, and the run directory's may be longer)."""
 
 
 def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout, files: RunFiles, home: Path,
-              hide: Iterable[Path]) -> list[str]:
+              hide: Iterable[Path], user: AgentUser | None = None, network: str = "on",
+              proxy_socket: Path | None = None) -> list[str]:
     """The bubblewrap command line that runs ``executable`` with ``args`` as the agent.
 
     New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
     root file system is read-only; writable are the worktree (and of the mirror it commits into, the
-    objects, refs and its worktree's git directory: not what configures the runners' git), the
+    objects, refs and its worktree's git directory, but no other worktree's: not what configures the
+    runners' git), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
-    The network is the host's: agents call model APIs. ``--die-with-parent``: a runner that dies
-    takes its agent along, so no agent ever runs unsupervised."""
-    command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox
+    ``network`` ``on`` keeps the host's network (agents call model APIs); ``off`` and ``limited`` give
+    the agent a network namespace of its own (``--unshare-net``: a loopback and nothing else), and
+    for ``limited`` the runner's proxy socket ``proxy_socket`` is mounted in at ``PROXY_SOCKET``, which
+    ``joch.runtime.netbridge`` inside bridges to 127.0.0.1:``PROXY_PORT``. ``user``: the agent
+    drops to that uid and gid with ``setpriv`` once bubblewrap (as root) has mounted everything
+    (see ``AgentUser``). ``--die-with-parent``: a runner that dies takes its agent along, so no
+    agent ever runs unsupervised."""
+    command = [shutil.which(BWRAP) or BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if network != "on":
+        command.append("--unshare-net")
+    command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox, everyone's as /tmp is
+    hide = tuple(hide)
+    fresh = [Path("/tmp"), *(path for path in hide if path.is_dir())]  # noqa: S108 - the sandbox's own /tmp
+    made: set[Path] = set()
+    bound: list[Path] = []
+
+    def mount(target: str | Path, *operation: str | Path) -> None:
+        # The directories bubblewrap makes for a mount point in a tmpfs are root's, mode 0700: made
+        # first with --dir (0755), so an agent of another uid can get to what is mounted there.
+        for parent in reversed(Path(target).parents):
+            if (parent not in made and any(parent != root and parent.is_relative_to(root) for root in fresh)
+                    and not any(parent.is_relative_to(other) for other in bound)):
+                command.extend(["--dir", str(parent)])
+                made.add(parent)
+        command.extend([*(str(part) for part in operation), str(target)])
+        if operation[0] != "--tmpfs":
+            bound.append(Path(target))
+
     for installed in installed_under_tmp(executable):
-        command += ["--ro-bind", installed, installed]
+        mount(installed, "--ro-bind", installed)
     for path in hide:
-        command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", os.devnull, str(path)]
-    writable = [checkout.root, files.outputs, home]
-    mirror: list[str] = []
+        mount(path, *(("--tmpfs",) if path.is_dir() else ("--ro-bind", os.devnull)))
+    for path in (checkout.root, files.outputs, home):
+        mount(path, "--bind", path)
     if checkout.mirror is not None:
         # The mirror is every run's of this repository, and runners run git in it outside any
         # sandbox (the next run's fetch, this run's diff): what configures that git (config, a
         # commondir file naming another repository's, hooks, info/) is the agent's to read, not to
         # write. Writable are what its commits need: objects, refs and their logs, and the worktree's
         # own git directory (HEAD, index).
-        mirror = ["--ro-bind", str(checkout.mirror), str(checkout.mirror)]
+        # Of the other worktrees' git directories (other runs' index and HEAD), none is there.
+        mount(checkout.mirror, "--ro-bind", checkout.mirror)
         for part in ("objects", "refs", "logs"):
             (checkout.mirror / part).mkdir(exist_ok=True)
-            mirror += ["--bind", str(checkout.mirror / part), str(checkout.mirror / part)]
+            mount(checkout.mirror / part, "--bind", checkout.mirror / part)
+        if (checkout.mirror / "worktrees").is_dir():
+            mount(checkout.mirror / "worktrees", "--tmpfs")
         if checkout.git_dir is not None and checkout.git_dir.is_relative_to(checkout.mirror):
-            mirror += ["--bind", str(checkout.git_dir), str(checkout.git_dir)]
-    for path in writable:
-        command += ["--bind", str(path), str(path)]
-    command += mirror
-    command += ["--ro-bind", str(files.inputs), str(files.inputs), "--chdir", str(checkout.path), "--", executable]
-    return command + args
+            mount(checkout.git_dir, "--bind", checkout.git_dir)
+    if proxy_socket is not None:
+        mount(PROXY_SOCKET, "--bind", proxy_socket)
+    mount(files.inputs, "--ro-bind", files.inputs)
+    command += ["--chdir", str(checkout.path), "--"]
+    if network == "limited" and proxy_socket is not None:
+        from joch.runtime import netbridge  # only for limited runs: start-up time matters
+
+        # The bridge first: it drops to the agent's user itself once it listens, and then becomes
+        # setpriv, whose exec of the agent may still pass directories only root may enter (an
+        # interpreter installed below /root: the agent is that program, it cannot read it).
+        command += netbridge.bridge_command(PROXY_SOCKET, None if user is None else (user.uid, user.gid))
+    if user is not None:
+        command += user.setpriv()
+    return [*command, executable, *args]
 
 
 def installed_under_tmp(executable: str) -> list[str]:
@@ -124,3 +169,217 @@ def sandbox_problem() -> str | None:
         reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return f"{found} does not work here: {reason}"
     return None
+
+
+# --- the agent's user -----------------------------------------------------------------------------
+
+NOBODY = 65534
+SETPRIV = "setpriv"
+
+
+class SandboxError(Exception):
+    """The agent cannot be confined as asked (the message names the setting and the fix)."""
+
+
+@dataclass(frozen=True)
+class AgentUser:
+    """The unprivileged uid and gid a root runner's agent runs as (``--agent-user``, default nobody).
+
+    How the privileges are dropped: bubblewrap runs as root (it needs to: the run's directories are
+    below the data directory, which only root may enter, and root's bind mounts are what puts them in
+    the sandbox), and the agent's first command inside is ``setpriv --reuid --regid --clear-groups``
+    (util-linux), with no capabilities left in any set: from there on the agent is that uid on the
+    host's own file system, so /etc/shadow and every other root-only file are closed to it however it
+    gets to see them. ``bwrap --unshare-user --uid N`` as root is not that: in a user namespace whose
+    uid 0 is the host's root, root-owned files stay root's to the agent. Starting bubblewrap itself
+    as the user (an unprivileged user namespace) would need that user to reach the run's directories
+    on the host, which the data directory's 0700 forbids.
+
+    What the agent writes (its worktree, the mirror's objects, refs and logs and the worktree's git
+    directory, outputs and HOME) is chowned to it before it starts; the runner, root, still runs git
+    there afterwards (``safe.directory`` is ``*`` for the runner's git: ``joch.runtime.workspace``).
+    Without the sandbox the agent is not dropped (it could not reach its outputs and HOME, which are
+    in the 0700 run directory): ``--sandbox none`` on a root server runs agents as root, and the
+    record says so (``Sandbox.user`` 0)."""
+
+    uid: int
+    gid: int
+
+    def setpriv(self) -> list[str]:
+        return [shutil.which(SETPRIV) or SETPRIV, f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--"]
+
+    def __str__(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
+def parse_agent_user(text: str, *, flag: str = "--agent-user") -> AgentUser:
+    """``NAME``, ``UID`` or either with ``:GROUP``/``:GID``; a name's group is its primary group, a
+    bare uid's the one its passwd entry names (else the same number). ``SandboxError`` names ``flag``."""
+    import grp
+    import pwd
+
+    user, _, group = text.strip().partition(":")
+    if not user:
+        raise SandboxError(f'{flag} must be a user name or uid, optionally with :GROUP or :GID (got "{text}")')
+    try:
+        if user.isdigit():
+            uid = int(user)
+            try:
+                gid = pwd.getpwuid(uid).pw_gid
+            except KeyError:
+                gid = uid
+        else:
+            entry = pwd.getpwnam(user)
+            uid, gid = entry.pw_uid, entry.pw_gid
+    except KeyError:
+        raise SandboxError(f'{flag}: no user "{user}" on this machine (give a uid, or a user in /etc/passwd)') from None
+    if group:
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise SandboxError(f'{flag}: no group "{group}" on this machine (give a gid, or a group in /etc/group)'
+                               ) from None
+    return AgentUser(uid=uid, gid=gid)
+
+
+def agent_user(choice: str | None) -> AgentUser | None:
+    """Whom the agent runs as when this process is root: ``choice`` (``--agent-user``), by default
+    nobody; None (no change) when this process is not root, or ``choice`` names root."""
+    if os.geteuid() != 0:
+        return None
+    user = parse_agent_user(choice) if choice else parse_agent_user(str(NOBODY))
+    return None if user.uid == 0 else user
+
+
+def give(user: AgentUser, *paths: Path) -> None:
+    """Make ``paths`` (whole trees, symlinks not followed) the agent user's: what it must write."""
+    for top in paths:
+        if not top.exists():
+            continue
+        _own(top, user)
+        for base, dirs, names in os.walk(top):
+            for name in (*dirs, *names):
+                _own(Path(base, name), user)
+
+
+def _own(path: Path, user: AgentUser) -> None:
+    try:
+        status = os.lstat(path)
+        if (status.st_uid, status.st_gid) != (user.uid, user.gid):
+            os.lchown(path, user.uid, user.gid)
+    except FileNotFoundError:
+        pass
+
+
+def unreachable(path: Path, user: AgentUser, *, fresh: Iterable[Path]) -> str | None:
+    """Why ``user`` cannot reach ``path`` in the sandbox (a directory above it it may not enter), or
+    None. Directories in ``fresh`` (the sandbox's own /tmp, the hidden data dir: tmpfs where only
+    the run's own directories are mounted, below directories anyone may enter) end the search."""
+    fresh_dirs = [Path(os.path.realpath(p)) for p in fresh]
+    current = Path("/")
+    for part in Path(os.path.abspath(path)).parts[1:-1]:
+        current = current / part
+        if any(current == f or current.is_relative_to(f) for f in fresh_dirs):
+            return None
+        try:
+            status = os.stat(current)
+        except OSError:
+            return None  # what is not there is not ours to explain
+        if status.st_uid == user.uid:
+            bit = 0o100
+        elif status.st_gid == user.gid:
+            bit = 0o010
+        else:
+            bit = 0o001
+        if not status.st_mode & bit:
+            return (f"{current} (mode {status.st_mode & 0o7777:04o}, owner uid {status.st_uid}) may not be "
+                    f"entered by uid {user.uid}")
+    return None
+
+
+def record(*, mode: str, user: AgentUser | None, network: str, reason: str | None) -> Sandbox:
+    """The ``RunState.sandbox`` the runner records: the uid the agent runs as, its network, and why
+    it was not sandboxed."""
+    return Sandbox(mode=mode, user=user.uid if user is not None else os.geteuid(), network=network,
+                   reason=reason if mode == "none" else None)
+
+
+def unenforceable(network: str, reason: str | None) -> str:
+    """The ``StartError`` message of a run whose network must be ``off`` or ``limited`` where there
+    is no sandbox to enforce it: it is refused, not run with a network it was told not to have."""
+    why = reason or "the runner was started with --sandbox none"
+    return (f"the Agent's spec.security.network.mode is {network}, which only the bubblewrap sandbox can enforce, "
+            f"and this run is not sandboxed ({why}); install bubblewrap (make sandbox-tools; Debian: apt-get install "
+            "bubblewrap) and start the server with --sandbox auto or bwrap, or set spec.security.network.mode to on")
+
+
+@dataclass
+class Entered:
+    """What ``enter`` made of a run: the command line, the agent's environment, and the proxy of a
+    ``limited`` network (``close`` it when the agent has ended)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    proxy: Proxy | None = None
+
+    def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
+
+
+def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: workspace.Checkout, files: RunFiles,
+          home: Path, hide: Iterable[Path], user: AgentUser | None, network: Network,
+          say: Callable[[str], None], api_url: str | None = None) -> Entered:
+    """Everything a sandboxed start needs besides ``sandboxed``'s command line: the agent user's
+    ownership of what it writes (checked reachable first: ``SandboxError`` names the directory in
+    the way), and for a ``limited`` network the runner's proxy, with the Joch server (``api_url``, the
+    agent's usage callback) allowed besides the Agent's ``allow`` list."""
+    proxy: Proxy | None = None
+    proxy_socket: Path | None = None
+    hide = tuple(hide)
+    if network.mode not in ("on", "off", "limited"):
+        raise SandboxError(f'spec.security.network.mode must be on, off or limited (got "{network.mode}")')
+    if user is not None:
+        if shutil.which(SETPRIV) is None:
+            raise SandboxError("setpriv is not installed (Debian/Ubuntu: apt-get install util-linux): without it the "
+                               "agent cannot run as --agent-user; install it, or give --agent-user root")
+        fresh = (Path("/tmp"), *hide)  # noqa: S108 - the sandbox's own /tmp
+        needed = [checkout.path, files.outputs, files.inputs, home, Path(executable)]
+        if network.mode == "limited":
+            needed += [Path(sys.executable), Path(__file__)]
+        for path in needed:
+            problem = unreachable(path, user, fresh=fresh)
+            if problem is not None:
+                raise SandboxError(f"the agent runs as uid {user.uid} (--agent-user), which cannot reach {path}: "
+                                   f"{problem}; keep the data directory and the agent's installation where every "
+                                   "user may enter (chmod o+x), or choose another --agent-user")
+        writable = [checkout.root, files.outputs, files.inputs, home]
+        if checkout.git_dir is not None:
+            writable.append(checkout.git_dir)
+        if checkout.mirror is not None:
+            writable += [checkout.mirror / part for part in ("objects", "refs", "logs")]
+            for part in ("objects", "refs", "logs"):
+                (checkout.mirror / part).mkdir(exist_ok=True)
+        give(user, *writable)
+    if network.mode == "limited":
+        from joch.runtime import netbridge  # only for limited runs: start-up time matters
+
+        allow = list(network.allow)
+        if api_url:
+            import urllib.parse
+
+            parts = urllib.parse.urlsplit(api_url)
+            if parts.hostname:
+                host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+                allow.append(f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}")
+        proxy_socket = files.dir / "network.sock"
+        try:
+            proxy = netbridge.Proxy(proxy_socket, allow, say)
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
+        env = netbridge.agent_env(env)
+    argv = sandboxed(executable, args, checkout=checkout, files=files, home=home, hide=hide, user=user,
+                     network=network.mode, proxy_socket=proxy_socket)
+    return Entered(argv=argv, env=env, proxy=proxy)

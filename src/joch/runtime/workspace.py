@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -68,6 +68,11 @@ _CONFIG = (
     "core.pager=cat",
     "color.ui=false",
     "advice.detachedHead=false",
+    # A root runner's agent runs as another uid (sandbox.AgentUser) and owns its worktree and git
+    # directory: git would refuse them as of "dubious ownership". What that check guards against (a
+    # repository of another user's configuring commands) is kept out otherwise: the runner names the
+    # repository itself (GIT_DIR, GIT_COMMON_DIR), and the mirror's config is read-only to the agent.
+    "safe.directory=*",
 )
 # Variables that make git operate on another repository or index than the one we name.
 LOCATION_VARS = (
@@ -187,6 +192,49 @@ def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float |
     return checkout
 
 
+def reuse(*, cache: Path, git: GitSource | None, root: Path, base: str | None) -> Checkout:
+    """An earlier attempt's workspace at ``root``, to continue in (a resumed attempt): checked, not
+    made. ``base`` is the commit that attempt started from (its record's ``base_commit``).
+
+    The worktree's git directory is found in the mirror's own list of worktrees, not through
+    ``root/.git``: that file was the earlier agent's to rewrite (``prepare`` says why that matters)."""
+    if not root.is_dir():
+        raise WorkspaceError(f"cannot resume: the workspace {root} of the attempt to continue is gone")
+    if git is None:
+        return Checkout(root=root, path=root, base=None, mirror=None)
+    path = subpath(root, git.path)
+    mirror = mirror_path(cache, git.url)
+    if base is None:
+        raise WorkspaceError(f"cannot resume in {root}: the attempt to continue recorded no base commit")
+    git_dir = _registered_worktree(mirror, root)
+    if git_dir is None:
+        raise WorkspaceError(f"cannot resume: {root} is not a worktree of {git.url} (its mirror {mirror} does "
+                             "not list it)")
+    if _run(["cat-file", "-e", f"{base}^{{commit}}"], cwd=mirror, timeout=None).returncode != 0:
+        raise WorkspaceError(f"cannot resume in {root}: its base commit {base} is not in the mirror of {git.url}")
+    checkout = Checkout(root=root, path=path, base=base, mirror=mirror, git_dir=git_dir)
+    _check_path(checkout, git)
+    return checkout
+
+
+def _registered_worktree(mirror: Path, root: Path) -> Path | None:
+    """The git directory (``<mirror>/worktrees/<name>``) of the worktree at ``root``, as the mirror
+    records it (the ``gitdir`` file there names ``root/.git``); None when the mirror has none."""
+    want = os.path.realpath(root / ".git")
+    try:
+        entries = sorted((mirror / "worktrees").iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            named = (entry / "gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if os.path.realpath(named) == want:
+            return entry
+    return None
+
+
 def remove(*, cache: Path, git: GitSource | None, root: Path) -> None:
     """Remove a workspace made by ``prepare`` (a missing one is fine): its files, then git's record
     of the worktree (``prune`` drops the records of worktrees whose directory is gone)."""
@@ -207,11 +255,17 @@ class TooLarge(Exception):
 
 
 def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None, git_dir: Path | None = None,
-                  common_dir: Path | None = None) -> None:
+                  common_dir: Path | None = None, exclude: Sequence[str] = (),
+                  max_file_bytes: int | None = None) -> list[tuple[str, int]]:
     """Write ``git diff --binary`` from ``base`` to everything in the worktree now (commits,
     uncommitted and untracked files; ignored files excluded) to ``dest``; past ``limit`` bytes,
     stop, remove ``dest`` and raise ``TooLarge`` (a huge file the agent left would otherwise be
     written out again, larger, as base85).
+
+    ``exclude`` are git pathspec globs (``:(exclude,glob)``, relative to ``root``) left out of the
+    patch: a tool's caches and history files. A changed file whose old or new content is over
+    ``max_file_bytes`` is left out too, and returned with its size (``(path, size)``, the list is
+    empty when nothing was left out): the patch stays one ``git apply`` takes, without those files.
 
     The snapshot is staged in a temporary index, a copy of the agent's own, so neither the agent's
     index nor its refs change; copying it lets git skip rehashing files that did not change. The
@@ -232,9 +286,12 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
             env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
             if common_dir is not None:
                 env["GIT_COMMON_DIR"] = str(common_dir)
-        _git("add", "--all", "--", ".", cwd=root, env=env, what="could not stage the workspace's changes")
+        pathspec = [".", *(f":(exclude,glob){pattern}" for pattern in exclude)]
+        _git("add", "--all", "--", *pathspec, cwd=root, env=env, what="could not stage the workspace's changes")
+        omitted = _over_size(root, base, pathspec, env, max_file_bytes) if max_file_bytes is not None else []
+        pathspec += [f":(exclude,literal){path}" for path, _ in omitted]
         args = ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/",
-                "--dst-prefix=b/", base, "--"]
+                "--dst-prefix=b/", base, "--", *pathspec]
         # stderr to a file: a pipe nobody reads while stdout is copied could fill and stall git.
         with open(dest, "wb") as out, open(Path(tmp) / "stderr", "w+b") as errors, subprocess.Popen(
                 _command(args), cwd=root, env={**clean_env(os.environ), **env}, stdin=subprocess.DEVNULL,
@@ -248,6 +305,41 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
             raise TooLarge((limit or 0) + 1)
         if code != 0:
             raise WorkspaceError(f"could not diff the workspace against {base}: {_last_line(stderr.decode())}")
+    return omitted
+
+
+def _over_size(root: Path, base: str, pathspec: list[str], env: Mapping[str, str],
+               limit: int) -> list[tuple[str, int]]:
+    """The changed paths (staged in ``env``'s index, against ``base``) whose old or new content is
+    over ``limit`` bytes, with that size: a deletion's patch carries the old content too."""
+    listed = _git("diff", "--cached", "--raw", "-z", "--no-renames", "--no-abbrev", base, "--", *pathspec, cwd=root,
+                  env=env, what="could not list the workspace's changes")
+    fields = listed.split("\0")
+    changes: list[tuple[str, tuple[str, ...]]] = []
+    for header, path in zip(fields[0::2], fields[1::2], strict=False):
+        parts = header.lstrip(":").split()
+        if len(parts) >= 4 and path:
+            changes.append((path, tuple(sha for sha in parts[2:4] if sha.strip("0"))))
+    blobs = sorted({sha for _, shas in changes for sha in shas})
+    if not blobs:
+        return []
+    try:
+        done = subprocess.run(_command(["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"]),
+                              cwd=root, env={**clean_env(os.environ), **env}, input="\n".join(blobs) + "\n",
+                              capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise WorkspaceError("git is not installed (not found on PATH)") from None
+    sizes: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        name, kind, length = [*line.split(), "", "", ""][:3]
+        if kind == "blob" and length.isdigit():
+            sizes[name] = int(length)
+    over = []
+    for path, shas in changes:
+        size = max((sizes.get(sha, 0) for sha in shas), default=0)
+        if size > limit:
+            over.append((path, size))
+    return over
 
 
 def _copy_limited(proc: subprocess.Popen[bytes], out: BinaryIO, limit: int | None) -> int | None:

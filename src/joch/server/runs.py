@@ -8,6 +8,7 @@ Routes (``RUN`` is ``/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agen
     GET  RUN/artifacts/{artifact}            the bytes (attachment; Digest and X-Content-SHA256 headers)
     POST /v1/namespaces/{ns}/approvals/{name}/decide   {"decision": "approve"|"deny", "reason"}
     GET  /v1/namespaces/{ns}/agents/{name}/manifest    the CompiledAgentManifest
+    POST /v1/namespaces/{ns}/agentruns/render          a RenderedRun: what an AgentRun body would execute
 
 Logs and artifacts come from the runtime the app was built with (``create_app(runtime=...)``, kept
 on ``app.state.runtime``), addressed by the run's ``status.runtimeRef``. A server without a runtime
@@ -61,6 +62,17 @@ Decisions:
   (``reason`` is the compiler's reason, e.g. ``ProviderNotFound``): the agent exists (a missing one
   is a 404) but its manifest cannot be built from what the store holds now. A compiled manifest is
   answered with its content hash as the ``ETag``.
+* **Rendering a run starts nothing** (``joch render run -f run.yaml``). The body is an AgentRun as
+  ``create`` takes it; it is admitted (every schema problem a 422 at its path) but never stored, its
+  agent compiled, and its provider's templates rendered as attempt 1 would render them: argv, the
+  working directory, the environment (values of the provider's ``envTemplate`` and the Agent's
+  ``env``, which hold no secrets; only the *names* of variables that come from Secrets), config
+  files and input files with their rendered content, outputs, the effective parameters and the
+  provider's policies. Workspace paths are the runtime's for a run whose uid is ``dry-run`` (or
+  ``<workspace>``-style placeholders on a server without a runtime). A template that fails is a 422
+  whose cause names it (``AgentProvider/codex spec.argsTemplate[3].when``), an undeclared parameter
+  one at ``spec.parameters.NAME``. It takes the right to create AgentRuns
+  (``joch.server.auth.requests``): it shows what such a user could run anyway.
 """
 
 from __future__ import annotations
@@ -83,15 +95,17 @@ from starlette.datastructures import State
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
-from joch.admission.validation import validate_status
+from joch.admission.validation import AdmissionOptions, admit, validate_status
 from joch.api import errors, kinds
 from joch.api.audit import AuditEntry
 from joch.api.errors import Cause
 from joch.api.identity import ANONYMOUS, UserInfo, current_user
 from joch.api.meta import now
+from joch.api.secrets import key_names as secret_keys
 from joch.compiler import manifest as compiler
+from joch.compiler import render as rendering
 from joch.controllers import approvals
-from joch.runtime.base import Runtime, is_own_ref
+from joch.runtime.base import GitSource, RunId, Runtime, Workspace, is_own_ref
 from joch.server import limits, resources, wire
 from joch.server import watch as watching
 from joch.server.options import ServerOptions
@@ -139,9 +153,10 @@ def runtime_ref(run: Obj) -> dict[str, Any] | None:
 class RunRoutes:
     """The handlers; ``state`` is the app's, so the runtime is looked up when a request needs it."""
 
-    def __init__(self, store: Store, state: State) -> None:
+    def __init__(self, store: Store, state: State, admission: AdmissionOptions | None = None) -> None:
         self.store = store
         self.state = state
+        self.admission = admission or AdmissionOptions()
 
     def runtime(self, run: Obj, ref: dict[str, Any] | None) -> Runtime:
         """The runtime that holds ``ref`` (any runtime while the run has none yet)."""
@@ -302,6 +317,108 @@ class RunRoutes:
         response = wire.json_response(compiled.manifest)
         response.headers["ETag"] = f'"{compiled.hash}"'
         return response
+
+
+    # --- rendering a run without running it -----------------------------------------------------------
+
+    def render(self, namespace: str, body: bytes, content_type: str | None) -> Response:
+        run = self._admitted_run(namespace, wire.decode_object(body, content_type))
+        name = run["metadata"]["name"]
+        spec = run["spec"]
+        agent_name = spec["agentRef"]["name"]
+        agent = self.store.get(kinds.AGENT, namespace, agent_name)
+        compiled = compiler.compile_agent(compiler.store_reader(self.store), agent)
+        if compiled.problems or compiled.manifest is None:
+            causes = [Cause("spec.agentRef.name", message, reason) for reason, message in compiled.problems]
+            raise errors.Invalid(f'agent "{agent_name}" cannot be compiled: '
+                                 + "[" + ", ".join(c.message for c in causes) + "]",
+                                 kind=kinds.AGENT_RUN.plural, name=name, causes=causes)
+        manifest = compiled.manifest
+        inline = (spec.get("implementation") or {}).get("inline")
+        implementation = inline if inline is not None else self.store.get(
+            kinds.IMPLEMENTATION_SPEC, namespace, spec["implementationRef"]["name"])["spec"]
+        workspace = self._workspace(run)
+        try:
+            context = rendering.build_context(manifest, run=run, attempt=1, implementation=implementation,
+                                              workspace=workspace.context())
+            invocation = rendering.render_invocation(manifest, context)
+        except (rendering.TemplateError, rendering.ParameterError) as exc:
+            reason = exc.reason
+            raise errors.Invalid(f"the run cannot be rendered: {exc}", kind=kinds.AGENT_RUN.plural, name=name,
+                                 causes=[Cause(exc.path, exc.message, reason)]) from None
+        return wire.json_response(self._rendered(run, manifest, compiled.hash, workspace, invocation))
+
+    def _admitted_run(self, namespace: str, obj: dict[str, Any]) -> Obj:
+        """The body as admission would store it (nothing is stored): a name is made up when it has
+        none, and an ``idempotencyKey`` is left out (another run may hold it; this one never exists)."""
+        meta = dict(obj.get("metadata") or {}) if isinstance(obj.get("metadata"), dict) else {}
+        if meta.get("namespace") not in (None, "", namespace):
+            raise errors.BadRequest(f'the body\'s metadata.namespace "{meta["namespace"]}" is not the namespace of the '
+                                    f'request, "{namespace}"')
+        meta["namespace"] = namespace
+        if not meta.get("name"):
+            meta["name"] = f"{meta.pop('generateName', None) or 'render-'}dry-run"
+        spec = dict(obj["spec"]) if isinstance(obj.get("spec"), dict) else obj.get("spec")
+        if isinstance(spec, dict):
+            spec.pop("idempotencyKey", None)
+        if obj.get("kind") not in (None, kinds.AGENT_RUN.kind):
+            raise errors.BadRequest(f'render takes an AgentRun, not a {obj.get("kind")}')
+        body = {"apiVersion": kinds.AGENT_RUN.api_version, "kind": kinds.AGENT_RUN.kind, **obj, "metadata": meta,
+                "spec": spec}
+        return admit(self.store, body, old=None, options=self.admission).obj
+
+    def _workspace(self, run: Obj) -> Workspace:
+        git = ((run["spec"].get("execution") or {}).get("coordinates") or {}).get("git")
+        source = GitSource(url=git["url"], ref=git.get("ref") or "HEAD", path=git.get("path") or ".") if git else None
+        runtime: Runtime | None = getattr(self.state, "runtime", None)
+        if runtime is None:
+            sub = "" if source is None or source.path in ("", ".") else "/" + source.path
+            return Workspace(root="<workspace>", path=f"<workspace>{sub}", inputs="<inputs>", outputs="<outputs>",
+                             home="<home>")
+        meta = run["metadata"]
+        try:
+            return runtime.workspace(RunId(meta["namespace"], meta["name"], uid="dry-run", attempt=1), source)
+        except ValueError as exc:
+            raise errors.Invalid(f"the run cannot be rendered: {exc}", kind=kinds.AGENT_RUN.plural, name=meta["name"],
+                                 causes=[Cause("spec.execution.coordinates.git", str(exc), "FieldValueInvalid")]
+                                 ) from None
+
+    def _rendered(self, run: Obj, manifest: dict[str, Any], digest: str | None, workspace: Workspace,
+                  invocation: rendering.Invocation) -> dict[str, Any]:
+        namespace = run["metadata"]["namespace"]
+        secret_env = [{"name": env, "secret": secret, "key": key} for env, secret, key in invocation.secret_env]
+        for secret in run["spec"].get("secrets") or []:
+            try:
+                stored = self.store.get(kinds.SECRET, namespace, secret)
+            except errors.NotFound:
+                stored = None
+            keys = secret_keys(stored) if stored is not None else []
+            secret_env += [{"name": key, "secret": secret, "key": key} for key in keys]
+        provider = manifest["spec"]["provider"]
+        network = (manifest["spec"].get("security") or {}).get("network") or {"mode": "on"}
+        return {
+            "apiVersion": kinds.AGENT_RUN.api_version, "kind": "RenderedRun",
+            "metadata": {"name": run["metadata"]["name"], "namespace": namespace},
+            "agent": run["spec"]["agentRef"]["name"], "provider": provider.get("name"),
+            "compiledManifestHash": digest,
+            "argv": list(invocation.argv),
+            "workingDir": workspace.path,
+            "workspace": workspace.context(),
+            "env": dict(sorted(invocation.env.items())),
+            "secretEnv": sorted(secret_env, key=lambda e: e["name"]),
+            "parameters": dict(sorted(invocation.parameters.items())),
+            "configFiles": [{"path": path, "absolutePath": f"{workspace.home}/{path}", "mode": f"{mode:04o}",
+                             "content": content} for path, content, mode in invocation.config_files],
+            "inputFiles": [{"path": path, "absolutePath": f"{workspace.inputs}/{path}", "content": content}
+                           for path, content in invocation.input_files],
+            "outputs": [{"name": n, "path": p, "optional": o} for n, p, o in invocation.outputs],
+            "outputFormat": invocation.output_format,
+            "versionArgs": list(invocation.version_args),
+            "resumable": invocation.resumable,
+            "successPolicy": dict(invocation.success),
+            "patch": dict(invocation.patch),
+            "network": network,
+        }
 
 
 def _attempt_ref(run: Obj, ref: dict[str, Any], attempt: int | None) -> dict[str, Any]:
@@ -480,7 +597,7 @@ async def _in_own_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 
 def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSchemas) -> None:
-    h = RunRoutes(store, app.state)
+    h = RunRoutes(store, app.state, options.admission)
     read_body = wire.body_reader(options.max_body_bytes)
     scope = resources.namespace_scope
 
@@ -500,6 +617,10 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
 
     def manifest(name: str, namespace: str | None = Depends(scope)) -> Response:
         return h.manifest(namespace or "", name)
+
+    def render(namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
+               content_type: ContentType = None) -> Response:
+        return h.render(namespace or "", body, content_type)
 
     log_doc = schemas.responses(200, {"type": "string"}, "the run's log (streamed with follow=true)",
                                 media_type=TEXT)
@@ -526,4 +647,9 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
     app.add_api_route("/v1/namespaces/{namespace}/agents/{name}/manifest", manifest, methods=["GET"], tags=TAGS,
                       summary="The agent's compiled manifest (422 listing the problems if it does not compile)",
                       responses=schemas.responses(200, None, "a CompiledAgentManifest"))
+    app.add_api_route("/v1/namespaces/{namespace}/agentruns/render", render, methods=["POST"], tags=TAGS,
+                      summary="Render an AgentRun without running it: argv, env names, config and input files",
+                      responses=schemas.responses(200, None, "a RenderedRun", body=True),
+                      openapi_extra=resources.request_body(schemas.object(kinds.AGENT_RUN), wire.JSON,
+                                                           "application/yaml"))
 

@@ -105,6 +105,7 @@ def serve(
             if controllers.api_url is None:
                 controllers = replace(controllers, api_url=runtime_url(host, port))
             runtime = LocalRuntime(controllers.data_dir, sandbox=controllers.sandbox, hide=controllers.sandbox_hide,
+                                   sandbox_reason=controllers.sandbox_reason, agent_user=controllers.agent_user,
                                    api_url=controllers.api_url)
         app = create_app(store, options=options, runtime=runtime)
         # Start-up built tens of thousands of long-lived objects (routes, schemas, validators);

@@ -116,3 +116,34 @@ def test_a_role_binding_shows_its_top_level_fields_and_no_spec_or_status() -> No
     assert "roleRef:\n  apiGroup:  ops.joch.dev\n  kind:      Role\n  name:      editor\n" in page
     assert "subjects:\n  - kind:  User\n    name:  alice\n  - kind:  Group\n    name:  devs\n" in page
     assert "Spec:" not in page and "Status:" not in page
+
+
+RUNS = ResourceType(group="runtime.joch.dev", version="v1alpha1", kind="AgentRun", plural="agentruns",
+                    singular="agentrun", namespaced=True, short_names=("run",))
+
+
+def test_a_run_shows_what_ran_and_never_an_env_value() -> None:
+    run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun",
+           "metadata": {"name": "fix-1", "namespace": "default"},
+           "spec": {"agentRef": {"name": "coder"}},
+           "status": {"phase": "Succeeded", "attempt": 2, "baseCommit": "3f2a9c", "compiledManifestHash": "sha256:ab",
+                      "invocation": {"argv": ["codex", "exec", "fix the bug", "[REDACTED]"],
+                                     "env": ["CODEX_API_KEY", "HOME"], "executable": "/usr/bin/codex",
+                                     "version": "codex-cli 0.169.0", "sha256": "cd" * 32},
+                      "sandbox": {"mode": "bwrap", "user": 65534, "network": "off"},
+                      "session": {"id": "s-1", "attempt": 2, "resumedFromAttempt": 1},
+                      "omitted": [{"path": "big.bin", "size": 2000000, "message": "over 1 MiB"}]}}
+    page = describe.describe(run, RUNS, events=[], now=NOW)
+    assert ("Invocation:\n  Executable: /usr/bin/codex\n  Version:    codex-cli 0.169.0\n"
+            f"  SHA256:     {'cd' * 32}\n  Argv:       codex exec 'fix the bug' '[REDACTED]'\n"
+            "  Env:        CODEX_API_KEY, HOME\n") in page
+    assert "Base Commit:    3f2a9c\nManifest Hash:  sha256:ab\n" in page
+    assert "Sandbox:        bwrap (user 65534, network off)\n" in page
+    assert "Session:        s-1 (resumed from attempt 1)\n" in page
+    assert "Omitted from changes.patch:\n" in page and "big.bin   2000000   over 1 MiB" in page
+    assert "invocation:" not in page and "baseCommit" not in page  # not again under Status
+    run["status"].update(sandbox={"mode": "none", "reason": "bwrap is not installed"},
+                         session={"id": "s-2", "attempt": 2})
+    page = describe.describe(run, RUNS, events=[], now=NOW)
+    assert "Sandbox:        none (bwrap is not installed)\n" in page
+    assert "Session:        s-2 (started over)\n" in page

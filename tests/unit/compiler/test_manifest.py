@@ -114,11 +114,14 @@ def test_the_quickstart_compiles_to_a_complete_manifest() -> None:
         "inputFiles": [{"path": "implementation.md", "content": "{{ implementation.text }}"}],
         "outputArtifacts": [{"name": "summary", "path": "summary.md", "optional": False}],
         "secretEnv": [], "workload": None,
+        # what issue 9 added, with its defaults
+        "versionArgs": None, "parameters": [], "configFiles": [], "outputFormat": None,
+        "resumable": None, "successPolicy": None, "patch": None,
     }
     # everything a run needs from the Agent, with the defaults the user did not write filled in
     assert spec["runtime"] == {"type": "local", "config": {}}
-    assert spec["defaults"] == {"timeoutSeconds": 300, "retryLimit": 0, "budgetUsd": None}
-    assert spec["security"] == {"allowedSecrets": [], "allowedServiceAccounts": []}
+    assert spec["defaults"] == {"timeoutSeconds": 300, "retryLimit": 0, "budgetUsd": None, "parameters": {}}
+    assert spec["security"] == {"allowedSecrets": [], "allowedServiceAccounts": [], "network": None}
     assert (spec["requiresApproval"], spec["maxConcurrentRuns"], spec["env"]) == (False, None, [])
     assert (spec["systemPrompt"], spec["modelRoute"], spec["memoryRef"]) == (None, None, None)
     assert (spec["tools"], spec["mcpServers"], spec["policies"]) == ([], [], [])

@@ -17,7 +17,7 @@ from joch.compiler.render import (
     render_invocation,
 )
 
-KEYS = "the context has agent, run, implementation, parameters, workspace, model, memory"
+KEYS = "the context has agent, run, implementation, parameters, workspace, model, memory, session"
 
 
 def manifest(**provider: Any) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def test_the_context_lists_only_the_keys_it_has() -> None:
     m = manifest(argsTemplate=["{{ workspace.path }}"])
     with pytest.raises(TemplateError) as info:
         render_invocation(m, {"run": {"name": "x"}})
-    assert info.value.message == 'undefined variable "workspace"; the context has run, model, memory'
+    assert info.value.message == 'undefined variable "workspace"; the context has run, model, memory, session'
 
 
 @pytest.mark.parametrize("template", [

@@ -30,6 +30,8 @@ RUN = "/apis/runtime.joch.dev/v1alpha1/namespaces/ns/agentruns"
                  "ns", "gate")),
     ("POST", "/v1/namespaces/ns/executions", "",
      RequestInfo("create", "/v1/namespaces/ns/executions", "agentruns", "runtime.joch.dev", namespace="ns")),
+    ("POST", "/v1/namespaces/ns/agentruns/render", "",
+     RequestInfo("create", "/v1/namespaces/ns/agentruns/render", "agentruns", "runtime.joch.dev", namespace="ns")),
     ("GET", "/v1/namespaces/ns/executions/r/log", "",
      RequestInfo("get", "/v1/namespaces/ns/executions/r/log", "agentruns", "runtime.joch.dev", "log", "ns", "r")),
     ("GET", "/v1/namespaces/ns/agents/a/manifest", "",

@@ -13,7 +13,8 @@ is not authorized as a watch of Agents and served as a watch of every kind. The 
   ``RUN/log``, ``RUN/artifacts[/NAME]`` are ``get`` on ``agentruns/log`` and ``agentruns/artifacts``.
 * ``/v1/namespaces/NS/agents|executions|approvals[/NAME[/SUB]]``: the same, ``executions`` being
   ``agentruns``; ``agents/NAME/manifest`` is ``get agents/manifest``; ``POST approvals/NAME/decide``
-  is ``update approvals/decide`` (what the approver role grants).
+  is ``update approvals/decide`` (what the approver role grants); ``POST agentruns/render`` (a run
+  rendered, never stored or started) is ``create agentruns``: it shows what its caller could run.
 * ``GET /v1/resources/watch`` and ``WATCH /v1/resources``: ``watch`` on the kind of ``?kind=``
   (every kind when none: ``resource="*"``) in ``?namespace=`` (every namespace when none).
 * ``GET /v1/audit``: ``list`` on ``auditevents`` (ops.joch.dev) in ``?namespace=``.
@@ -138,6 +139,9 @@ def _v1(method: str, verb: str, path: str, rest: list[str], query: str, registry
             info = V1_ALIASES.get(alias) or registry.resolve(alias)
         except errors.NotFound:
             return RequestInfo(verb=verb, path=path)
+        if tail == ["render"] and method == "POST" and info is kinds.AGENT_RUN:
+            return RequestInfo(verb="create", path=path, resource=info.plural, api_group=info.group,
+                               namespace=namespace)
         name = tail[0] if tail else ""
         subresource = tail[1] if len(tail) > 1 else ""
         if subresource == "decide" and method == "POST":

@@ -1,0 +1,278 @@
+"""From inside a real sandboxed agent (bubblewrap, real processes, real HTTP servers on 127.0.0.1):
+a root runner's agent is an unprivileged uid that cannot read /etc/shadow, another run's worktree or
+the data dir, yet commits in its worktree, and the runner still takes changes.patch from it; the
+network is the host's (on), none (off), or only the allowed host:ports through the runner's proxy
+(limited); a network the runtime cannot enforce fails the start instead."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.runtime.helpers import Repo, git_source, python_agent, spec, wait_for
+from joch.runtime import sandbox
+from joch.runtime.base import Network, Output, RunId, RunState, Sandbox
+from joch.runtime.local import LocalRuntime
+
+ROOT = os.geteuid() == 0
+
+
+def finished(rt: LocalRuntime, ref: dict[str, Any], timeout: float = 20) -> RunState:
+    return wait_for(lambda: (s := rt.status(ref)).finished and s, timeout)  # type: ignore[no-any-return]
+
+
+def log_of(ref: dict[str, Any]) -> str:
+    return (Path(ref["dir"]) / "log").read_text()
+
+
+def needs_bwrap() -> None:
+    problem = sandbox.sandbox_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"bubblewrap is required in CI: {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture
+def sandboxed(tmp_path: Path) -> Iterator[LocalRuntime]:
+    needs_bwrap()
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="bwrap")
+    yield rt
+    rt.close()
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"hello from {self.server.server_address[1]} for {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[int, int]]:
+    """Two HTTP servers on the host's 127.0.0.1: their ports."""
+    started = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello) for _ in range(2)]
+    for server in started:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield started[0].server_address[1], started[1].server_address[1]
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+# Fetches each URL (through the proxy the environment names, if any) and prints what came back.
+FETCH = """
+import sys, urllib.request, urllib.error
+for url in sys.argv[1:]:
+    try:
+        print(url, "->", urllib.request.urlopen(url, timeout=5).read().decode())
+    except urllib.error.HTTPError as exc:
+        print(url, "-> HTTP", exc.code, exc.read().decode().strip())
+    except OSError as exc:
+        print(url, "-> failed:", type(exc).__name__)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_a_root_runners_agent_is_nobody_and_reads_no_secret_of_the_host(sandboxed: LocalRuntime, repo: Repo) -> None:
+    # Another run's worktree, alive while this one looks.
+    other_outputs = Path(sandboxed.workspace(RunId("default", "demo", "conf-other"), None).outputs)
+    other = sandboxed.submit(spec([*python_agent(
+        "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.02)\n"), f"{other_outputs}/go"],
+        uid="conf-other", git=git_source(repo)))
+    wait_for(lambda: sandboxed.status(other).phase == "Running")
+    other_readme = sandboxed.workspace_root(RunId("default", "demo", "conf-other")) / "README.md"
+    assert other_readme.exists()
+    look = f"""
+import os, json, subprocess
+seen = {{"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+        "id": subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip()}}
+for name, path in (("shadow", "/etc/shadow"), ("other", {str(other_readme)!r})):
+    try:
+        open(path).read()
+        seen[name] = "read"
+    except OSError as exc:
+        seen[name] = type(exc).__name__
+seen["data"] = [os.path.join(b, f) for b, _, fs in os.walk({str(sandboxed.root)!r}) for f in fs
+                if "conf-other" in b or f in ("state.json", "spec.json", "ref.json", "log")]
+print(json.dumps(seen))
+"""
+    try:
+        ref = sandboxed.submit(spec(python_agent(look), uid="conf-look", git=git_source(repo)))
+        state = finished(sandboxed, ref)
+    finally:
+        (other_outputs / "go").touch()
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    seen = json.loads(log_of(ref))
+    assert (seen["uid"], seen["gid"], seen["id"]) == (65534, 65534, "65534")
+    assert set(seen["groups"]) <= {65534}
+    assert seen["shadow"] == "PermissionError"
+    assert seen["other"] == "FileNotFoundError"  # the data dir is an empty tmpfs: other runs are not there
+    assert seen["data"] == []
+    assert state.sandbox == Sandbox(mode="bwrap", user=65534, network="on", reason=None)
+    assert finished(sandboxed, other).phase == "Succeeded"
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_the_agent_commits_as_nobody_and_the_runner_still_writes_the_patch(sandboxed: LocalRuntime,
+                                                                          repo: Repo) -> None:
+    work = ("set -e; echo agent >> README.md; git commit --quiet -am 'agent work'; echo new > new.txt; "
+            "echo home > $HOME/note; echo out > \"$1/result.txt\"; id -u")
+    outputs = sandboxed.workspace(RunId("default", "demo", "conf-commit"), None).outputs
+    ref = sandboxed.submit(spec(["sh", "-c", work, "work", outputs], uid="conf-commit", git=git_source(repo),
+                                outputs=(Output("result", "result.txt"),)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == "65534\n"
+    patch = (Path(ref["dir"]) / "artifacts/changes.patch").read_text()
+    assert "+agent" in patch and "+new" in patch and "new.txt" in patch
+    assert (Path(ref["dir"]) / "artifacts/outputs/result.txt").read_text() == "out\n"
+    root = sandboxed.workspace_root(RunId("default", "demo", "conf-commit"))
+    assert root.stat().st_uid == 65534 and (root / "new.txt").stat().st_uid == 65534
+    # The next run of the same repository (a fetch into the mirror the agent wrote objects into) works.
+    ref = sandboxed.submit(spec(["git", "log", "-1", "--format=%s"], uid="conf-next", git=git_source(repo)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == "second\n"
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_another_agent_user_is_taken_and_a_bad_one_refused(tmp_path: Path) -> None:
+    needs_bwrap()
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="bwrap", agent_user="4321:4322")
+    try:
+        ref = rt.submit(spec(["sh", "-c", "id -u; id -g; touch $HOME/x"], uid="conf-user"))
+        state = finished(rt, ref)
+        assert state.phase == "Succeeded", (state, log_of(ref))
+        assert log_of(ref) == "4321\n4322\n"
+        assert state.sandbox is not None and state.sandbox.user == 4321
+    finally:
+        rt.close()
+    with pytest.raises(ValueError, match='--agent-user: no user "no-such-user-here"'):
+        LocalRuntime(tmp_path / "data2", sandbox="bwrap", agent_user="no-such-user-here")
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_a_data_dir_the_agent_user_cannot_enter_fails_the_start_and_says_why() -> None:
+    needs_bwrap()
+    base = Path(tempfile.mkdtemp(prefix="joch-private-", dir="/var/tmp"))
+    rt = LocalRuntime(base / "data", poll_interval=0.02, sandbox="bwrap")
+    try:
+        ref = rt.submit(spec(["true"], uid="conf-private"))
+        state = finished(rt, ref)
+        assert (state.phase, state.reason) == ("Failed", "StartError"), state
+        assert state.message is not None
+        assert f"cannot reach {base}/data/workspaces/conf-private-1" in state.message
+        assert f"{base} (mode 0700, owner uid 0) may not be entered by uid 65534" in state.message
+    finally:
+        rt.close()
+        import shutil
+
+        shutil.rmtree(base)
+
+
+def test_network_on_reaches_the_host(sandboxed: LocalRuntime, servers: tuple[int, int]) -> None:
+    port = servers[0]
+    ref = sandboxed.submit(spec([*python_agent(FETCH), f"http://127.0.0.1:{port}/x"], uid="net-on"))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == f"http://127.0.0.1:{port}/x -> hello from {port} for /x\n"
+    assert state.sandbox is not None and state.sandbox.network == "on"
+
+
+def test_network_off_reaches_nothing_of_the_host(sandboxed: LocalRuntime, servers: tuple[int, int]) -> None:
+    port = servers[0]
+    ref = sandboxed.submit(spec([*python_agent(FETCH), f"http://127.0.0.1:{port}/x"], uid="net-off",
+                                network=Network(mode="off")))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == f"http://127.0.0.1:{port}/x -> failed: URLError\n"
+    assert state.sandbox is not None and state.sandbox.network == "off"
+
+
+CONNECT = """
+import os, socket, sys
+proxy = os.environ["HTTPS_PROXY"].removeprefix("http://").split(":")
+for target in sys.argv[1:]:
+    with socket.create_connection((proxy[0], int(proxy[1])), timeout=5) as s:
+        s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+        answer = s.recv(4096).decode()
+        print(answer.splitlines()[0])
+        if " 200 " in answer:
+            s.sendall(b"GET /tunnel HTTP/1.0\\r\\nHost: here\\r\\n\\r\\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            print(data.decode().split("\\r\\n\\r\\n", 1)[1])
+"""
+
+
+def test_network_limited_passes_only_the_allowed_host_ports(sandboxed: LocalRuntime,
+                                                            servers: tuple[int, int]) -> None:
+    allowed, other = servers
+    ref = sandboxed.submit(spec([*python_agent(FETCH), f"http://127.0.0.1:{allowed}/ok",
+                                 f"http://127.0.0.1:{other}/no"], uid="net-limited",
+                                network=Network(mode="limited", allow=(f"127.0.0.1:{allowed}",))))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref).splitlines() == [
+        f"http://127.0.0.1:{allowed}/ok -> hello from {allowed} for /ok",
+        f"http://127.0.0.1:{other}/no -> HTTP 403 joch: 127.0.0.1:{other} is not in this Agent's "
+        "spec.security.network.allow",
+    ]
+    assert state.sandbox is not None and state.sandbox.network == "limited"
+    runner_log = (Path(ref["dir"]) / "runner.log").read_text()
+    assert f"refused GET 127.0.0.1:{other}" in runner_log and f"127.0.0.1:{allowed}" not in runner_log
+    assert not (Path(ref["dir"]) / "network.sock").exists()  # the proxy is gone with the agent
+
+    # CONNECT (what HTTPS goes through): a tunnel to the allowed port, 403 for the other.
+    ref = sandboxed.submit(spec([*python_agent(CONNECT), f"127.0.0.1:{allowed}", f"127.0.0.1:{other}"],
+                                uid="net-connect", network=Network(mode="limited", allow=(f"127.0.0.1:{allowed}",))))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref).splitlines() == ["HTTP/1.1 200 Connection established", f"hello from {allowed} for /tunnel",
+                                        "HTTP/1.1 403 Forbidden"]
+
+
+def test_network_limited_without_the_proxy_reaches_nothing(sandboxed: LocalRuntime,
+                                                           servers: tuple[int, int]) -> None:
+    allowed = servers[0]
+    code = "import os; [os.environ.pop(k) for k in list(os.environ) if k.lower().endswith('_proxy')]\n" + FETCH
+    ref = sandboxed.submit(spec([*python_agent(code), f"http://127.0.0.1:{allowed}/direct"], uid="net-direct",
+                                network=Network(mode="limited", allow=(f"127.0.0.1:{allowed}",))))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == f"http://127.0.0.1:{allowed}/direct -> failed: URLError\n"
+
+
+@pytest.mark.parametrize("mode", ["off", "limited"])
+def test_a_network_that_cannot_be_enforced_fails_the_start(tmp_path: Path, mode: str) -> None:
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="none")
+    try:
+        ref = rt.submit(spec(["true"], uid=f"net-{mode}-none", network=Network(mode=mode)))  # type: ignore[arg-type]
+        state = finished(rt, ref)
+        assert (state.phase, state.reason) == ("Failed", "StartError"), state
+        assert state.message is not None
+        assert f"spec.security.network.mode is {mode}" in state.message
+        assert "the server was started with --sandbox none" in state.message
+        assert "--sandbox auto or bwrap" in state.message
+        ref = rt.submit(spec(["true"], uid=f"net-{mode}-on"))
+        state = finished(rt, ref)
+        assert state.phase == "Succeeded"
+        assert state.sandbox == Sandbox(mode="none", user=os.geteuid(), network="on",
+                                        reason="the server was started with --sandbox none")
+    finally:
+        rt.close()

@@ -1,0 +1,109 @@
+"""The limited network's allow list and proxy requests, and ``--agent-user``, read without a sandbox
+(``tests/integration/runtime/test_confinement.py`` runs them in one)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from joch.runtime import netbridge, sandbox
+
+
+def test_allow_entries_are_hosts_ports_and_wildcards() -> None:
+    rules = netbridge.parse_allow(["api.openai.com:443", "Example.COM", "*.anthropic.com:443", "[::1]:8080"])
+    assert rules == [("api.openai.com", 443), ("example.com", None), ("*.anthropic.com", 443), ("::1", 8080)]
+    assert netbridge.allowed(rules, "api.openai.com", 443)
+    assert not netbridge.allowed(rules, "api.openai.com", 80)
+    assert netbridge.allowed(rules, "EXAMPLE.com.", 8443)
+    assert netbridge.allowed(rules, "api.anthropic.com", 443)
+    assert not netbridge.allowed(rules, "anthropic.com", 443)
+    assert not netbridge.allowed(rules, "evil-anthropic.com", 443)
+    assert netbridge.allowed(rules, "::1", 8080)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("host:0", "the port must be a number from 1 to 65535"),
+    ("host:http", "the port must be a number from 1 to 65535"),
+    ("http://host/", "is not host, host:port or [address]:port"),
+    ("", "is not host, host:port or [address]:port"),
+])
+def test_a_bad_allow_entry_is_named(entry: str, message: str) -> None:
+    with pytest.raises(ValueError, match=r"spec\.security\.network\.allow\[1\]: .*" + message.replace("[", r"\[")
+                       .replace("]", r"\]")):
+        netbridge.parse_allow(["ok.example", entry])
+
+
+def test_the_agent_environment_names_the_bridge_and_no_exceptions() -> None:
+    env = netbridge.agent_env({"NO_PROXY": "*", "no_proxy": "localhost", "https_proxy": "http://corp:3128",
+                               "PATH": "/bin"})
+    assert "NO_PROXY" not in env and "no_proxy" not in env and env["PATH"] == "/bin"
+    assert {env[k] for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")} == {
+        f"http://127.0.0.1:{netbridge.PROXY_PORT}"}
+
+
+def _ask(path: Path, request: bytes) -> bytes:
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)  # the path is too long to connect to
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(f"/proc/self/fd/{directory}/{path.name}")
+        os.close(directory)
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    return data
+
+
+def test_the_proxy_forwards_allowed_requests_and_refuses_others(tmp_path: Path) -> None:
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = upstream.accept()
+        with conn:
+            seen.append(conn.recv(65536))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    said: list[str] = []
+    # A path longer than a unix socket's limit: bound through the directory's descriptor.
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    proxy = netbridge.Proxy(deep / "network.sock", [f"127.0.0.1:{port}"], said.append)
+    try:
+        assert oct((deep / "network.sock").stat().st_mode & 0o777) == "0o666"
+        answer = _ask(deep / "network.sock", f"GET http://127.0.0.1:{port}/p?q=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                             "Proxy-Connection: keep-alive\r\n\r\n".encode())
+        assert answer.endswith(b"ok")
+        assert seen[0].startswith(b"GET /p?q=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert b"Proxy-Connection" not in seen[0] and b"Connection: close\r\n\r\n" in seen[0]
+        answer = _ask(deep / "network.sock", b"CONNECT elsewhere.example:443 HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 403 Forbidden")
+        assert said == ["joch runner: network: refused CONNECT elsewhere.example:443 (not in the Agent's "
+                        "spec.security.network.allow)"]
+        assert _ask(deep / "network.sock", b"nonsense\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    finally:
+        proxy.close()
+        upstream.close()
+    assert not (deep / "network.sock").exists()
+
+
+def test_agent_users_by_name_uid_and_group() -> None:
+    assert sandbox.parse_agent_user("nobody").uid == 65534
+    assert sandbox.parse_agent_user("1234:2345") == sandbox.AgentUser(1234, 2345)
+    assert sandbox.parse_agent_user("0:root") == sandbox.AgentUser(0, 0)
+    with pytest.raises(sandbox.SandboxError, match='--agent-user: no user "nobody-at-all"'):
+        sandbox.parse_agent_user("nobody-at-all")
+    with pytest.raises(sandbox.SandboxError, match='--agent-user: no group "no-such-group"'):
+        sandbox.parse_agent_user("nobody:no-such-group")
+    with pytest.raises(sandbox.SandboxError, match="--agent-user must be a user name or uid"):
+        sandbox.parse_agent_user(":12")
+    if os.geteuid() == 0:
+        assert sandbox.agent_user(None) == sandbox.parse_agent_user("65534")
+        assert sandbox.agent_user("root") is None  # root keeps root
+    else:
+        assert sandbox.agent_user("1234") is None  # only a root runner changes user
