@@ -4,6 +4,8 @@ would), compile with an Agent that allows their Secret, and render to exactly th
 from __future__ import annotations
 
 import base64
+import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,19 @@ def test_codex(admitted: dict[str, Obj]) -> None:
     assert inv.secret_env == (("CODEX_API_KEY", "openai", "api-key"),)
 
 
+def test_codex_config_toml_names_the_endpoint_only_when_given(admitted: dict[str, Obj]) -> None:
+    (path, content, mode), = invocation(admitted["codex"]).config_files
+    assert (path, mode) == (".codex/config.toml", 0o600)
+    assert tomllib.loads(content) == {"model": "gpt-5-codex"}  # OpenAI's own endpoint, Codex's built-in provider
+    inv = invocation(admitted["codex"], parameters={"baseUrl": 'http://127.0.0.1:9/v1?a="b"', "retries": "1"})
+    config = tomllib.loads(inv.config_files[0][1])
+    assert config == {"model": "gpt-5-codex", "model_provider": "joch", "model_providers": {"joch": {
+        "name": "Joch model endpoint", "base_url": 'http://127.0.0.1:9/v1?a="b"', "env_key": "CODEX_API_KEY",
+        "wire_api": "responses", "request_max_retries": 1, "stream_max_retries": 1}}}
+    assert (inv.output_format, inv.resumable, inv.success) == ("codex", True, {
+        "requireChanges": False, "failurePatterns": [], "requiredArtifacts": [], "agentResult": True})
+
+
 def test_codex_with_its_own_sandbox(admitted: dict[str, Obj]) -> None:
     argv = invocation(admitted["codex"], parameters={"sandbox": "workspace-write"}).argv
     assert "--dangerously-bypass-approvals-and-sandbox" not in argv
@@ -117,8 +132,21 @@ def test_aider_with_an_endpoint(admitted: dict[str, Obj]) -> None:
                         "--timeout", "600", *AIDER_FLAGS)
 
 
+def test_aider_policies(admitted: dict[str, Obj]) -> None:
+    inv = invocation(admitted["aider"])
+    assert (inv.output_format, inv.resumable, inv.config_files) == ("aider", False, ())
+    assert inv.success["agentResult"] is True
+    assert inv.patch["exclude"] == [".aider*", ".aider*/**", "**/.aider*", "**/.aider*/**"]
+
+
 def test_opencode(admitted: dict[str, Obj]) -> None:
     inv = invocation(admitted["opencode"])
+    (path, content, _), = inv.config_files
+    assert path == ".config/opencode/opencode.json"
+    assert json.loads(content) == {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
+                                   "share": "disabled", "model": "openai/gpt-4.1",
+                                   "permission": {"edit": "allow", "bash": "allow", "webfetch": "allow"}}
+    assert (inv.output_format, inv.resumable) == ("opencode", True)
     assert inv.argv == ("opencode", "run", "--format", "json", "--dir", "/runs/u-1/1/work/app",
                         "--model", "openai/gpt-4.1", "--", PROMPT)
     assert inv.env == {"OPENCODE_DISABLE_AUTOUPDATE": "true", "OPENCODE_DISABLE_MODELS_FETCH": "true",
@@ -126,6 +154,12 @@ def test_opencode(admitted: dict[str, Obj]) -> None:
     assert inv.secret_env == (("OPENAI_API_KEY", "openai", "api-key"),)
     with_endpoint = invocation(admitted["opencode"], parameters={"baseUrl": "http://127.0.0.1:9/v1"})
     assert with_endpoint.argv[with_endpoint.argv.index("--model") + 1] == "joch/gpt-4.1"
+    config = json.loads(with_endpoint.config_files[0][1])
+    assert config["model"] == "joch/gpt-4.1"
+    assert config["provider"] == {"joch": {
+        "npm": "@ai-sdk/openai-compatible", "name": "Joch model endpoint",
+        "options": {"baseURL": "http://127.0.0.1:9/v1", "apiKey": "{env:OPENAI_API_KEY}"},
+        "models": {"gpt-4.1": {"name": "gpt-4.1"}}}}
 
 
 @pytest.mark.parametrize("name", ["codex", "claude-code", "aider", "opencode"])
