@@ -56,9 +56,14 @@ class Recorded:
 
 @dataclass
 class Script:
+    """The scripted turn: write ``content`` to ``path``, then say ``final``. With ``command``, a CLI
+    that offers a shell tool (Codex) runs that shell command instead (to show what the agent's
+    process sees, say ``printf %s "$HOME" > home.txt``)."""
+
     path: str = "hello.txt"
     content: str = "hello from the fake model\n"
     final: str = "I wrote hello.txt."
+    command: str | None = None
 
 
 @dataclass
@@ -314,12 +319,14 @@ def _patch(script: Script) -> str:
 
 
 def _shell_command(script: Script) -> str:
+    if script.command is not None:
+        return script.command
     return f"printf %s {shlex.quote(script.content)} > {shlex.quote(script.path)}"
 
 
 def _responses_edit(tools: dict[str, dict[str, Any]], script: Script) -> dict[str, Any]:
     call_id = _id("call")
-    patch = tools.get("apply_patch")
+    patch = None if script.command is not None else tools.get("apply_patch")
     if patch is not None and patch.get("type") == "custom":
         return {"type": "custom_tool_call", "id": _id("ctc"), "call_id": call_id, "name": "apply_patch",
                 "input": _patch(script), "status": "completed"}
