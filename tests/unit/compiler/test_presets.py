@@ -21,7 +21,7 @@ from joch.store import Store
 from joch.store.base import Obj
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "providers"
-SECRETS = {"codex": "openai", "claude-code": "anthropic", "aider": "openai", "opencode": "openai"}
+SECRETS = {"codex": "openai", "claude-code": "anthropic", "aider": "openai", "opencode": "openai", "gemini": "gemini"}
 WORKSPACE = {"root": "/runs/u-1/1/work", "path": "/runs/u-1/1/work/app", "inputs": "/runs/u-1/1/inputs",
              "outputs": "/runs/u-1/1/outputs", "home": "/runs/u-1/1/home"}
 RUN = {"metadata": {"name": "fix-1", "namespace": "default", "uid": "u-1"}, "spec": {"parameters": {}}}
@@ -43,7 +43,7 @@ def admitted(store: Store) -> dict[str, Obj]:
 
 
 def invocation(provider: Obj, *, system_prompt: str | None = "Be careful.", task: dict[str, Any] | None = None,
-               parameters: dict[str, str] | None = None) -> Invocation:
+               parameters: dict[str, str] | None = None, session: dict[str, Any] | None = None) -> Invocation:
     name = provider["metadata"]["name"]
     secret_name = SECRETS[name]
     agent: Obj = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent",
@@ -61,7 +61,8 @@ def invocation(provider: Obj, *, system_prompt: str | None = "Be careful.", task
     assert compiled.ok, compiled.problems
     assert compiled.manifest is not None
     run = {**RUN, "spec": {"parameters": parameters or {}}}
-    context = build_context(compiled.manifest, run=run, attempt=1, implementation=task or TASK, workspace=WORKSPACE)
+    context = build_context(compiled.manifest, run=run, attempt=1, implementation=task or TASK, workspace=WORKSPACE,
+                            session=session)
     return render_invocation(compiled.manifest, context)
 
 
@@ -96,16 +97,63 @@ def test_codex_with_its_own_sandbox(admitted: dict[str, Obj]) -> None:
         "--sandbox", "workspace-write", "-c", 'approval_policy="never"')
 
 
+SUMMARY = "\n\nWhen you are done, write a short summary of what you changed and why to /runs/u-1/1/outputs/summary.md."
+RESUMING = ("You were interrupted. Continue the task below where you left off: check what is already done before "
+            "you change anything.\n\n")
+
+
 def test_claude_code(admitted: dict[str, Obj]) -> None:
     inv = invocation(admitted["claude-code"])
     assert inv.argv == (
-        "claude", "-p", "--output-format", "json", "--permission-mode", "acceptEdits", "--model", "sonnet",
-        "--add-dir", "/runs/u-1/1/outputs", "--",
-        PROMPT + "\n\nWhen you are done, write a short summary of what you changed and why to "
-                 "/runs/u-1/1/outputs/summary.md.")
-    assert (inv.env, inv.input_files) == ({}, ())
+        "claude", "-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "acceptEdits",
+        "--model", "sonnet", "--add-dir", "/runs/u-1/1/outputs", "--", PROMPT + SUMMARY)
+    assert inv.env == {"ANTHROPIC_BASE_URL": "https://api.anthropic.com", "CLAUDE_CODE_MAX_RETRIES": "10",
+                       "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+    assert (inv.input_files, inv.config_files) == ((), ())
     assert inv.outputs == (("summary", "summary.md", True),)
     assert inv.secret_env == (("ANTHROPIC_API_KEY", "anthropic", "api-key"),)
+    assert (inv.output_format, inv.resumable, inv.version_args) == ("claude-code", True, ("--version",))
+    assert inv.success["agentResult"] is True
+
+
+def test_claude_code_through_a_gateway_resuming_its_session(admitted: dict[str, Obj]) -> None:
+    inv = invocation(admitted["claude-code"], parameters={"baseUrl": "http://127.0.0.1:9", "maxRetries": "0",
+                                                          "permissionMode": "bypassPermissions"},
+                     session={"id": "5f1c-sess", "resumedFrom": 1})
+    assert inv.argv == (
+        "claude", "-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions",
+        "--model", "sonnet", "--add-dir", "/runs/u-1/1/outputs", "--resume", "5f1c-sess", "--",
+        RESUMING + PROMPT + SUMMARY)
+    assert (inv.env["ANTHROPIC_BASE_URL"], inv.env["CLAUDE_CODE_MAX_RETRIES"]) == ("http://127.0.0.1:9", "0")
+
+
+def test_gemini(admitted: dict[str, Obj]) -> None:
+    inv = invocation(admitted["gemini"])
+    assert inv.argv == (
+        "gemini", "--output-format", "stream-json", "--approval-mode", "auto_edit", "--skip-trust",
+        "--model", "gemini-2.5-pro", "--include-directories", "/runs/u-1/1/outputs", f"--prompt={PROMPT}{SUMMARY}")
+    assert inv.env == {"GOOGLE_GEMINI_BASE_URL": "https://generativelanguage.googleapis.com"}
+    assert inv.secret_env == (("GEMINI_API_KEY", "gemini", "api-key"),)
+    (path, content, mode), = inv.config_files
+    assert (path, mode) == (".gemini/settings.json", 0o600)
+    assert json.loads(content) == {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False, "maxAttempts": 10},
+        "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
+    assert inv.outputs == (("summary", "summary.md", True),)
+    assert (inv.output_format, inv.resumable) == ("gemini", True)
+    assert inv.success["agentResult"] is True
+
+
+def test_gemini_through_a_gateway_resuming_its_session(admitted: dict[str, Obj]) -> None:
+    inv = invocation(admitted["gemini"], parameters={"baseUrl": "http://127.0.0.1:9", "maxAttempts": "1",
+                                                     "model": "gemini-2.5-flash"},
+                     session={"id": "9a-sess", "resumedFrom": 1}, task={"text": "- fix the bug\n"}, system_prompt=None)
+    assert inv.argv[-4:] == ("/runs/u-1/1/outputs", "--resume", "9a-sess",
+                             f"--prompt={RESUMING}- fix the bug{SUMMARY}")  # a dash-led prompt is the option's value
+    assert inv.argv[inv.argv.index("--model") + 1] == "gemini-2.5-flash"
+    assert inv.env == {"GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:9"}
+    assert json.loads(inv.config_files[0][1])["general"]["maxAttempts"] == 1
 
 
 AIDER_FLAGS = ("--message-file", "/runs/u-1/1/inputs/task.md", "--yes-always", "--no-auto-commits",
@@ -172,7 +220,7 @@ def test_a_bare_task_and_a_chosen_model(admitted: dict[str, Obj], name: str) -> 
     assert "Acceptance criteria" not in prompt
 
 
-@pytest.mark.parametrize("name", ["codex", "claude-code", "aider", "opencode"])
+@pytest.mark.parametrize("name", ["codex", "claude-code", "aider", "opencode", "gemini"])
 def test_an_agent_must_allow_the_preset_secret(admitted: dict[str, Obj], name: str) -> None:
     provider = admitted[name]
 
