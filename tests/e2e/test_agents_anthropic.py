@@ -35,6 +35,9 @@ JOCH = Path(sys.executable).with_name("joch")
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 KEY = "sk-ant-fake-key-for-joch-e2e"
 GEMINI_KEY = "AIza-fake-key-for-joch-e2e"
+SANDBOX = ["--sandbox", os.environ.get("JOCH_TEST_AGENT_SANDBOX", "none")]
+"""Without the sandbox by default (it has tests of its own); ``JOCH_TEST_AGENT_SANDBOX=auto`` runs these
+agents in it (as ``nobody`` when the tests run as root)."""
 GEMINI_PRICING = {"inputPerMillionUsd": 1.25, "cachedInputPerMillionUsd": 0.31, "outputPerMillionUsd": 10.0}
 
 
@@ -109,7 +112,7 @@ def joch(tmp_path: Path) -> Iterator[Joch]:
            if not k.startswith(("JOCH_", "ANTHROPIC_", "CLAUDE_", "GEMINI_", "GOOGLE_"))}
     env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", "none"], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
+                               *SANDBOX], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
                               env=env, cwd=tmp_path)
     joch = Joch(f"http://127.0.0.1:{port}", log, repo)
     try:
