@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,7 @@ def setup_claude(joch: Joch, base_url: str, *extra: dict[str, Any], retry_limit:
     return "claude"
 
 
-def setup_gemini(joch: Joch, base_url: str, **parameters: str) -> str:
+def setup_gemini(joch: Joch, base_url: str, *, retry_limit: int = 0, **parameters: str) -> str:
     """Apply the Secret, the preset file as it is, a Model pricing the fake's model and an Agent
     pointing the preset at ``base_url``."""
     joch.apply(
@@ -149,7 +149,7 @@ def setup_gemini(joch: Joch, base_url: str, **parameters: str) -> str:
          "spec": {"provider": "google", "modelId": "gemini-2.5-pro", "pricing": GEMINI_PRICING}},
         {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "gemini"},
          "spec": {"providerRef": {"name": "gemini"}, "security": {"allowedSecrets": ["gemini"]},
-                  "defaults": {"retryLimit": 0,
+                  "defaults": {"retryLimit": retry_limit,
                                "parameters": {"baseUrl": base_url, "maxAttempts": "1", **parameters}}}},
     )
     return "gemini"
@@ -271,6 +271,26 @@ def test_claude_codes_is_error_is_the_runs_reason_and_message(joch: Joch) -> Non
     assert "API Error: 400 the fake refuses this request" in status["message"], status
 
 
+def kill_runner_mid_turn(joch: Joch, name: str, asked: Callable[[], list[Any]]) -> str:
+    """Once the agent waits for its second answer (the fake holds it) and its session is recorded,
+    kill -9 the run's runner and wait for the second attempt; the session id."""
+    deadline = time.monotonic() + 60
+    while True:
+        status = joch.run(name).get("status") or {}
+        if len(asked()) >= 2 and (status.get("session") or {}).get("id") and "runnerPid" in status.get(
+                "runtimeRef", {}):
+            break
+        assert time.monotonic() < deadline, (status, joch.logs(name))
+        time.sleep(0.1)
+    assert status["attempt"] == 1, status
+    os.kill(int(status["runtimeRef"]["runnerPid"]), 9)
+    session: str = status["session"]["id"]
+    while (joch.run(name).get("status") or {}).get("attempt") != 2:  # attempt 1's agent is gone by then
+        assert time.monotonic() < deadline + 60, (joch.run(name).get("status"), joch.logs(name))
+        time.sleep(0.1)
+    return session
+
+
 def test_claude_code_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     """The runner is killed (-9) while Claude Code waits for its second answer, its Write done; the
     retry runs ``claude --resume <the same session>`` in the same worktree, and the conversation
@@ -279,16 +299,7 @@ def test_claude_code_resumes_its_session_after_its_runner_is_killed(joch: Joch) 
     with FakeAnthropic(api_key=KEY, hold_turn=2) as fake:
         agent = setup_claude(joch, fake.url, retry_limit=1)
         joch.start("claude-resume", agent)
-        deadline = time.monotonic() + 60
-        while len(fake.agent_requests()) < 2 or not (joch.run("claude-resume").get("status") or {}).get(
-                "session", {}).get("id") or "runnerPid" not in joch.run("claude-resume")["status"].get(
-                "runtimeRef", {}):
-            assert time.monotonic() < deadline, (joch.run("claude-resume").get("status"), joch.logs("claude-resume"))
-            time.sleep(0.1)
-        first = joch.run("claude-resume")["status"]
-        session = first["session"]["id"]
-        assert first["attempt"] == 1
-        os.kill(int(first["runtimeRef"]["runnerPid"]), 9)
+        session = kill_runner_mid_turn(joch, "claude-resume", fake.agent_requests)
         fake.release()
         status = joch.wait_ended("claude-resume", seconds=120)
         asked = fake.agent_requests()
@@ -303,9 +314,7 @@ def test_claude_code_resumes_its_session_after_its_runner_is_killed(joch: Joch) 
     calls = [b for m in resumed.body["messages"] if m["role"] == "assistant" for b in m["content"]
              if isinstance(b, dict) and b.get("type") == "tool_use"]
     assert [c["name"] for c in calls] == ["Write"]
-    assert sum(1 for r in asked if any(
-        isinstance(b, dict) and b.get("type") == "tool_use" for m in r.body["messages"] if m["role"] == "assistant"
-        for b in m["content"])) >= 2  # the held turn and the resumed one both carried the first call
+    assert len(asked) == 3  # the Write, the held turn (its runner killed), the resumed final answer
 
 
 # --- Gemini CLI -----------------------------------------------------------------------------------
@@ -364,3 +373,24 @@ def test_gemini_refused_by_the_model_fails_with_its_own_message(joch: Joch) -> N
     status = gemini_refused(joch)
     assert status["reason"] == "AgentReportedError", status
     assert "the fake refuses this request" in status["message"], status
+
+
+def test_gemini_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
+    require_agent("gemini")
+    with FakeGemini(api_key=GEMINI_KEY, hold_turn=2) as fake:
+        agent = setup_gemini(joch, fake.url, retry_limit=1)
+        joch.start("gemini-resume", agent)
+        session = kill_runner_mid_turn(joch, "gemini-resume", fake.agent_requests)
+        fake.release()
+        status = joch.wait_ended("gemini-resume", seconds=120)
+        asked = fake.agent_requests()
+    assert_only_the_edit(joch, "gemini-resume", status)
+    assert status["attempt"] == 2, status
+    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
+    argv = status["invocation"]["argv"]
+    assert argv[argv.index("--resume") + 1] == session, argv
+    # The resumed conversation holds attempt 1's write_file call: nothing was redone.
+    calls = [p["functionCall"]["name"] for c in asked[-1].body["contents"] if c.get("role") == "model"
+             for p in c.get("parts") or () if "functionCall" in p]
+    assert calls == ["write_file"], asked[-1].body["contents"]
+    assert len(asked) == 3  # the write_file, the held turn (its runner killed), the resumed final answer

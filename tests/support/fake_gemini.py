@@ -11,6 +11,7 @@ body) and ``:streamGenerateContent?alt=sse`` (server-sent events, one ``data:`` 
   directory, made absolute against the one the CLI states in its first message), then with the
   final text;
 * ``loop=True`` keeps writing ``loop-<n>.txt`` instead of giving the final text (``max_loop`` at most);
+* ``hold_turn=n`` holds the n-th agent turn until ``release()`` (a run to kill mid-way);
 * ``api_key`` set: a request with another ``x-goog-api-key`` gets a 400;
 * a request asking for JSON (``generationConfig.responseMimeType`` ``application/json``: the CLI's
   own checks, such as "who speaks next") gets the smallest object its schema allows, with
@@ -60,6 +61,7 @@ class FakeGemini:
     cached_tokens: int = 0  # reported as cachedContentTokenCount on the agent's turns
     thought_tokens: int = 0  # reported as thoughtsTokenCount on the agent's turns (billed as output)
     delay: float = 0.0  # seconds to wait before each agent turn's answer
+    hold_turn: int | None = None  # this agent turn (1 = the first) waits for release(): a run to kill mid-way
     api_key: str | None = None  # when set, any other x-goog-api-key gets a 400 API_KEY_INVALID
     max_loop: int = 200  # a looping script still ends after this many calls
     port: int = 0
@@ -72,6 +74,8 @@ class FakeGemini:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._wake = threading.Event()
+        self._released = threading.Event()
+        self._turns = 0
 
     @property
     def url(self) -> str:
@@ -84,8 +88,13 @@ class FakeGemini:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
+    def release(self) -> None:
+        """Let the held turn (``hold_turn``) be answered."""
+        self._released.set()
+
     def stop(self) -> None:
         self._wake.set()
+        self._released.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -114,6 +123,11 @@ class FakeGemini:
             return self._response(model, [{"text": json.dumps(_example(schema))}], 50, 10)
         if not _is_agent_turn(body):
             return self._response(model, [{"text": "Fake answer."}], 20, 5)
+        with self._lock:
+            self._turns += 1
+            turn = self._turns
+        if turn == self.hold_turn:
+            self._released.wait()
         if self.delay:
             self._wake.wait(self.delay)
         done = _calls(body.get("contents") or [])
