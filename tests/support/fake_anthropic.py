@@ -29,6 +29,7 @@ import argparse
 import itertools
 import json
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -80,8 +81,7 @@ class FakeAnthropic:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> FakeAnthropic:
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", self.port), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
@@ -203,6 +203,15 @@ def _sse(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                                      "usage": {"output_tokens": usage["output_tokens"]}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a CLI killed while its answer was held) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:

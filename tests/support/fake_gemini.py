@@ -31,6 +31,7 @@ import argparse
 import itertools
 import json
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -83,8 +84,7 @@ class FakeGemini:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> FakeGemini:
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", self.port), _handler(self))
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -204,6 +204,15 @@ def _example(schema: Any) -> Any:
     if kind == "boolean":
         return False
     return "fake"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a CLI killed while its answer was held) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
