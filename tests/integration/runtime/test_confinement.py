@@ -9,16 +9,19 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import pwd
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.runtime.helpers import Repo, git_source, python_agent, spec, wait_for
+from integration.runtime.helpers import Repo, RunnerRun, git_source, python_agent, spec, wait_for
 from joch.runtime import sandbox
 from joch.runtime.base import Network, Output, RunId, RunState, Sandbox
 from joch.runtime.local import LocalRuntime
@@ -280,3 +283,33 @@ def test_a_network_that_cannot_be_enforced_fails_the_start(tmp_path: Path, mode:
                                         reason="the server was started with --sandbox none")
     finally:
         rt.close()
+
+
+def test_the_reason_for_no_sandbox_reaches_the_record(tmp_path: Path) -> None:
+    reason = "--sandbox auto: bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="none", sandbox_reason=reason)
+    try:
+        ref = rt.submit(spec(["id", "-u"], uid="none-reason"))
+        state = finished(rt, ref)
+        assert state.phase == "Succeeded"
+        assert state.sandbox == Sandbox(mode="none", user=os.geteuid(), network="on", reason=reason)
+        assert log_of(ref) == f"{os.geteuid()}\n"  # without the sandbox, the server's own user
+    finally:
+        rt.close()
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_joch_runner_takes_the_agent_user(make_run: Callable[..., RunnerRun]) -> None:
+    needs_bwrap()
+    r = make_run(spec(["id", "-u"]))
+    joch = str(Path(sys.executable).with_name("joch"))
+    done = subprocess.run([joch, "runner", "--spec", str(r.files.spec), *r.options(), "--sandbox", "bwrap",
+                           "--agent-user", "daemon"], env=r.env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert r.log() == f"{pwd.getpwnam('daemon').pw_uid}\n"
+    r = make_run(spec(["id", "-u"]))
+    done = subprocess.run([joch, "runner", "--spec", str(r.files.spec), *r.options(), "--sandbox", "bwrap",
+                           "--agent-user", "no-such-user-here"], env=r.env, capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and 'no user "no-such-user-here"' in done.stderr
+    state = r.state()
+    assert state is not None and (state.phase, state.reason) == ("Failed", "StartError")
