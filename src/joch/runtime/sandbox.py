@@ -217,7 +217,12 @@ class AgentUser:
     gets to see them. ``bwrap --unshare-user --uid N`` as root is not that: in a user namespace whose
     uid 0 is the host's root, root-owned files stay root's to the agent. Starting bubblewrap itself
     as the user (an unprivileged user namespace) would need that user to reach the run's directories
-    on the host, which the data directory's 0700 forbids.
+    on the host, which the data directory's 0700 forbids. setpriv executes the agent's program while
+    it still holds root's capabilities (a Python below /root starts), but nothing the agent executes
+    later does: a directory the user may not enter on the way to the program's installation, joch's
+    Python or the run's directories is therefore an empty tmpfs in the sandbox with just those
+    mounted back (``closed_to``), and the run's worktrees and mirrors are 0700 on the host, so no
+    other process of that uid (the host's own ``nobody``) reaches them there.
 
     What the agent writes (its worktree, the mirror's objects, refs and logs and the worktree's git
     directory, outputs and HOME) is chowned to it before it starts; the runner, root, still runs git

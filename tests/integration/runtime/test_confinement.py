@@ -146,6 +146,9 @@ def test_the_agent_commits_as_nobody_and_the_runner_still_writes_the_patch(sandb
     assert (Path(ref["dir"]) / "artifacts/outputs/result.txt").read_text() == "out\n"
     root = sandboxed.workspace_root(RunId("default", "demo", "conf-commit"))
     assert root.stat().st_uid == 65534 and (root / "new.txt").stat().st_uid == 65534
+    # ... and no other process of that uid on the host gets to them.
+    for private in (root.parent, sandboxed.mirrors):
+        assert private.stat().st_mode & 0o777 == 0o700, private
     # The next run of the same repository (a fetch into the mirror the agent wrote objects into) works.
     ref = sandboxed.submit(spec(["git", "log", "-1", "--format=%s"], uid="conf-next", git=git_source(repo)))
     state = finished(sandboxed, ref)
