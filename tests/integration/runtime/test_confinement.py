@@ -279,6 +279,8 @@ def test_a_network_that_cannot_be_enforced_fails_the_start(tmp_path: Path, mode:
         assert f"spec.security.network.mode is {mode}" in state.message
         assert "the server was started with --sandbox none" in state.message
         assert "--sandbox auto or bwrap" in state.message
+        assert state.sandbox == Sandbox(mode="none", user=os.geteuid(), network=mode,
+                                        reason="the server was started with --sandbox none")
         ref = rt.submit(spec(["true"], uid=f"net-{mode}-on"))
         state = finished(rt, ref)
         assert state.phase == "Succeeded"
