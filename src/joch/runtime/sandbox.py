@@ -9,8 +9,10 @@ standard library and ``workspace`` (the runner's start-up time is every run's di
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -292,6 +294,25 @@ def give(user: AgentUser, *paths: Path) -> None:
                 _own(Path(base, name), user)
 
 
+def readable(top: Path, *, skip: Iterable[str] = ()) -> None:
+    """Let everyone read ``top`` and what is below it but ``skip`` (the mirror's config, HEAD and
+    packed-refs, which the agent's git reads, written under whatever umask the server has; the
+    mirrors directory itself is 0700 on the host)."""
+    skipped = set(skip)
+    for base, dirs, names in os.walk(top):
+        if base == str(top):
+            dirs[:] = [d for d in dirs if d not in skipped]
+        for name in (*dirs, *names):
+            path = os.path.join(base, name)
+            with contextlib.suppress(OSError):
+                status = os.lstat(path)
+                wanted = 0o555 if stat.S_ISDIR(status.st_mode) else 0o444
+                if not stat.S_ISLNK(status.st_mode) and status.st_mode & wanted != wanted:
+                    os.chmod(path, status.st_mode | wanted)
+    with contextlib.suppress(OSError):
+        os.chmod(top, os.stat(top).st_mode | 0o555)  # noqa: S103 - below the 0700 mirrors directory
+
+
 def _own(path: Path, user: AgentUser) -> None:
     try:
         status = os.lstat(path)
@@ -377,6 +398,7 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
             writable += [checkout.mirror / part for part in ("objects", "refs", "logs")]
             for part in ("objects", "refs", "logs"):
                 (checkout.mirror / part).mkdir(exist_ok=True)
+            readable(checkout.mirror, skip=("objects", "refs", "logs", "worktrees"))
         give(user, *writable)
     if network.mode == "limited":
         from joch.runtime import netbridge  # only for limited runs: start-up time matters

@@ -157,6 +157,24 @@ def test_the_agent_commits_as_nobody_and_the_runner_still_writes_the_patch(sandb
 
 
 @pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_the_agent_commits_under_a_server_with_a_strict_umask(tmp_path: Path, repo: Repo) -> None:
+    needs_bwrap()
+    before = os.umask(0o077)  # the mirror's config, HEAD and packed-refs are root's only as written
+    try:
+        rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="bwrap")
+        try:
+            ref = rt.submit(spec(["sh", "-c", "echo x >> README.md && git commit --quiet -am umask && git log -1 "
+                                 "--format=%s"], uid="conf-umask", git=git_source(repo)))
+            state = finished(rt, ref)
+        finally:
+            rt.close()
+    finally:
+        os.umask(before)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == "umask\n"
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
 def test_another_agent_user_is_taken_and_a_bad_one_refused(tmp_path: Path) -> None:
     needs_bwrap()
     rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="bwrap", agent_user="4321:4322")
