@@ -44,6 +44,20 @@ lost update. What the controller decides and why:
 * Retries (``Agent.spec.defaults.retryLimit``) apply to failures that another attempt might not
   repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout, a
   binary that cannot start or a full disk (``DiskFull``) fail at once.
+* **Resume, or start over.** An attempt retried after its runner was lost (``RunnerLost``: the
+  runner, or the whole server, killed) continues the agent CLI's session when the provider is
+  ``resumable`` and the runner recorded the session id (``RunState.session``): the decision is made
+  when the attempt ends and written into ``status.session`` (``id``, the new ``attempt``,
+  ``resumedFromAttempt``), so a dispatch resumed after a crash decides the same. The next attempt's
+  ``RunnerSpec.resume`` names the attempt whose worktree holds the session (the lost one, or the
+  one it resumed in turn), its templates see ``session.id`` and that worktree's paths, and the
+  worktree is kept instead of cleaned up until the run ends. An agent that failed on its own starts
+  over: its session is what failed. The ``Retrying`` event says which.
+* **What ran is recorded.** The runner's record (``RunState``: ``invocation``, ``base_commit``,
+  ``sandbox``, ``session``, ``omitted``) is copied into the run's status while it runs and when the
+  attempt ends (``note_runtime_facts``); the provider's policies, config files and version
+  arguments, the Agent's network and the manifest hash go the other way, into the ``RunnerSpec``
+  (``runner_fields``).
 * **Budgets** (``budgets``): before a run is queued, and again before it takes a slot, its
   reservation is checked against every Budget that applies; a run that does not fit ends
   ``Failed/BudgetExceeded`` (``onExceed: deny``) or waits ``Queued`` with reason ``BudgetExceeded``
