@@ -156,9 +156,11 @@ class LocalRuntime(Runtime):
         _check_run(run)
         return runner.RunFiles(self.root / "runs" / run_dir_name(run))
 
-    def workspace_root(self, run: RunId) -> Path:
+    def workspace_root(self, run: RunId, resume_attempt: int | None = None) -> Path:
+        """The attempt's checkout; with ``resume_attempt`` (``RunnerSpec.resume.attempt``) the
+        earlier attempt's, which a resumed attempt works in."""
         _check_run(run)
-        return self.root / "workspaces" / f"{run.uid}-{run.attempt}"
+        return self.root / "workspaces" / f"{run.uid}-{resume_attempt or run.attempt}"
 
     def workspace(self, run: RunId, git: GitSource | None, resume_attempt: int | None = None) -> Workspace:
         """The run's paths; ``ValueError`` when ``git.path`` leaves the checkout or the uid cannot
@@ -167,8 +169,7 @@ class LocalRuntime(Runtime):
             raise ValueError(f'repository "{git.url}" is inside this server\'s data directory ({inside}): its '
                              "mirrors and other runs' worktrees are not repositories a run may check out")
         try:
-            root = self.workspace_root(dataclasses.replace(run, attempt=resume_attempt) if resume_attempt else run)
-            return runner.workspace_of(self.files(run), root, git)
+            return runner.workspace_of(self.files(run), self.workspace_root(run, resume_attempt), git)
         except workspace.WorkspaceError as exc:
             raise ValueError(str(exc)) from None
 
