@@ -806,7 +806,7 @@ class RunController(Controller):
         note_runtime_facts(status, state)
         retrying = state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
             and not run["spec"].get("cancel") and metering.exceeded(run) is None
-        resume = self._resumption(run, state, attempt) if retrying else None
+        resume = self._resumption(run, state, status) if retrying else None
         if resume is None:
             self._cleanup(key, ref, keep_records=True)
             self._cleanup_resumed(key, run, attempt)
@@ -852,13 +852,15 @@ class RunController(Controller):
         self._release(key)
         return None
 
-    def _resumption(self, run: Obj, state: rt.RunState, attempt: int) -> rt.Resume | None:
+    def _resumption(self, run: Obj, state: rt.RunState, status: Mapping[str, Any]) -> rt.Resume | None:
         """Whether the attempt that just ended is continued rather than started over: only after its
         runner was lost (the agent itself did not fail), for a ``resumable`` provider, and when the
         runner recorded the agent's session id. The next attempt then works in the worktree that
-        session was made in: this attempt's, or the one it resumed in turn."""
-        session = state.session
-        if state.reason != "RunnerLost" or session is None or not session.id:
+        session was made in: this attempt's, or the one it resumed in turn (``status``: the run's
+        status with the attempt's record noted)."""
+        attempt = int(status.get("attempt") or 1)
+        noted = status.get("session") or {}
+        if state.reason != "RunnerLost" or state.session is None or not state.session.id:
             return None
         namespace = run["metadata"].get("namespace") or ""
         agent = self._read(kinds.AGENT, namespace, run["spec"]["agentRef"]["name"])
@@ -866,8 +868,10 @@ class RunController(Controller):
         provider = self._read(kinds.AGENT_PROVIDER, namespace, provider_name) if provider_name else None
         if not ((provider or {}).get("spec") or {}).get("resumable"):
             return None
-        earlier = session.resumed_from if session.resumed_from and session.resumed_from < attempt else attempt
-        return rt.Resume(attempt=earlier, session_id=session.id)
+        earlier = noted.get("resumedFromAttempt") if noted.get("attempt") == attempt else None
+        if not isinstance(earlier, int) or not 1 <= earlier < attempt:
+            earlier = attempt
+        return rt.Resume(attempt=earlier, session_id=state.session.id)
 
     def _cleanup_resumed(self, key: Key, run: Obj, attempt: int) -> None:
         """Remove the worktree of the earlier attempt the ending one resumed (kept for it)."""
@@ -1021,8 +1025,11 @@ def note_runtime_facts(status: dict[str, Any], state: rt.RunState) -> None:
         status["sandbox"] = _present({"mode": box.mode, "user": box.user, "network": box.network,
                                       "reason": box.reason})
     if state.session is not None and (state.session.id or state.session.resumed_from):
-        status["session"] = _present({"id": state.session.id, "attempt": attempt,
-                                      "resumedFromAttempt": state.session.resumed_from})
+        before = status.get("session") or {}
+        resumed = state.session.resumed_from
+        if resumed is None and before.get("attempt") == attempt:
+            resumed = before.get("resumedFromAttempt")  # decided here when the attempt was queued
+        status["session"] = _present({"id": state.session.id, "attempt": attempt, "resumedFromAttempt": resumed})
     if state.omitted:
         status["omitted"] = [{"path": o.path, "size": o.size, "message": o.message} for o in state.omitted]
 

@@ -27,6 +27,9 @@ out = pathlib.Path(sys.argv[1]); worktree = pathlib.Path(sys.argv[2]); attempt =
 (out / f"argv-{attempt}").write_text(json.dumps(sys.argv[1:]))
 if "--resume" in sys.argv:
     (out / "found").write_text(str((worktree / "work-of-attempt-1").exists()))
+    if (out / f"sleep-{attempt}").exists():
+        (out / f"pid-{attempt}").write_text(str(os.getpid()))
+        time.sleep(60)
     sys.exit(0)
 if attempt == "1":
     (worktree / "work-of-attempt-1").write_text("half done")
@@ -58,18 +61,17 @@ def record_session(env: Env, uid: str, attempt: int, session_id: str) -> None:
     runner.write_durably(state, json.dumps(record).encode())
 
 
-def kill_runner_after_session(env: Env, name: str, out: Path) -> dict[str, Any]:
-    wait_for(out / "pid")
-    run = env.wait(name, {"Running"})
-    uid = run["metadata"]["uid"]
-    while "runnerPid" not in run["status"]["runtimeRef"]:
-        run = env.wait(name, {"Running"})
-    record_session(env, uid, 1, "sess-1")
+def kill_runner_after_session(env: Env, name: str, out: Path, attempt: int = 1) -> dict[str, Any]:
+    wait_for(out / ("pid" if attempt == 1 else f"pid-{attempt}"))
     deadline = time.monotonic() + 15
-    while ((run := env.run(name))["status"].get("session") or {}).get("id") != "sess-1":
+    while (run := env.run(name))["status"].get("attempt") != attempt or "runnerPid" not in (
+            run["status"].get("runtimeRef") or {}):
+        assert time.monotonic() < deadline, run["status"]
+        time.sleep(0.05)
+    record_session(env, run["metadata"]["uid"], attempt, f"sess-{attempt}")
+    while ((run := env.run(name))["status"].get("session") or {}).get("id") != f"sess-{attempt}":
         assert time.monotonic() < deadline, run["status"]  # mapped into status while it runs
         time.sleep(0.05)
-    assert run["status"]["session"] == {"id": "sess-1", "attempt": 1}
     os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
     return run
 
@@ -84,7 +86,9 @@ def test_a_lost_runner_of_a_resumable_provider_is_resumed_in_the_same_worktree(m
     out.mkdir()
     env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 1}))
     name = env.create_run()
-    uid = kill_runner_after_session(env, name, out)["metadata"]["uid"]
+    run = kill_runner_after_session(env, name, out)
+    assert run["status"]["session"] == {"id": "sess-1", "attempt": 1}
+    uid = run["metadata"]["uid"]
     run = env.wait(name, {"Succeeded", "Failed"}, timeout=30)
     status = run["status"]
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
@@ -102,6 +106,26 @@ def test_a_lost_runner_of_a_resumable_provider_is_resumed_in_the_same_worktree(m
     while Path(first_worktree).exists():
         assert time.monotonic() < deadline, "attempt 1's worktree was never removed"
         time.sleep(0.05)
+
+
+def test_an_attempt_lost_while_resuming_is_resumed_in_the_first_worktree(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    (out / "sleep-2").write_text("")  # attempt 2 (resuming) sleeps too, and its runner is killed
+    env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 2}))
+    name = env.create_run()
+    uid = kill_runner_after_session(env, name, out)["metadata"]["uid"]
+    run = kill_runner_after_session(env, name, out, attempt=2)
+    # the runner recorded the CLI's (new) session id without resumed_from: status still knows
+    assert run["status"]["session"] == {"id": "sess-2", "attempt": 2, "resumedFromAttempt": 1}
+    status = env.wait(name, {"Succeeded", "Failed"}, timeout=30)["status"]
+    assert status["phase"] == "Succeeded" and status["attempt"] == 3, status
+    assert status["session"] == {"id": "sess-2", "attempt": 3, "resumedFromAttempt": 1}
+    first_worktree = str(env.data_dir / "workspaces" / f"{uid}-1")
+    assert json.loads((out / "argv-3").read_text())[1:] == [first_worktree, "3", "--resume", "sess-2"]
+    resume = spec_of(env, uid, 3).resume
+    assert resume is not None and (resume.attempt, resume.session_id) == (1, "sess-2")
 
 
 def test_a_provider_that_is_not_resumable_starts_over(make_env: Callable[..., Env]) -> None:
