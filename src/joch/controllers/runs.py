@@ -52,7 +52,9 @@ lost update. What the controller decides and why:
   ``RunnerSpec.resume`` names the attempt whose worktree holds the session (the lost one, or the
   one it resumed in turn), its templates see ``session.id`` and that worktree's paths, and the
   worktree is kept instead of cleaned up until the run ends. An agent that failed on its own starts
-  over: its session is what failed. The ``Retrying`` event says which.
+  over: its session is what failed. The ``Retrying`` event says which. An attempt that missed its
+  deadline while its user raised ``spec.timeoutSeconds`` (above what the attempt ran) continues the
+  same way, retry limit or not — the user asked for more time; each attempt gets the whole timeout.
 * **What ran is recorded.** The runner's record (``RunState``: ``invocation``, ``base_commit``,
   ``sandbox``, ``session``, ``omitted``) is copied into the run's status while it runs and when the
   attempt ends (``note_runtime_facts``); the provider's policies, config files and version
@@ -804,9 +806,11 @@ class RunController(Controller):
         artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
         _note_refused(status, state.refused)
         note_runtime_facts(status, state)
-        retrying = state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
-            and not run["spec"].get("cancel") and metering.exceeded(run) is None
-        resume = self._resumption(run, state, status) if retrying else None
+        live = not run["spec"].get("cancel") and metering.exceeded(run) is None
+        retrying = state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit and live
+        extended = reason == "DeadlineExceeded" and live and self._deadline_raised(run, state) is not None
+        resume = self._resumption(run, state, status) if retrying or extended else None
+        retrying = retrying or (extended and resume is not None)
         if resume is None:
             self._cleanup(key, ref, keep_records=True)
             self._cleanup_resumed(key, run, attempt)
@@ -824,6 +828,9 @@ class RunController(Controller):
         if retrying:
             status.update(attempt=attempt + 1, exitCode=state.exit_code, artifacts=artifacts)
             note = f"attempt {attempt} failed ({message}); retrying as attempt {attempt + 1} of {retry_limit + 1}"
+            if reason == "DeadlineExceeded":
+                note = (f"attempt {attempt} ran out of time ({message}), and spec.timeoutSeconds was raised to "
+                        f"{self._deadline_raised(run, state) or 0:g} s meanwhile; continuing as attempt {attempt + 1}")
             if resume is not None:
                 # The next attempt continues the agent's session in the worktree it was made in.
                 status["session"] = {"id": resume.session_id, "attempt": attempt + 1,
@@ -854,13 +861,17 @@ class RunController(Controller):
 
     def _resumption(self, run: Obj, state: rt.RunState, status: Mapping[str, Any]) -> rt.Resume | None:
         """Whether the attempt that just ended is continued rather than started over: only after its
-        runner was lost (the agent itself did not fail), for a ``resumable`` provider, and when the
-        runner recorded the agent's session id. The next attempt then works in the worktree that
+        runner was lost (the agent itself did not fail) or it missed a deadline the user has raised
+        since (``_deadline_raised``), for a ``resumable`` provider, and when the runner recorded the
+        agent's session id. The next attempt then works in the worktree that
         session was made in: this attempt's, or the one it resumed in turn (``status``: the run's
         status with the attempt's record noted)."""
         attempt = int(status.get("attempt") or 1)
         noted = status.get("session") or {}
-        if state.reason != "RunnerLost" or state.session is None or not state.session.id:
+        # the runner's final record, else what it recorded while the agent ran (status.session)
+        session_id = (state.session.id if state.session is not None else None) or (
+            noted.get("id") if noted.get("attempt") == attempt else None)
+        if state.reason not in ("RunnerLost", "DeadlineExceeded") or not session_id:
             return None
         namespace = run["metadata"].get("namespace") or ""
         agent = self._read(kinds.AGENT, namespace, run["spec"]["agentRef"]["name"])
@@ -871,7 +882,17 @@ class RunController(Controller):
         earlier = noted.get("resumedFromAttempt") if noted.get("attempt") == attempt else None
         if not isinstance(earlier, int) or not 1 <= earlier < attempt:
             earlier = attempt
-        return rt.Resume(attempt=earlier, session_id=state.session.id)
+        return rt.Resume(attempt=earlier, session_id=str(session_id))
+
+    def _deadline_raised(self, run: Obj, state: rt.RunState) -> float | None:
+        """The run's timeout when it was raised above what the attempt that just missed its deadline
+        had (the attempt ran about that long), else None: the user extended the deadline while the
+        agent ran, so a resumable session may continue with the new timeout."""
+        if state.started_at is None or state.finished_at is None:
+            return None
+        timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
+        ran = state.finished_at - state.started_at
+        return timeout if timeout > ran + self.options.grace_seconds + 1.0 else None
 
     def _cleanup_resumed(self, key: Key, run: Obj, attempt: int) -> None:
         """Remove the worktree of the earlier attempt the ending one resumed (kept for it)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.controllers.test_runs import Env, agent, make_env, provider, repo, script
+from joch.api import kinds
 from joch.runtime import runner
 from joch.runtime.base import RunnerSpec
 
@@ -126,6 +127,45 @@ def test_an_attempt_lost_while_resuming_is_resumed_in_the_first_worktree(make_en
     assert json.loads((out / "argv-3").read_text())[1:] == [first_worktree, "3", "--resume", "sess-2"]
     resume = spec_of(env, uid, 3).resume
     assert resume is not None and (resume.attempt, resume.session_id) == (1, "sess-2")
+
+
+def test_a_deadline_raised_while_the_agent_ran_continues_its_session(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    env.apply(resumable(out, resumable=True), agent("a", "p"))  # no retries: the raise alone continues it
+    name = env.create_run(timeoutSeconds=6)
+    wait_for(out / "pid")
+    run = env.wait(name, {"Running"})
+    uid = run["metadata"]["uid"]
+    while "runnerPid" not in (run["status"].get("runtimeRef") or {}):
+        run = env.wait(name, {"Running"})
+    record_session(env, uid, 1, "sess-1")
+    while ((run := env.run(name))["status"].get("session") or {}).get("id") != "sess-1":
+        assert run["status"]["phase"] == "Running", run["status"]
+        time.sleep(0.05)
+    env.store.update(kinds.AGENT_RUN, {**run, "spec": {**run["spec"], "timeoutSeconds": 60}})
+    status = env.wait(name, {"Succeeded", "Failed"}, timeout=30)["status"]
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
+    assert status["session"] == {"id": "sess-1", "attempt": 2, "resumedFromAttempt": 1}
+    assert json.loads((out / "argv-2").read_text())[3:] == ["--resume", "sess-1"]
+    notes = [m for reason, m in env.events(name) if reason == "Retrying"]
+    assert "spec.timeoutSeconds was raised to 60 s meanwhile; continuing as attempt 2" in notes[0], notes
+
+
+def test_a_missed_deadline_that_was_not_raised_fails(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 1}))
+    name = env.create_run(timeoutSeconds=2)
+    wait_for(out / "pid")
+    run = env.wait(name, {"Running"})
+    while "runnerPid" not in (run["status"].get("runtimeRef") or {}):
+        run = env.wait(name, {"Running"})
+    record_session(env, run["metadata"]["uid"], 1, "sess-1")
+    status = env.wait(name, {"Succeeded", "Failed"}, timeout=30)["status"]
+    assert (status["phase"], status["reason"], status["attempt"]) == ("Failed", "DeadlineExceeded", 1), status
 
 
 def test_a_provider_that_is_not_resumable_starts_over(make_env: Callable[..., Env]) -> None:
