@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from integration.runtime import lineformat
 from integration.runtime.helpers import (
     PYTHON,
@@ -32,6 +34,7 @@ from integration.runtime.helpers import (
 from joch.runtime import runner
 from joch.runtime.base import ConfigFile, Output, PatchPolicy, Resume, RunnerSpec, RunState, Session, SuccessPolicy
 from joch.runtime.local import LocalRuntime
+from joch.runtime.sandbox import sandbox_problem
 
 TESTS = str(Path(__file__).resolve().parents[2])
 
@@ -59,24 +62,31 @@ json.dump({"env": dict(os.environ), "files": sorted(os.listdir(home))}, open(sys
 """
 
 
-def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[..., RunnerRun],
-                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", [
+    "none",
+    pytest.param("bwrap", marks=pytest.mark.skipif(sandbox_problem() is not None,
+                                                   reason=f"bubblewrap does not work here: {sandbox_problem()}")),
+])
+def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[..., RunnerRun], tmp_path: Path,
+                                                             sandbox: str) -> None:
     server_home = tmp_path / "server-home"
     (server_home / ".codex").mkdir(parents=True)
     (server_home / ".codex" / "config.toml").write_text("operator's own\n")
     configs = (ConfigFile(".codex/config.toml", 'model = "m1"\n'),
                ConfigFile(".config/tool/settings.json", "{}", mode=0o644))
-    runs = [make_run(spec([*python_agent(DUMP_ENV), str(tmp_path / f"env-{n}.json")], uid=f"uid-{n}",
-                          config_files=configs), env={"HOME": str(server_home), "XDG_CONFIG_HOME": "/etc/xdg-x"})
-            for n in (1, 2)]
-    started = [r.start() for r in runs]  # concurrently
+    runs = [make_run(spec([*python_agent(DUMP_ENV), "ENV_JSON"], uid=f"uid-{n}", config_files=configs),
+                     env={"HOME": str(server_home), "XDG_CONFIG_HOME": "/etc/xdg-x"}) for n in (1, 2)]
+    for r in runs:  # written to the outputs: the sandbox's /tmp is not the host's
+        r.files.spec.write_text(r.files.spec.read_text().replace("ENV_JSON", str(r.files.outputs / "env.json")))
+    started = [subprocess.Popen([*r.command(), "--sandbox", sandbox], env=r.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT) for r in runs]  # concurrently
     for proc in started:
         assert proc.wait(timeout=60) == 0, proc.stdout.read() if proc.stdout else ""
     homes = []
     for n, r in enumerate(runs, 1):
         state = r.state()
         assert state is not None and state.phase == "Succeeded", state
-        seen = json.loads((tmp_path / f"env-{n}.json").read_text())
+        seen = json.loads((r.files.outputs / "env.json").read_text())
         env = seen["env"]
         home = r.files.home
         assert env["HOME"] == str(home)
@@ -90,6 +100,7 @@ def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[
         assert (home / "written-by-the-agent").read_text() == "mine"
         assert all((home / sub).is_dir() for sub in (".config", ".local/share", ".cache", ".local/state"))
         homes.append(env["HOME"])
+        assert state.sandbox is not None and state.sandbox.mode == sandbox
     assert homes[0] != homes[1]
     assert (server_home / ".codex" / "config.toml").read_text() == "operator's own\n"
     assert sorted(p.name for p in server_home.iterdir()) == [".codex"]
