@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,9 +176,8 @@ def test_the_record_says_what_ran(make_run: Callable[..., RunnerRun], tmp_path: 
 class Callback:
     """A real HTTP server on 127.0.0.1 standing in for the run callback: it records what it is sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: threading.Event | None = None) -> None:
         import http.server
-        import threading
 
         self.posts: list[tuple[str, str, dict[str, Any]]] = []
         posts = self.posts
@@ -185,6 +185,8 @@ class Callback:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if gate is not None:
+                    gate.wait(30)  # an answer that takes its time
                 posts.append((self.path, self.headers.get("Authorization", ""), body))
                 answer = json.dumps({"accepted": len(body["events"])}).encode()
                 self.send_response(200)
@@ -248,6 +250,28 @@ def test_usage_and_the_session_from_the_agents_output(make_run: Callable[..., Ru
         assert path == "/v1/namespaces/default/agentruns/demo/callback"
         assert authorization == f"Bearer {token}"
     assert token not in r.log()
+
+
+def test_a_slow_callback_does_not_hold_up_the_log(make_run: Callable[..., RunnerRun], tmp_path: Path) -> None:
+    gate = threading.Event()
+    callback = Callback(gate)
+    release = tmp_path / "release"
+    code = ("import os, sys, time\nprint('USAGE u1 1 1 0.1', flush=True)\nprint('after the usage', flush=True)\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n")
+    r = make_run(spec([*python_agent(code), str(release)], output_format=lineformat.NAME,
+                      secret_env=("JOCH_RUN_TOKEN",)), env={"JOCH_RUN_TOKEN": "jrt1_t"})
+    env = {**r.env, "PYTHONPATH": os.pathsep.join([TESTS, r.env.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(with_test_format(r, "--api-url", callback.url), env=env)
+    try:
+        # The post is held by the server, and the log goes on meanwhile.
+        wait_for(lambda: r.files.log.exists() and "after the usage" in r.log(), timeout=20)
+        assert callback.posts == []
+    finally:
+        gate.set()
+        release.touch()
+        assert proc.wait(timeout=60) == 0
+        callback.close()
+    assert [e["id"] for e in callback.events()] == ["a1-u1", "a1-final"]
 
 
 def test_usage_that_cannot_be_reported_and_a_failing_parser_do_not_fail_the_run(
