@@ -571,7 +571,12 @@ class Runner:
         checkout = workspace.reuse(cache=self.cache, git=self.spec.git, root=self.root, base=state.base_commit)
         if earlier.home.is_dir():
             # Links are copied as links: what the earlier agent pointed at is not read here.
-            shutil.copytree(earlier.home, self.files.home, symlinks=True, dirs_exist_ok=True)
+            try:
+                shutil.copytree(earlier.home, self.files.home, symlinks=True, dirs_exist_ok=True)
+            except shutil.Error as exc:  # what could not be copied (a socket, a pipe): the rest was
+                failed = [str(item[0]) for item in exc.args[0]] if exc.args and isinstance(exc.args[0], list) else []
+                _say(f"joch runner: resuming attempt {resume.attempt}: not copied from its HOME: "
+                     f"{', '.join(failed[:10]) or exc}")
         self._session = Session(id=resume.session_id, resumed_from=resume.attempt)
         return checkout
 

@@ -393,6 +393,7 @@ tool = pathlib.Path(os.environ["HOME"], ".tool")
 tool.mkdir()
 (tool / "session.json").write_text('{"id": "s-1"}')
 (tool / "link").symlink_to("/nonexistent/target")
+os.mkfifo(tool / "fifo")  # not copied (reading it would block), and no reason to fail
 print("SESSION s-1", flush=True)
 raise SystemExit(1)
 """
