@@ -5,7 +5,8 @@ Layout below ``root`` (the server's data directory)::
     runs/<uid>/<attempt>/     the run directory (see ``runner``): spec.json, state.json, log, inputs/,
                               outputs/, artifacts/, plus ref.json (the reference submit returned) and
                               runner.log (the runner's own stderr: a traceback is a bug)
-    workspaces/<uid>-<attempt>/   the git worktree (or empty directory) the agent works in
+    workspaces/<uid>-<attempt>/   the git worktree (or empty directory) the agent works in; an attempt that
+                              resumes another (``RunnerSpec.resume``) works in that one's (``resumed_root``)
     mirrors/<key>.git         bare mirrors shared by all runs of a repository (see ``workspace``)
 
 Decisions:
@@ -48,6 +49,11 @@ Decisions:
   likely died writing), not ``Lost``. When even that record cannot be written, the ending is kept in
   memory (the same answer every time), logged once, and written when space returns; the monitor
   logs a failure that repeats at every poll once, not every ``poll_interval``.
+* **A worktree outlives its attempt when another may continue in it.** Cleanup keeps the worktree of
+  an attempt that failed or was lost after its CLI said a session id (the record's ``session``):
+  the retry that resumes that session (``--workspace`` is the same directory, and ``workspace(...,
+  resume=...)`` says so to the templates) needs the work and the path. It goes when that later
+  attempt is cleaned up, or when the run is deleted.
 * **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
   tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
