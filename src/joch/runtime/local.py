@@ -49,11 +49,10 @@ Decisions:
   likely died writing), not ``Lost``. When even that record cannot be written, the ending is kept in
   memory (the same answer every time), logged once, and written when space returns; the monitor
   logs a failure that repeats at every poll once, not every ``poll_interval``.
-* **A worktree outlives its attempt when another may continue in it.** Cleanup keeps the worktree of
-  an attempt that failed or was lost after its CLI said a session id (the record's ``session``):
-  the retry that resumes that session (``--workspace`` is the same directory, and ``workspace(...,
-  resume=...)`` says so to the templates) needs the work and the path. It goes when that later
-  attempt is cleaned up, or when the run is deleted.
+* **A resumed attempt works in the worktree of the attempt it continues** (``RunnerSpec.resume``:
+  ``--workspace`` is that directory, and ``workspace(..., resume=...)`` says so to the templates), so
+  the caller must not ``cleanup`` that attempt before: the run controller skips it when it retries
+  with a resume. Cleaning up either attempt removes the shared worktree (``resumed_root``).
 * **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
   tmpfs with the run's own worktree, mirror, outputs and HOME mounted back. Without it, an agent runs
@@ -460,8 +459,6 @@ class LocalRuntime(Runtime):
             self._wait_finished(ref, files)
         run = _run_of(files)
         spec = _spec_of(files)
-        if keep_records and _may_be_resumed(runner.read_state(files.state)):
-            return  # a later attempt may continue in its worktree: removed with the run, or after that attempt
         workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self._root_of(files))
         if not keep_records:
             # The run is going away: every attempt's records go with it (earlier attempts of a
@@ -584,13 +581,6 @@ def resolve_sandbox(sandbox: str) -> str:
                    "including other runs' files and this server's environment (--sandbox none to silence this)",
                    problem)
     return "none"
-
-
-def _may_be_resumed(state: RunState | None) -> bool:
-    """Whether a later attempt may continue this one (``RunnerSpec.resume``): it failed or its runner
-    was lost, after the agent's CLI said its session id."""
-    return (state is not None and state.phase in ("Failed", "Lost") and state.session is not None
-            and state.session.id is not None)
 
 
 def _check_run(run: RunId) -> None:

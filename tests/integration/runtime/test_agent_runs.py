@@ -437,14 +437,25 @@ def test_a_resumed_attempt_continues_in_the_earlier_worktree_and_home(repo: Repo
     assert "+first attempt\n+second attempt\n" in patch  # both attempts' work, against the first's base
     assert (first.files.home / ".tool" / "session.json").exists()  # a copy: the first attempt's HOME stays
 
+    # Attempt 3 continues the session attempt 2 continued: attempt 1's worktree, attempt 2's HOME.
+    write_home = ("import os, pathlib; p = pathlib.Path(os.environ['HOME'], '.tool', 'turns'); "
+                  "p.write_text(p.read_text() + 'turn\\n' if p.exists() else 'turn\\n'); "
+                  "print(p.read_text().count('turn')); raise SystemExit(int(os.environ['CODE']))")
+    for attempt, exit_code in ((3, 1), (4, 0)):
+        r = attempt_run(tmp_path, spec(python_agent(write_home), attempt=attempt, git=git_source(repo),
+                                       env={"CODE": str(exit_code)}, resume=Resume(attempt=1, session_id="s-1")))
+        _, state = r.run()
+        assert state.session == Session("s-1", 1) and r.log() == f"{attempt - 2}\n", (state, r.log())
+    assert not (first.files.home / ".tool" / "turns").exists()
+
     # A worktree that is gone is not silently replaced by a fresh checkout.
     shutil.rmtree(first.workspace_root)
-    third = attempt_run(tmp_path, spec(["true"], attempt=3, git=git_source(repo), resume=Resume(1, "s-1")))
+    third = attempt_run(tmp_path, spec(["true"], attempt=5, git=git_source(repo), resume=Resume(1, "s-1")))
     _, three = third.run()
     assert (three.phase, three.reason) == ("Failed", "WorkspaceError")
     assert three.message == (f"cannot resume: the workspace {first.workspace_root} of the attempt to continue is gone")
-    fourth = attempt_run(tmp_path, spec(["true"], attempt=4, resume=Resume(9, "s-1")))
-    assert fourth.run()[1].message == "cannot resume attempt 9: attempt 4 can only continue an earlier one"
+    fourth = attempt_run(tmp_path, spec(["true"], attempt=6, resume=Resume(9, "s-1")))
+    assert fourth.run()[1].message == "cannot resume attempt 9: attempt 6 can only continue an earlier one"
 
 
 SLOW_FIRST = """
@@ -466,8 +477,6 @@ def test_a_lost_attempt_is_resumed_by_the_local_runtime(local: LocalRuntime, rep
     wait_for(lambda: not group_members(one.pid), timeout=5)  # its agent is gone too
     # What the output parser records when the CLI prints its session id (see the runner tests).
     runner.write_state(local.files(s1.run).state, dataclasses.replace(one, session=Session("sid-1")))
-    local.cleanup(ref1, keep_records=True)  # as the run controller does before it retries
-    assert (root / "work.txt").exists()  # kept: the next attempt may continue in it
 
     resume = Resume(attempt=1, session_id="sid-1")
     run2 = dataclasses.replace(s1.run, attempt=2)
@@ -480,4 +489,5 @@ def test_a_lost_attempt_is_resumed_by_the_local_runtime(local: LocalRuntime, rep
     assert (two.phase, two.session) == ("Succeeded", Session("sid-1", 1)), (two, log)
     assert log == "done before the runner was killed\n"
     local.cleanup(ref2, keep_records=True)
-    assert not root.exists()  # the attempt that continued in it was the last to need it
+    assert not root.exists()  # the worktree both attempts worked in
+    local.cleanup(ref1, keep_records=True)  # and the earlier attempt's cleanup finds it gone: fine
