@@ -600,9 +600,14 @@ class Runner:
         """The attempt's own HOME (``RunFiles.home``) with its XDG directories, the git identity the
         agent's commits need, and the provider's configuration files."""
         home = self.files.home
-        home.mkdir(mode=0o700, exist_ok=True)
-        for sub in XDG_DIRS.values():
-            (home / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            home.mkdir(mode=0o700, exist_ok=True)
+            for sub in XDG_DIRS.values():
+                (home / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if disks.is_full_error(exc):
+                raise
+            raise workspace.WorkspaceError(f"cannot prepare the agent's HOME {home}: {exc}") from None
         if checkout.base is not None:
             # The identity git gave the runner may come from this user's ~/.gitconfig, which the
             # agent's HOME is not: without it here, the agent's commits would fail.
@@ -616,7 +621,12 @@ class Runner:
                 raise workspace.WorkspaceError(f"{where}: must be a relative path that stays inside HOME") from None
             if target == home:
                 raise workspace.WorkspaceError(f"{where}: names HOME itself, not a file in it")
-            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                if disks.is_full_error(exc):
+                    raise
+                raise workspace.WorkspaceError(f"{where}: cannot create its directory: {exc}") from None
             if not target.parent.resolve().is_relative_to(real_home):
                 raise workspace.WorkspaceError(f"{where}: leads outside HOME through a symbolic link")
             try:

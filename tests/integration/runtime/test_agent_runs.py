@@ -110,11 +110,12 @@ def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[
 def test_a_config_file_must_stay_inside_home(make_run: Callable[..., RunnerRun], tmp_path: Path) -> None:
     for path, why in (("../outside.toml", "must be a relative path that stays inside HOME"),
                       ("/etc/x.toml", "must be a relative path that stays inside HOME"),
-                      (".", "names HOME itself, not a file in it")):
+                      (".", "names HOME itself, not a file in it"),
+                      ("ok.toml/under", "cannot create its directory: [Errno 17] File exists: ")):
         r = make_run(spec(["true"], config_files=(ConfigFile("ok.toml", "x"), ConfigFile(path, "x"))))
         code, state = r.run()
         assert (code, state.phase, state.reason) == (1, "Failed", "WorkspaceError")
-        assert state.message == f'config file "{path}" (configFiles[1].path): {why}'
+        assert (state.message or "").startswith(f'config file "{path}" (configFiles[1].path): {why}'), state.message
     assert not (tmp_path / "outside.toml").exists()
 
 
@@ -491,3 +492,18 @@ def test_a_lost_attempt_is_resumed_by_the_local_runtime(local: LocalRuntime, rep
     local.cleanup(ref2, keep_records=True)
     assert not root.exists()  # the worktree both attempts worked in
     local.cleanup(ref1, keep_records=True)  # and the earlier attempt's cleanup finds it gone: fine
+
+
+def test_a_config_file_is_not_written_through_a_link_the_earlier_agent_left(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    plant = f"import os; os.symlink({str(outside)!r}, os.path.join(os.environ['HOME'], '.codex'))"
+    first = attempt_run(tmp_path, spec(python_agent(plant)))
+    assert first.run()[1].phase == "Succeeded"
+    second = attempt_run(tmp_path, spec(["true"], attempt=2, resume=Resume(1, "s"),
+                                        config_files=(ConfigFile(".codex/config.toml", "x"),)))
+    _, state = second.run()
+    assert (state.reason, state.message) == (
+        "WorkspaceError", 'config file ".codex/config.toml" (configFiles[0].path): leads outside HOME through a '
+                          "symbolic link")
+    assert list(outside.iterdir()) == []
