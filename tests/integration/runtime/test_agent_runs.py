@@ -32,7 +32,7 @@ from integration.runtime.helpers import (
     spec,
     wait_for,
 )
-from joch.runtime import runner
+from joch.runtime import runner, workspace
 from joch.runtime.base import ConfigFile, Output, PatchPolicy, Resume, RunnerSpec, RunState, Session, SuccessPolicy
 from joch.runtime.local import LocalRuntime
 from joch.runtime.sandbox import sandbox_problem
@@ -507,3 +507,21 @@ def test_a_config_file_is_not_written_through_a_link_the_earlier_agent_left(tmp_
         "WorkspaceError", 'config file ".codex/config.toml" (configFiles[0].path): leads outside HOME through a '
                           "symbolic link")
     assert list(outside.iterdir()) == []
+
+
+def test_patch_hygiene_for_tracked_files(repo: Repo, tmp_path: Path) -> None:
+    base = repo.commit({".aider.conf.yml": "model: a\n", "data.bin": "d" * 5000, "keep.txt": "k\n"}, "tracked")
+    checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
+    assert checkout.base == base
+    (checkout.root / ".aider.conf.yml").write_text("model: b\n")  # tracked, but excluded: not in the patch
+    (checkout.root / "data.bin").unlink()  # a deletion carries the old content: over the limit too
+    (checkout.root / "keep.txt").write_text("k2\n")
+    patch = tmp_path / "changes.patch"
+    omitted = workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
+                                      common_dir=checkout.mirror, exclude=(".aider*",), max_file_bytes=1000)
+    assert omitted == [("data.bin", 5000)]
+    text = patch.read_text()
+    assert "keep.txt" in text and ".aider.conf.yml" not in text and "data.bin" not in text
+    assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
+                                   common_dir=checkout.mirror) == []  # without a policy: everything, as before
+    assert "data.bin" in patch.read_text() and ".aider.conf.yml" in patch.read_text()
