@@ -93,9 +93,9 @@ to start on a directory that has one: a run attempt is executed once.
   a required artifact not stored (``MissingOutput``), an empty patch (``NoChanges``), in that order.
 * **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
   (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
-  never checks out afresh), from that attempt's base commit, with a copy of its HOME (links kept as
-  links), once what is left of its agent is killed; ``RunState.session`` says which attempt it
-  continued.
+  never checks out afresh), from that attempt's base commit, with a copy of the HOME (links kept as
+  links) of the latest attempt that worked on the session, once what is left of the earlier agents
+  is killed; ``RunState.session`` says which attempt it continued.
 * **Limits.** ``max_log_bytes``: the log keeps the first half of that many bytes as they come, and
   of the rest only the last half (held in ``log.tail``, a ring, and appended when the agent ends),
   with a line saying how many bytes were cut between them. ``max_artifact_bytes``: a larger output
@@ -566,33 +566,59 @@ class Runner:
         return checkout
 
     def _resume(self, resume: Resume) -> workspace.Checkout:
-        """Continue attempt ``resume.attempt``: in its worktree (``--workspace`` names it), from its base
-        commit, with a copy of its HOME (where the CLI keeps its session), its agent gone for sure."""
+        """Continue the CLI session ``resume.session_id``, made in attempt ``resume.attempt``'s worktree
+        (``--workspace`` names it): from that attempt's base commit, with a copy of the HOME (where the
+        CLI keeps its sessions) of the latest attempt that worked on the session (attempt 1 made it,
+        attempt 2 continued it and was lost: attempt 3 continues from attempt 2's HOME), what is left
+        of their agents killed first."""
         what = f"cannot resume attempt {resume.attempt}"
         if not 1 <= resume.attempt < self.spec.run.attempt:
             raise workspace.WorkspaceError(f"{what}: attempt {self.spec.run.attempt} can only continue an earlier one")
-        earlier = RunFiles(self.files.dir.parent / str(resume.attempt))
-        state = read_state(earlier.state)
-        if state is None:
-            raise workspace.WorkspaceError(f"{what}: it left no record ({earlier.state})")
-        if not state.finished:
-            raise workspace.WorkspaceError(f"{what}: its record says it is still {state.phase}")
-        if state.pid is not None:
-            _stop_leftover(state.pid, self.root)
-        checkout = workspace.reuse(cache=self.cache, git=self.spec.git, root=self.root, base=state.base_commit)
-        if earlier.home.is_dir():
+        origin = read_state(RunFiles(self.files.dir.parent / str(resume.attempt)).state)
+        if origin is None:
+            raise workspace.WorkspaceError(f"{what}: it left no record")
+        latest, latest_state = resume.attempt, origin
+        for attempt in range(resume.attempt, self.spec.run.attempt):
+            state = origin if attempt == resume.attempt else read_state(self._attempt(attempt).state)
+            if state is None:
+                continue
+            if state.pid is not None:
+                _stop_leftover(state.pid, self.root)
+            if attempt == resume.attempt or (state.session is not None and state.session.id == resume.session_id
+                                             and state.session.resumed_from == resume.attempt):
+                latest, latest_state = attempt, state
+        if not latest_state.finished:
+            raise workspace.WorkspaceError(f"cannot resume attempt {latest}: its record says it is still "
+                                           f"{latest_state.phase}")
+        checkout = workspace.reuse(cache=self.cache, git=self.spec.git, root=self.root, base=origin.base_commit)
+        home = self._attempt(latest).home
+        if home.is_dir():
             # Links are copied as links: what the earlier agent pointed at is not read here.
-            shutil.copytree(earlier.home, self.files.home, symlinks=True, dirs_exist_ok=True)
+            try:
+                shutil.copytree(home, self.files.home, symlinks=True, dirs_exist_ok=True)
+            except shutil.Error as exc:  # what could not be copied (a socket, a pipe): the rest was
+                failed = [str(item[0]) for item in exc.args[0]] if exc.args and isinstance(exc.args[0], list) else []
+                _say(f"joch runner: resuming from attempt {latest}: not copied from its HOME: "
+                     f"{', '.join(failed[:10]) or exc}")
         self._session = Session(id=resume.session_id, resumed_from=resume.attempt)
         return checkout
+
+    def _attempt(self, attempt: int) -> RunFiles:
+        """Another attempt's directory of this run (attempts are siblings: ``<uid>/<attempt>``)."""
+        return RunFiles(self.files.dir.parent / str(attempt))
 
     def _prepare_home(self, checkout: workspace.Checkout) -> None:
         """The attempt's own HOME (``RunFiles.home``) with its XDG directories, the git identity the
         agent's commits need, and the provider's configuration files."""
         home = self.files.home
-        home.mkdir(mode=0o700, exist_ok=True)
-        for sub in XDG_DIRS.values():
-            (home / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            home.mkdir(mode=0o700, exist_ok=True)
+            for sub in XDG_DIRS.values():
+                (home / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if disks.is_full_error(exc):
+                raise
+            raise workspace.WorkspaceError(f"cannot prepare the agent's HOME {home}: {exc}") from None
         if checkout.base is not None:
             # The identity git gave the runner may come from this user's ~/.gitconfig, which the
             # agent's HOME is not: without it here, the agent's commits would fail.
@@ -606,7 +632,12 @@ class Runner:
                 raise workspace.WorkspaceError(f"{where}: must be a relative path that stays inside HOME") from None
             if target == home:
                 raise workspace.WorkspaceError(f"{where}: names HOME itself, not a file in it")
-            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                if disks.is_full_error(exc):
+                    raise
+                raise workspace.WorkspaceError(f"{where}: cannot create its directory: {exc}") from None
             if not target.parent.resolve().is_relative_to(real_home):
                 raise workspace.WorkspaceError(f"{where}: leads outside HOME through a symbolic link")
             try:
