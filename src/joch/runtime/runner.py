@@ -40,7 +40,8 @@ to start on a directory that has one: a run attempt is executed once.
   the argv (secrets redacted, arguments over ``MAX_ARG_BYTES`` cut), the environment's names, the
   executable found, the sha256 of its real file and its version (``<exe> *version_args`` under the
   agent's environment, ``VERSION_TIMEOUT``; failing or hanging there only leaves it out), with the
-  base commit and ``RunState.sandbox`` (``sandbox_record``).
+  base commit and ``RunState.sandbox`` (``sandbox.record``). The version is asked in the sandbox (no network),
+  as the agent user, never as the runner's user.
 * **Secret values** never pass through a file, and never through the runner's own environment when
   the local runtime starts it: an agent can read ``/proc/<pid>/environ`` of its parent, and the
   runner's environment holds nothing the agent was not given. With ``--secrets-stdin`` the runner
@@ -716,9 +717,12 @@ class Runner:
         if executable is None:
             raise _StartError(_not_runnable(name, checkout.path))
         argv = list(self.spec.argv)
-        self._invocation = self._describe(executable, argv, env, checkout.path)
         self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
                                           reason=self.sandbox_reason or "the runner was started with --sandbox none")
+        # The version is asked of the CLI as the agent would be run: in the sandbox (without a
+        # network), not as the runner's possibly privileged user.
+        found, described_env = executable, dict(env)
+        version_command = [executable, *self.spec.version_args]
         if self.sandbox == "bwrap":
             try:
                 self._entered = sandboxing.enter(
@@ -726,10 +730,14 @@ class Runner:
                     hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
             except (sandboxing.SandboxError, OSError) as exc:
                 raise _StartError(f"cannot sandbox the agent: {exc}") from None
+            version_command = sandboxing.sandboxed(
+                executable, list(self.spec.version_args), checkout=checkout, files=self.files, home=self.files.home,
+                hide=self.hide, user=self.agent_user, network="off")
             argv, env = self._entered.argv, self._entered.env
             executable = argv[0]
         elif self.spec.network.mode != "on":
             raise _StartError(sandboxing.unenforceable(self.spec.network.mode, self.sandbox_reason))
+        self._invocation = self._describe(found, list(self.spec.argv), described_env, checkout.path, version_command)
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
@@ -776,7 +784,8 @@ class Runner:
         if self._pid is not None:
             self.record(RunState(phase="Running", started_at=self._started_at, pid=self._pid))
 
-    def _describe(self, executable: str, argv: list[str], env: Mapping[str, str], cwd: Path) -> Invocation:
+    def _describe(self, executable: str, argv: list[str], env: Mapping[str, str], cwd: Path,
+                  version_command: list[str]) -> Invocation:
         """What is about to run, for the record: the argv (secrets redacted, long arguments cut), the
         environment's names, the executable as found on PATH, the sha256 of the file it is (links
         followed) and what it says its version is (``None`` when it would not say)."""
@@ -787,16 +796,16 @@ class Runner:
         except OSError:
             digest = None
         return Invocation(argv=tuple(_recorded_arg(arg, secrets) for arg in argv), env=tuple(sorted(env)),
-                          executable=os.path.abspath(executable), version=self._version(executable, env, cwd, secrets),
-                          sha256=digest)
+                          executable=os.path.abspath(executable), sha256=digest,
+                          version=self._version(version_command, env, cwd, secrets))
 
-    def _version(self, executable: str, env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
+    def _version(self, command: list[str], env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
         """The first line ``executable *version_args`` prints within ``VERSION_TIMEOUT`` seconds (redacted);
         None when it is not asked, fails or takes longer. Never a reason for the run to fail."""
         if not self.spec.version_args:
             return None
         try:
-            proc = subprocess.Popen([executable, *self.spec.version_args], cwd=cwd, env=dict(env),
+            proc = subprocess.Popen(command, cwd=cwd, env=dict(env),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)
         except OSError:
@@ -806,8 +815,9 @@ class Runner:
         except subprocess.TimeoutExpired:
             signal_group(proc.pid, signal.SIGKILL)
             proc.communicate()
-            asked = " ".join([executable, *self.spec.version_args])
-            _say(f"joch runner: {asked} took longer than {VERSION_TIMEOUT:g} s; no version recorded")
+            asked = " ".join(self.spec.version_args)
+            _say(f"joch runner: the agent's version ({asked}) took longer than {VERSION_TIMEOUT:g} s; "
+                 "no version recorded")
             return None
         finally:
             signal_group(proc.pid, signal.SIGKILL)  # nothing it started lives on
