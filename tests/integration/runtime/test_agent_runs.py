@@ -525,3 +525,32 @@ def test_patch_hygiene_for_tracked_files(repo: Repo, tmp_path: Path) -> None:
     assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
                                    common_dir=checkout.mirror) == []  # without a policy: everything, as before
     assert "data.bin" in patch.read_text() and ".aider.conf.yml" in patch.read_text()
+
+
+COUNTING_CLI = """#!/bin/sh
+if [ "$1" = --version ]; then echo x >> "$ASKED"; echo "counting-cli $(wc -l < "$ASKED" | tr -d ' ') VARIANT"; fi
+exit 0
+"""
+
+
+def test_the_executables_hash_and_version_are_kept_until_the_file_changes(make_run: Callable[..., RunnerRun],
+                                                                           tmp_path: Path) -> None:
+    cli = tmp_path / "bin" / "counting-cli"
+    cli.parent.mkdir()
+    cli.write_text(COUNTING_CLI.replace("VARIANT", "a"))
+    cli.chmod(0o755)
+    asked = tmp_path / "asked"
+    env = {"PATH": f"{cli.parent}{os.pathsep}{os.environ['PATH']}", "ASKED": str(asked)}
+
+    def invocation() -> Any:
+        _, state = make_run(spec(["counting-cli"], env={"ASKED": str(asked)}), env=env).run()
+        assert state.phase == "Succeeded" and state.invocation is not None, state
+        return state.invocation
+
+    first, second = invocation(), invocation()
+    assert first.version == second.version == "counting-cli 1 a"
+    assert first.sha256 == second.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()
+    assert asked.read_text().count("x") == 1  # asked once: the second run knew it
+    cli.write_text(COUNTING_CLI.replace("VARIANT", "b"))  # an upgrade (or a tampered file): asked again
+    third = invocation()
+    assert third.version == "counting-cli 2 b" and third.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()
