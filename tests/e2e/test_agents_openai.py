@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -93,9 +94,11 @@ class Joch:
 
 
 @pytest.fixture
-def joch(tmp_path: Path) -> Iterator[Joch]:
-    """A ``joch server`` (without the sandbox: the sandbox has tests of its own) whose PATH finds the
-    installed CLIs, and a repository with one commit for the runs to change."""
+def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
+    """A ``joch server`` whose PATH finds the installed CLIs, and a repository with one commit for the
+    runs to change. Without Joch's sandbox (it has tests of its own), unless the test asks for a
+    ``--sandbox`` mode with ``@pytest.mark.parametrize("joch", ["auto"], indirect=True)``."""
+    sandbox = getattr(request, "param", "none")
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch", "main")
@@ -107,7 +110,7 @@ def joch(tmp_path: Path) -> Iterator[Joch]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "OPENAI_", "CODEX_"))}
     env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", "none"], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
+                               "--sandbox", sandbox], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
                               env=env, cwd=tmp_path)
     joch = Joch(f"http://127.0.0.1:{port}", log, repo)
     try:
@@ -199,6 +202,36 @@ def test_two_concurrent_codex_runs_see_different_homes(joch: Joch) -> None:
         homes[name] = home
     assert homes["home-a"] != homes["home-b"], homes
     assert os.path.expanduser("~") not in homes.values()
+
+
+def reachable_by_others(path: Path) -> bool:
+    """Whether a user other than the owner may enter every directory above ``path``."""
+    return all(parent.stat().st_mode & 0o001 for parent in path.parents)
+
+
+@pytest.mark.parametrize("joch", ["auto"], indirect=True)
+def test_codex_runs_inside_jochs_sandbox_as_another_user(joch: Joch) -> None:
+    """The preset in Joch's sandbox (bwrap; as uid 65534 when the server runs as root): Codex runs
+    without a sandbox of its own and edits the worktree, in its own HOME."""
+    binary = require_agent("codex")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (make sandbox-tools)")
+    if os.geteuid() == 0 and not reachable_by_others(binary):
+        pytest.skip(f"the sandboxed agent (uid 65534) cannot reach {binary}: install the CLIs where every user may "
+                    "enter, e.g. JOCH_AGENT_CACHE=/opt/joch-agents make agent-clis")
+    script = Script(command='printf "%s\\n" "$HOME" "$(id -u)" > hello.txt', final="Done.")
+    with FakeOpenAI(script=script) as fake:
+        agent = setup(joch, "codex", fake, retries="0")
+        joch.start("boxed", agent)
+        status = joch.wait_ended("boxed")
+    assert status["phase"] == "Succeeded", (status, joch.logs("boxed"))
+    assert status["sandbox"]["mode"] == "bwrap", status["sandbox"]
+    patch = joch.artifact("boxed", "changes.patch")
+    assert changed_files(patch) == ["hello.txt"], patch
+    home, uid = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert home.endswith("/home") and home != os.path.expanduser("~")
+    if os.geteuid() == 0:
+        assert uid != "0"
 
 
 # --- aider ----------------------------------------------------------------------------------------
