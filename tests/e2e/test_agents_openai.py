@@ -121,7 +121,7 @@ def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
     assert "Traceback" not in log.read_text(), log.read_text()
 
 
-def setup(joch: Joch, preset: str, fake: FakeOpenAI, **parameters: str) -> str:
+def setup(joch: Joch, preset: str, fake: FakeOpenAI, *, retry_limit: int = 0, **parameters: str) -> str:
     """Apply the Secret, the preset file as it is, a Model pricing the fake's model and an Agent
     pointing the preset at the fake; the Agent's name."""
     model = parameters.setdefault("model", "gpt-test")
@@ -134,7 +134,7 @@ def setup(joch: Joch, preset: str, fake: FakeOpenAI, **parameters: str) -> str:
         {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": preset},
          "spec": {"providerRef": {"name": preset}, "modelRoute": "fake-model",
                   "security": {"allowedSecrets": ["openai"]},
-                  "defaults": {"parameters": {"baseUrl": fake.url, **parameters}}}},
+                  "defaults": {"parameters": {"baseUrl": fake.url, **parameters}, "retryLimit": retry_limit}}},
     )
     return preset
 
@@ -292,3 +292,34 @@ def test_opencode_edits_through_joch_and_reports_usage(joch: Joch) -> None:
     assert (usage["inputTokens"], usage["cachedTokens"], usage["outputTokens"]) == (
         2 * USAGE["input"], 2 * USAGE["cached"], 2 * USAGE["output"])
     assert (status.get("session") or {}).get("id", "").startswith("ses_"), status
+
+
+# --- resuming -------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> None:
+    """The runner is killed (-9) while Codex waits for the model mid-task; the retry starts
+    `codex exec resume <thread id>` in the same worktree with the same HOME, and Codex continues
+    the conversation (its earlier tool call is in what it sends) instead of starting over."""
+    require_agent("codex")
+    with FakeOpenAI(hold=True) as fake:
+        agent = setup(joch, "codex", fake, retry_limit=1, retries="0")
+        joch.start("resumed", agent)
+        assert fake.held.wait(60), joch.logs("resumed")  # attempt 1 made its edit and asks the model again
+        deadline = time.monotonic() + 30
+        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
+            assert time.monotonic() < deadline, run["status"]
+            time.sleep(0.1)
+        thread = run["status"]["session"]["id"]
+        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        status = joch.wait_ended("resumed", seconds=120)
+        fake.release()
+    assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
+    assert status["attempt"] == 2
+    assert status["session"]["id"] == thread and status["session"]["resumedFromAttempt"] == 1, status["session"]
+    assert "resume" in status["invocation"]["argv"] and thread in status["invocation"]["argv"]
+    last = fake.model_requests()[-1].body
+    assert any(i.get("type") == "function_call" for i in last["input"])  # attempt 1's tool call, continued
+    assert "interrupted" in json.dumps(last["input"])
+    patch = joch.artifact("resumed", "changes.patch")
+    assert changed_files(patch) == ["hello.txt"], patch  # attempt 1's edit, kept in the same worktree
