@@ -316,6 +316,10 @@ def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> Non
         fake.release()
     assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
     assert status["attempt"] == 2
+    # Attempt 1 was killed before its turn ended, so it reported nothing; attempt 2's turn reports the
+    # thread's total: attempt 1's answered call and its own (the held one was never answered).
+    usage = status["usage"]
+    assert (usage["inputTokens"], usage["outputTokens"]) == (2 * USAGE["input"], 2 * USAGE["output"])
     assert status["session"]["id"] == thread and status["session"]["resumedFromAttempt"] == 1, status["session"]
     assert "resume" in status["invocation"]["argv"] and thread in status["invocation"]["argv"]
     last = fake.model_requests()[-1].body
