@@ -327,3 +327,23 @@ def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> Non
     assert "interrupted" in json.dumps(last["input"])
     patch = joch.artifact("resumed", "changes.patch")
     assert changed_files(patch) == ["hello.txt"], patch  # attempt 1's edit, kept in the same worktree
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+def test_a_run_over_its_budget_stops_opencode_mid_run(joch: Joch) -> None:
+    """OpenCode's usage is read per model call while it runs: once the first call (its edit) costs
+    more than the run may spend, Joch stops it. The fake model holds the call after the edit, so
+    OpenCode cannot finish before that."""
+    require_agent("opencode")
+    with FakeOpenAI(hold=True) as fake:
+        agent = setup(joch, "opencode", fake)
+        run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "capped"},
+               "spec": {"agentRef": {"name": agent}, "implementation": {"inline": {"text": "Create hello.txt."}},
+                        "execution": {"coordinates": {"git": {"url": str(joch.repo)}}}, "budgetUsd": 0.001}}
+        r = httpx.post(f"{joch.base}{RUNS}", json=run, timeout=10)
+        assert r.status_code in (200, 201), r.text
+        status = joch.wait_ended("capped", seconds=120)
+    assert (status["phase"], status["reason"]) == ("Failed", "BudgetExceeded"), status
+    assert status["costUsd"] > 0.001, status

@@ -71,8 +71,9 @@ class FakeOpenAI:
     script: Script = field(default_factory=Script)
     mode: Literal["ok", "down", "unauthorized"] = "ok"
     hold: bool = False
-    """The first Responses request that carries a tool's output (the agent is mid-task) waits until
-    ``release()``, then answers 500; ``held`` is set while it waits. For killing a runner mid-run."""
+    """The first request that carries a tool's output (the agent is mid-task, its edit made) waits
+    until ``release()``, then answers 500; ``held`` is set while it waits. For stopping an agent
+    mid-run (killing its runner, going over a budget)."""
     requests: list[Recorded] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -286,6 +287,10 @@ class _Handler(BaseHTTPRequestHandler):
                  if isinstance(t, dict)}
         content: str | None = None
         call: dict[str, Any] | None = None
+        if any(m.get("role") == "tool" for m in messages) and self.server_fake.take_hold():
+            self.server_fake.wait_released(120)
+            self._json(500, {"error": {"message": "held, then released", "type": "server_error"}})
+            return
         if tools:
             if any(m.get("role") == "tool" for m in messages):
                 content = script.final
