@@ -89,7 +89,7 @@ class Joch:
         return r.text
 
     def logs(self, name: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/logs", timeout=10)
+        r = httpx.get(f"{self.base}{RUNS}/{name}/log", timeout=10)
         return r.text if r.status_code == 200 else f"(no logs: {r.status_code})"
 
 
@@ -180,6 +180,17 @@ def test_codex_edits_through_joch_and_its_usage_and_cost_land_in_status(joch: Jo
     assert joch.artifact("codex-1", "summary").strip() == "I wrote hello.txt."
     assert (status.get("session") or {}).get("id"), status  # Codex's thread id, for resuming
     assert KEY not in json.dumps(joch.run("codex-1")) and KEY not in joch.logs("codex-1")
+
+
+def test_codex_with_the_model_down_fails(joch: Joch) -> None:
+    require_agent("codex")
+    with FakeOpenAI(mode="down") as fake:
+        agent = setup(joch, "codex", fake, retries="0")  # the preset's retries parameter keeps this short
+        joch.start("codex-down", agent)
+        status = joch.wait_ended("codex-down")
+    assert status["phase"] == "Failed", (status, joch.logs("codex-down"))
+    assert '"type":"turn.failed"' in joch.logs("codex-down")
+    assert len(fake.model_requests()) <= 2
 
 
 def test_two_concurrent_codex_runs_see_different_homes(joch: Joch) -> None:
