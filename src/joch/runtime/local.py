@@ -217,8 +217,13 @@ class LocalRuntime(Runtime):
 
         Only ``secrets`` named in ``spec.secret_env`` are passed on; others are ignored."""
         files = self.files(spec.run)
-        # Logs, artifacts and runner records are this user's only (other users of the host included).
-        (self.root / "runs").mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Logs, artifacts and runner records are this user's only (other users of the host included),
+        # and so are worktrees and mirrors: a root server's agents own theirs (sandbox.AgentUser), and
+        # another process of that uid on the host (nobody's) must not get to them.
+        for private in (self.root / "runs", self.root / "workspaces", self.mirrors):
+            private.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if private.stat().st_mode & 0o077:
+                private.chmod(0o700)
         files.dir.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             os.mkdir(files.dir, 0o700)

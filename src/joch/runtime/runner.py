@@ -686,6 +686,8 @@ class Runner:
             raise _StartError(_not_runnable(name, checkout.path))
         argv = list(self.spec.argv)
         self._invocation = self._describe(executable, argv, env, checkout.path)
+        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
+                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
         if self.sandbox == "bwrap":
             try:
                 self._entered = sandboxing.enter(
@@ -697,8 +699,6 @@ class Runner:
             executable = argv[0]
         elif self.spec.network.mode != "on":
             raise _StartError(sandboxing.unenforceable(self.spec.network.mode, self.sandbox_reason))
-        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
-                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
