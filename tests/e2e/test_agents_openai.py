@@ -96,9 +96,10 @@ class Joch:
 @pytest.fixture
 def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
     """A ``joch server`` whose PATH finds the installed CLIs, and a repository with one commit for the
-    runs to change. Without Joch's sandbox (it has tests of its own), unless the test asks for a
-    ``--sandbox`` mode with ``@pytest.mark.parametrize("joch", ["auto"], indirect=True)``."""
-    sandbox = getattr(request, "param", "none")
+    runs to change. Its ``--sandbox`` is the default, ``auto`` (bwrap where it works, as another user
+    when the server runs as root), unless a test asks for another mode with
+    ``@pytest.mark.parametrize("joch", ["none"], indirect=True)``."""
+    sandbox = getattr(request, "param", "auto")
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch", "main")
@@ -215,21 +216,13 @@ def test_two_concurrent_codex_runs_see_different_homes(joch: Joch) -> None:
     assert os.path.expanduser("~") not in homes.values()
 
 
-def reachable_by_others(path: Path) -> bool:
-    """Whether a user other than the owner may enter every directory above ``path``."""
-    return all(parent.stat().st_mode & 0o001 for parent in path.parents)
-
-
 @pytest.mark.parametrize("joch", ["auto"], indirect=True)
 def test_codex_runs_inside_jochs_sandbox_as_another_user(joch: Joch) -> None:
     """The preset in Joch's sandbox (bwrap; as uid 65534 when the server runs as root): Codex runs
     without a sandbox of its own and edits the worktree, in its own HOME."""
-    binary = require_agent("codex")
+    require_agent("codex")
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (make sandbox-tools)")
-    if os.geteuid() == 0 and not reachable_by_others(binary):
-        pytest.skip(f"the sandboxed agent (uid 65534) cannot reach {binary}: install the CLIs where every user may "
-                    "enter, e.g. JOCH_AGENT_CACHE=/opt/joch-agents make agent-clis")
     script = Script(command='printf "%s\\n" "$HOME" "$(id -u)" > hello.txt', final="Done.")
     with FakeOpenAI(script=script) as fake:
         agent = setup(joch, "codex", fake, retries="0")
@@ -308,6 +301,7 @@ def test_opencode_edits_through_joch_and_reports_usage(joch: Joch) -> None:
 # --- resuming -------------------------------------------------------------------------------------
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> None:
     """The runner is killed (-9) while Codex waits for the model mid-task; the retry starts
     `codex exec resume <thread id>` in the same worktree with the same HOME, and Codex continues
