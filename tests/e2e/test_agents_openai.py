@@ -352,3 +352,31 @@ def test_a_run_over_its_budget_stops_opencode_mid_run(joch: Joch) -> None:
         status = joch.wait_ended("capped", seconds=120)
     assert (status["phase"], status["reason"]) == ("Failed", "BudgetExceeded"), status
     assert status["costUsd"] > 0.001, status
+
+
+@pytest.mark.timeout(240)
+def test_opencode_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> None:
+    """The same for OpenCode: the retry starts `opencode run --session <id>` and OpenCode sends the
+    conversation so far (its earlier tool call) with the new message."""
+    require_agent("opencode")
+    with FakeOpenAI(hold=True) as fake:
+        agent = setup(joch, "opencode", fake, retry_limit=1)
+        joch.start("resumed", agent)
+        assert fake.held.wait(60), joch.logs("resumed")
+        deadline = time.monotonic() + 30
+        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
+            assert time.monotonic() < deadline, run["status"]
+            time.sleep(0.1)
+        session = run["status"]["session"]["id"]
+        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        status = joch.wait_ended("resumed", seconds=120)
+        fake.release()
+    assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
+    assert status["attempt"] == 2
+    assert status["session"]["id"] == session and status["session"]["resumedFromAttempt"] == 1, status["session"]
+    argv = status["invocation"]["argv"]
+    assert argv[argv.index("--session") + 1] == session
+    last = [r.body for r in fake.model_requests() if r.body.get("tools")][-1]
+    assert any(m.get("role") == "tool" for m in last["messages"])  # attempt 1's tool call and its result
+    assert "interrupted" in json.dumps(last["messages"])
+    assert changed_files(joch.artifact("resumed", "changes.patch")) == ["hello.txt"]
