@@ -336,3 +336,18 @@ def test_joch_runner_takes_the_agent_user(make_run: Callable[..., RunnerRun]) ->
     assert done.returncode == 2 and 'no user "no-such-user-here"' in done.stderr
     state = r.state()
     assert state is not None and (state.phase, state.reason) == ("Failed", "StartError")
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_the_version_is_asked_in_the_sandbox_as_the_agent_user(sandboxed: LocalRuntime, repo: Repo) -> None:
+    # `<cli> --version` runs a program the provider names: as the runner's user (root) it could read
+    # what the agent cannot. It is asked as the agent is run, without a network.
+    ask = ["-c", "import os, socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), 1)\n    net = 'net'\n"
+                 "except OSError:\n    net = 'no-net'\nprint('uid', os.getuid(), net, os.path.exists('/etc/shadow') "
+                 "and os.access('/etc/shadow', os.R_OK))"]
+    ref = sandboxed.submit(spec(python_agent("print('done')"), uid="conf-version", git=git_source(repo),
+                                version_args=tuple(ask)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert state.invocation is not None and state.invocation.version == "uid 65534 no-net False", state.invocation
+    assert state.invocation.executable == sys.executable or Path(state.invocation.executable or "").exists()
