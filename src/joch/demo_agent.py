@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from joch import __version__
+
 AUTHOR = "Joch demo agent <demo-agent@joch.dev>"
 DEFAULT_TARGET = "README.md"
 TEXT_SUFFIXES = frozenset({
@@ -41,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--implementation", required=True, metavar="FILE", help="the implementation request (text)")
     parser.add_argument("--summary", required=True, metavar="FILE", help="where to write summary.md")
+    parser.add_argument("--version", action="version", version=f"joch-demo-agent {__version__}",
+                        help="print the version (what the runner records of every run) and exit")
     args = parser.parse_args(argv)
     try:
         run(Path(args.implementation), Path(args.summary))

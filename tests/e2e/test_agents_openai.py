@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -88,14 +89,17 @@ class Joch:
         return r.text
 
     def logs(self, name: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/logs", timeout=10)
+        r = httpx.get(f"{self.base}{RUNS}/{name}/log", timeout=10)
         return r.text if r.status_code == 200 else f"(no logs: {r.status_code})"
 
 
 @pytest.fixture
-def joch(tmp_path: Path) -> Iterator[Joch]:
-    """A ``joch server`` (without the sandbox: the sandbox has tests of its own) whose PATH finds the
-    installed CLIs, and a repository with one commit for the runs to change."""
+def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
+    """A ``joch server`` whose PATH finds the installed CLIs, and a repository with one commit for the
+    runs to change. Its ``--sandbox`` is the default, ``auto`` (bwrap where it works, as another user
+    when the server runs as root), unless a test asks for another mode with
+    ``@pytest.mark.parametrize("joch", ["none"], indirect=True)``."""
+    sandbox = getattr(request, "param", "auto")
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch", "main")
@@ -107,7 +111,7 @@ def joch(tmp_path: Path) -> Iterator[Joch]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "OPENAI_", "CODEX_"))}
     env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", "none"], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
+                               "--sandbox", sandbox], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
                               env=env, cwd=tmp_path)
     joch = Joch(f"http://127.0.0.1:{port}", log, repo)
     try:
@@ -118,7 +122,7 @@ def joch(tmp_path: Path) -> Iterator[Joch]:
     assert "Traceback" not in log.read_text(), log.read_text()
 
 
-def setup(joch: Joch, preset: str, fake: FakeOpenAI, **parameters: str) -> str:
+def setup(joch: Joch, preset: str, fake: FakeOpenAI, *, retry_limit: int = 0, **parameters: str) -> str:
     """Apply the Secret, the preset file as it is, a Model pricing the fake's model and an Agent
     pointing the preset at the fake; the Agent's name."""
     model = parameters.setdefault("model", "gpt-test")
@@ -131,7 +135,7 @@ def setup(joch: Joch, preset: str, fake: FakeOpenAI, **parameters: str) -> str:
         {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": preset},
          "spec": {"providerRef": {"name": preset}, "modelRoute": "fake-model",
                   "security": {"allowedSecrets": ["openai"]},
-                  "defaults": {"parameters": {"baseUrl": fake.url, **parameters}}}},
+                  "defaults": {"parameters": {"baseUrl": fake.url, **parameters}, "retryLimit": retry_limit}}},
     )
     return preset
 
@@ -179,6 +183,17 @@ def test_codex_edits_through_joch_and_its_usage_and_cost_land_in_status(joch: Jo
     assert KEY not in json.dumps(joch.run("codex-1")) and KEY not in joch.logs("codex-1")
 
 
+def test_codex_with_the_model_down_fails(joch: Joch) -> None:
+    require_agent("codex")
+    with FakeOpenAI(mode="down") as fake:
+        agent = setup(joch, "codex", fake, retries="0")  # the preset's retries parameter keeps this short
+        joch.start("codex-down", agent)
+        status = joch.wait_ended("codex-down")
+    assert status["phase"] == "Failed", (status, joch.logs("codex-down"))
+    assert '"type":"turn.failed"' in joch.logs("codex-down")
+    assert len(fake.model_requests()) <= 2
+
+
 def test_two_concurrent_codex_runs_see_different_homes(joch: Joch) -> None:
     require_agent("codex")
     script = Script(command='printf "%s\\n" "$HOME" "$CODEX_HOME" > hello.txt', final="Done.")
@@ -199,6 +214,28 @@ def test_two_concurrent_codex_runs_see_different_homes(joch: Joch) -> None:
         homes[name] = home
     assert homes["home-a"] != homes["home-b"], homes
     assert os.path.expanduser("~") not in homes.values()
+
+
+@pytest.mark.parametrize("joch", ["auto"], indirect=True)
+def test_codex_runs_inside_jochs_sandbox_as_another_user(joch: Joch) -> None:
+    """The preset in Joch's sandbox (bwrap; as uid 65534 when the server runs as root): Codex runs
+    without a sandbox of its own and edits the worktree, in its own HOME."""
+    require_agent("codex")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (make sandbox-tools)")
+    script = Script(command='printf "%s\\n" "$HOME" "$(id -u)" > hello.txt', final="Done.")
+    with FakeOpenAI(script=script) as fake:
+        agent = setup(joch, "codex", fake, retries="0")
+        joch.start("boxed", agent)
+        status = joch.wait_ended("boxed")
+    assert status["phase"] == "Succeeded", (status, joch.logs("boxed"))
+    assert status["sandbox"]["mode"] == "bwrap", status["sandbox"]
+    patch = joch.artifact("boxed", "changes.patch")
+    assert changed_files(patch) == ["hello.txt"], patch
+    home, uid = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert home.endswith("/home") and home != os.path.expanduser("~")
+    if os.geteuid() == 0:
+        assert uid != "0"
 
 
 # --- aider ----------------------------------------------------------------------------------------
@@ -259,3 +296,87 @@ def test_opencode_edits_through_joch_and_reports_usage(joch: Joch) -> None:
     assert (usage["inputTokens"], usage["cachedTokens"], usage["outputTokens"]) == (
         2 * USAGE["input"], 2 * USAGE["cached"], 2 * USAGE["output"])
     assert (status.get("session") or {}).get("id", "").startswith("ses_"), status
+
+
+# --- resuming -------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
+def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> None:
+    """The runner is killed (-9) while Codex waits for the model mid-task; the retry starts
+    `codex exec resume <thread id>` in the same worktree with the same HOME, and Codex continues
+    the conversation (its earlier tool call is in what it sends) instead of starting over."""
+    require_agent("codex")
+    with FakeOpenAI(hold=True) as fake:
+        agent = setup(joch, "codex", fake, retry_limit=1, retries="0")
+        joch.start("resumed", agent)
+        assert fake.held.wait(60), joch.logs("resumed")  # attempt 1 made its edit and asks the model again
+        deadline = time.monotonic() + 30
+        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
+            assert time.monotonic() < deadline, run["status"]
+            time.sleep(0.1)
+        thread = run["status"]["session"]["id"]
+        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        status = joch.wait_ended("resumed", seconds=120)
+        fake.release()
+    assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
+    assert status["attempt"] == 2
+    # Attempt 1 was killed before its turn ended, so it reported nothing; attempt 2's turn reports the
+    # thread's total: attempt 1's answered call and its own (the held one was never answered).
+    usage = status["usage"]
+    assert (usage["inputTokens"], usage["outputTokens"]) == (2 * USAGE["input"], 2 * USAGE["output"])
+    assert status["session"]["id"] == thread and status["session"]["resumedFromAttempt"] == 1, status["session"]
+    assert "resume" in status["invocation"]["argv"] and thread in status["invocation"]["argv"]
+    last = fake.model_requests()[-1].body
+    assert any(i.get("type") == "function_call" for i in last["input"])  # attempt 1's tool call, continued
+    assert "interrupted" in json.dumps(last["input"])
+    patch = joch.artifact("resumed", "changes.patch")
+    assert changed_files(patch) == ["hello.txt"], patch  # attempt 1's edit, kept in the same worktree
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(240)
+def test_a_run_over_its_budget_stops_opencode_mid_run(joch: Joch) -> None:
+    """OpenCode's usage is read per model call while it runs: once the first call (its edit) costs
+    more than the run may spend, Joch stops it. The fake model holds the call after the edit, so
+    OpenCode cannot finish before that."""
+    require_agent("opencode")
+    with FakeOpenAI(hold=True) as fake:
+        agent = setup(joch, "opencode", fake)
+        run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "capped"},
+               "spec": {"agentRef": {"name": agent}, "implementation": {"inline": {"text": "Create hello.txt."}},
+                        "execution": {"coordinates": {"git": {"url": str(joch.repo)}}}, "budgetUsd": 0.001}}
+        r = httpx.post(f"{joch.base}{RUNS}", json=run, timeout=10)
+        assert r.status_code in (200, 201), r.text
+        status = joch.wait_ended("capped", seconds=120)
+    assert (status["phase"], status["reason"]) == ("Failed", "BudgetExceeded"), status
+    assert status["costUsd"] > 0.001, status
+
+
+@pytest.mark.timeout(240)
+def test_opencode_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> None:
+    """The same for OpenCode: the retry starts `opencode run --session <id>` and OpenCode sends the
+    conversation so far (its earlier tool call) with the new message."""
+    require_agent("opencode")
+    with FakeOpenAI(hold=True) as fake:
+        agent = setup(joch, "opencode", fake, retry_limit=1)
+        joch.start("resumed", agent)
+        assert fake.held.wait(60), joch.logs("resumed")
+        deadline = time.monotonic() + 30
+        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
+            assert time.monotonic() < deadline, run["status"]
+            time.sleep(0.1)
+        session = run["status"]["session"]["id"]
+        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        status = joch.wait_ended("resumed", seconds=120)
+        fake.release()
+    assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
+    assert status["attempt"] == 2
+    assert status["session"]["id"] == session and status["session"]["resumedFromAttempt"] == 1, status["session"]
+    argv = status["invocation"]["argv"]
+    assert argv[argv.index("--session") + 1] == session
+    last = [r.body for r in fake.model_requests() if r.body.get("tools")][-1]
+    assert any(m.get("role") == "tool" for m in last["messages"])  # attempt 1's tool call and its result
+    assert "interrupted" in json.dumps(last["messages"])
+    assert changed_files(joch.artifact("resumed", "changes.patch")) == ["hello.txt"]

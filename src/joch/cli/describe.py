@@ -205,7 +205,7 @@ def _what_ran(status: dict[str, Any]) -> list[str]:
                 ("Env", ", ".join(env) if env else None)]
         lines += ["Invocation:", *(f"{INDENT}{(k + ':').ljust(12)}{_text(v)}" for k, v in rows)]
     else:
-        lines.append(f"{'Invocation:'.ljust(HEADER_WIDTH)}{columns.NONE}")
+        lines.append(f"{'Invocation:'.ljust(16)}{columns.NONE}")
     lines.append(f"{'Base Commit:'.ljust(16)}{_text(status.get('baseCommit'))}")
     lines.append(f"{'Manifest Hash:'.ljust(16)}{_text(status.get('compiledManifestHash'))}")
     lines.append(f"{'Sandbox:'.ljust(16)}{_sandbox(status.get('sandbox'))}")

@@ -720,8 +720,9 @@ def run_command(
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", metavar="KEY", show_default=False,
                                                         help="Runs with the same key start once.")] = None,
     params: Annotated[list[str] | None, typer.Option("--param", show_default=False, metavar="KEY=VALUE",
-                                                     help="A parameter for the provider's templates. "
-                                                          "Repeatable.")] = None,
+                                                     help="A parameter for the provider's templates (over the "
+                                                          "Agent's defaults.parameters and the provider's "
+                                                          "defaults). Repeatable.")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Show phase and log until the run ends; exit 0 "
                                          "only if it succeeded (8 Failed, 9 Cancelled).")] = False,
     namespace: NamespaceOption = None,

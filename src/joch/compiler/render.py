@@ -55,14 +55,14 @@ The template context (``build_context`` builds it from the objects):
 * ``workspace``: ``{root, path, inputs, outputs, home}`` — absolute paths (``joch.runtime.base.Workspace``).
 * ``session``: ``{id, resumedFrom}``: the agent CLI's session id this attempt continues and the
   attempt it came from, both ``None`` when the attempt starts over.
+* ``model`` and ``memory``: maps the caller resolved, or ``{}`` when the agent has none (``None``
+  is taken as ``{}``).
 
 **Conditional arguments.** An ``argsTemplate`` item is a string (always passed, even when it renders
 to ``""``: nothing is dropped silently) or ``{when, args}``: ``when`` is one Jinja *expression*
 (``parameters.baseUrl``, ``session.id``, ``parameters.effort in ["low", "high"]``) evaluated in the
 same sandbox; truthy includes every rendered element of ``args``, falsy none. Reading a key a map
 does not have is false there (not an error), while an undefined top-level name still is one.
-* ``model`` and ``memory``: maps the caller resolved, or ``{}`` when the agent has none (``None``
-  is taken as ``{}``).
 """
 
 from __future__ import annotations

@@ -44,6 +44,22 @@ lost update. What the controller decides and why:
 * Retries (``Agent.spec.defaults.retryLimit``) apply to failures that another attempt might not
   repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout, a
   binary that cannot start or a full disk (``DiskFull``) fail at once.
+* **Resume, or start over.** An attempt retried after its runner was lost (``RunnerLost``: the
+  runner, or the whole server, killed) continues the agent CLI's session when the provider is
+  ``resumable`` and the runner recorded the session id (``RunState.session``): the decision is made
+  when the attempt ends and written into ``status.session`` (``id``, the new ``attempt``,
+  ``resumedFromAttempt``), so a dispatch resumed after a crash decides the same. The next attempt's
+  ``RunnerSpec.resume`` names the attempt whose worktree holds the session (the lost one, or the
+  one it resumed in turn), its templates see ``session.id`` and that worktree's paths, and the
+  worktree is kept instead of cleaned up until the run ends. An agent that failed on its own starts
+  over: its session is what failed. The ``Retrying`` event says which. An attempt that missed its
+  deadline while its user raised ``spec.timeoutSeconds`` (above what the attempt ran) continues the
+  same way, retry limit or not — the user asked for more time; each attempt gets the whole timeout.
+* **What ran is recorded.** The runner's record (``RunState``: ``invocation``, ``base_commit``,
+  ``sandbox``, ``session``, ``omitted``) is copied into the run's status while it runs and when the
+  attempt ends (``note_runtime_facts``); the provider's policies, config files and version
+  arguments, the Agent's network and the manifest hash go the other way, into the ``RunnerSpec``
+  (``runner_fields``).
 * **Budgets** (``budgets``): before a run is queued, and again before it takes a slot, its
   reservation is checked against every Budget that applies; a run that does not fit ends
   ``Failed/BudgetExceeded`` (``onExceed: deny``) or waits ``Queued`` with reason ``BudgetExceeded``
@@ -790,9 +806,11 @@ class RunController(Controller):
         artifacts = [{"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size} for a in state.artifacts]
         _note_refused(status, state.refused)
         note_runtime_facts(status, state)
-        retrying = state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit \
-            and not run["spec"].get("cancel") and metering.exceeded(run) is None
-        resume = self._resumption(run, state, attempt) if retrying else None
+        live = not run["spec"].get("cancel") and metering.exceeded(run) is None
+        retrying = state.phase in ("Failed", "Lost") and reason in RETRYABLE and attempt <= retry_limit and live
+        extended = reason == "DeadlineExceeded" and live and self._deadline_raised(run, state) is not None
+        resume = self._resumption(run, state, status) if retrying or extended else None
+        retrying = retrying or (extended and resume is not None)
         if resume is None:
             self._cleanup(key, ref, keep_records=True)
             self._cleanup_resumed(key, run, attempt)
@@ -810,6 +828,9 @@ class RunController(Controller):
         if retrying:
             status.update(attempt=attempt + 1, exitCode=state.exit_code, artifacts=artifacts)
             note = f"attempt {attempt} failed ({message}); retrying as attempt {attempt + 1} of {retry_limit + 1}"
+            if reason == "DeadlineExceeded":
+                note = (f"attempt {attempt} ran out of time ({message}), and spec.timeoutSeconds was raised to "
+                        f"{self._deadline_raised(run, state) or 0:g} s meanwhile; continuing as attempt {attempt + 1}")
             if resume is not None:
                 # The next attempt continues the agent's session in the worktree it was made in.
                 status["session"] = {"id": resume.session_id, "attempt": attempt + 1,
@@ -838,13 +859,19 @@ class RunController(Controller):
         self._release(key)
         return None
 
-    def _resumption(self, run: Obj, state: rt.RunState, attempt: int) -> rt.Resume | None:
+    def _resumption(self, run: Obj, state: rt.RunState, status: Mapping[str, Any]) -> rt.Resume | None:
         """Whether the attempt that just ended is continued rather than started over: only after its
-        runner was lost (the agent itself did not fail), for a ``resumable`` provider, and when the
-        runner recorded the agent's session id. The next attempt then works in the worktree that
-        session was made in: this attempt's, or the one it resumed in turn."""
-        session = state.session
-        if state.reason != "RunnerLost" or session is None or not session.id:
+        runner was lost (the agent itself did not fail) or it missed a deadline the user has raised
+        since (``_deadline_raised``), for a ``resumable`` provider, and when the runner recorded the
+        agent's session id. The next attempt then works in the worktree that
+        session was made in: this attempt's, or the one it resumed in turn (``status``: the run's
+        status with the attempt's record noted)."""
+        attempt = int(status.get("attempt") or 1)
+        noted = status.get("session") or {}
+        # the runner's final record, else what it recorded while the agent ran (status.session)
+        session_id = (state.session.id if state.session is not None else None) or (
+            noted.get("id") if noted.get("attempt") == attempt else None)
+        if state.reason not in ("RunnerLost", "DeadlineExceeded") or not session_id:
             return None
         namespace = run["metadata"].get("namespace") or ""
         agent = self._read(kinds.AGENT, namespace, run["spec"]["agentRef"]["name"])
@@ -852,8 +879,20 @@ class RunController(Controller):
         provider = self._read(kinds.AGENT_PROVIDER, namespace, provider_name) if provider_name else None
         if not ((provider or {}).get("spec") or {}).get("resumable"):
             return None
-        earlier = session.resumed_from if session.resumed_from and session.resumed_from < attempt else attempt
-        return rt.Resume(attempt=earlier, session_id=session.id)
+        earlier = noted.get("resumedFromAttempt") if noted.get("attempt") == attempt else None
+        if not isinstance(earlier, int) or not 1 <= earlier < attempt:
+            earlier = attempt
+        return rt.Resume(attempt=earlier, session_id=str(session_id))
+
+    def _deadline_raised(self, run: Obj, state: rt.RunState) -> float | None:
+        """The run's timeout when it was raised above what the attempt that just missed its deadline
+        had (the attempt ran about that long), else None: the user extended the deadline while the
+        agent ran, so a resumable session may continue with the new timeout."""
+        if state.started_at is None or state.finished_at is None:
+            return None
+        timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
+        ran = state.finished_at - state.started_at
+        return timeout if timeout > ran + self.options.grace_seconds + 1.0 else None
 
     def _cleanup_resumed(self, key: Key, run: Obj, attempt: int) -> None:
         """Remove the worktree of the earlier attempt the ending one resumed (kept for it)."""
@@ -1007,8 +1046,11 @@ def note_runtime_facts(status: dict[str, Any], state: rt.RunState) -> None:
         status["sandbox"] = _present({"mode": box.mode, "user": box.user, "network": box.network,
                                       "reason": box.reason})
     if state.session is not None and (state.session.id or state.session.resumed_from):
-        status["session"] = _present({"id": state.session.id, "attempt": attempt,
-                                      "resumedFromAttempt": state.session.resumed_from})
+        before = status.get("session") or {}
+        resumed = state.session.resumed_from
+        if resumed is None and before.get("attempt") == attempt:
+            resumed = before.get("resumedFromAttempt")  # decided here when the attempt was queued
+        status["session"] = _present({"id": state.session.id, "attempt": attempt, "resumedFromAttempt": resumed})
     if state.omitted:
         status["omitted"] = [{"path": o.path, "size": o.size, "message": o.message} for o in state.omitted]
 

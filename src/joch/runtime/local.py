@@ -5,7 +5,8 @@ Layout below ``root`` (the server's data directory)::
     runs/<uid>/<attempt>/     the run directory (see ``runner``): spec.json, state.json, log, inputs/,
                               outputs/, artifacts/, plus ref.json (the reference submit returned) and
                               runner.log (the runner's own stderr: a traceback is a bug)
-    workspaces/<uid>-<attempt>/   the git worktree (or empty directory) the agent works in
+    workspaces/<uid>-<attempt>/   the git worktree (or empty directory) the agent works in; an attempt that
+                              resumes another (``RunnerSpec.resume``) works in that one's (``resumed_root``)
     mirrors/<key>.git         bare mirrors shared by all runs of a repository (see ``workspace``)
 
 Decisions:
@@ -48,6 +49,10 @@ Decisions:
   likely died writing), not ``Lost``. When even that record cannot be written, the ending is kept in
   memory (the same answer every time), logged once, and written when space returns; the monitor
   logs a failure that repeats at every poll once, not every ``poll_interval``.
+* **A resumed attempt works in the worktree of the attempt it continues** (``RunnerSpec.resume``:
+  ``--workspace`` is that directory, and ``workspace(..., resume=...)`` says so to the templates), so
+  the caller must not ``cleanup`` that attempt before: the run controller skips it when it retries
+  with a resume. Cleaning up either attempt removes the shared worktree (``resumed_root``).
 * **Agents are sandboxed with bubblewrap** where it works (``sandbox``; ``sandbox.sandboxed`` says
   what the agent sees): a PID namespace hides every other process, the data directory is an empty
   tmpfs with the run's own worktree, mirror, outputs and HOME mounted back; a root server's agents
@@ -217,8 +222,13 @@ class LocalRuntime(Runtime):
 
         Only ``secrets`` named in ``spec.secret_env`` are passed on; others are ignored."""
         files = self.files(spec.run)
-        # Logs, artifacts and runner records are this user's only (other users of the host included).
-        (self.root / "runs").mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Logs, artifacts and runner records are this user's only (other users of the host included),
+        # and so are worktrees and mirrors: a root server's agents own theirs (sandbox.AgentUser), and
+        # another process of that uid on the host (nobody's) must not get to them.
+        for private in (self.root / "runs", self.root / "workspaces", self.mirrors):
+            private.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if private.stat().st_mode & 0o077:
+                private.chmod(0o700)
         files.dir.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             os.mkdir(files.dir, 0o700)
@@ -470,8 +480,6 @@ class LocalRuntime(Runtime):
             self._wait_finished(ref, files)
         run = _run_of(files)
         spec = _spec_of(files)
-        if keep_records and _may_be_resumed(runner.read_state(files.state)):
-            return  # a later attempt may continue in its worktree: removed with the run, or after that attempt
         workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self._root_of(files))
         if not keep_records:
             # The run is going away: every attempt's records go with it (earlier attempts of a
@@ -599,13 +607,6 @@ def sandbox_choice(sandbox: str) -> tuple[str, str | None]:
                    "including other runs' files and this server's environment (--sandbox none to silence this)",
                    problem)
     return "none", f"--sandbox auto: {problem}"
-
-
-def _may_be_resumed(state: RunState | None) -> bool:
-    """Whether a later attempt may continue this one (``RunnerSpec.resume``): it failed or its runner
-    was lost, after the agent's CLI said its session id."""
-    return (state is not None and state.phase in ("Failed", "Lost") and state.session is not None
-            and state.session.id is not None)
 
 
 def _check_run(run: RunId) -> None:

@@ -254,14 +254,14 @@ def _target(head: bytes) -> tuple[str, str, int, bytes | None] | None:
             return (method, host, port, None) if port is not None else None
         if not target.lower().startswith("http://"):
             return None
-        authority, slash, path = target[len("http://"):].partition("/")
+        authority, _, path = target[len("http://"):].partition("/")
         host, port = split_host_port(authority.rpartition("@")[2], 80)
     except ValueError:
         return None
     if port is None:
         return None
     kept = [h for h in headers.split(b"\r\n") if h and h.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS]
-    forward = b"\r\n".join([f"{method} {slash}{path} {version}".encode("latin-1"), *kept, b"Connection: close"])
+    forward = b"\r\n".join([f"{method} /{path} {version}".encode("latin-1"), *kept, b"Connection: close"])
     return method, host, port, forward + b"\r\n\r\n"
 
 

@@ -40,7 +40,8 @@ to start on a directory that has one: a run attempt is executed once.
   the argv (secrets redacted, arguments over ``MAX_ARG_BYTES`` cut), the environment's names, the
   executable found, the sha256 of its real file and its version (``<exe> *version_args`` under the
   agent's environment, ``VERSION_TIMEOUT``; failing or hanging there only leaves it out), with the
-  base commit and ``RunState.sandbox`` (``sandbox_record``).
+  base commit and ``RunState.sandbox`` (``sandbox.record``). The version is asked in the sandbox (no network),
+  as the agent user, never as the runner's user.
 * **Secret values** never pass through a file, and never through the runner's own environment when
   the local runtime starts it: an agent can read ``/proc/<pid>/environ`` of its parent, and the
   runner's environment holds nothing the agent was not given. With ``--secrets-stdin`` the runner
@@ -93,9 +94,9 @@ to start on a directory that has one: a run attempt is executed once.
   a required artifact not stored (``MissingOutput``), an empty patch (``NoChanges``), in that order.
 * **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
   (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
-  never checks out afresh), from that attempt's base commit, with a copy of its HOME (links kept as
-  links), once what is left of its agent is killed; ``RunState.session`` says which attempt it
-  continued.
+  never checks out afresh), from that attempt's base commit, with a copy of the HOME (links kept as
+  links) of the latest attempt that worked on the session, once what is left of the earlier agents
+  is killed; ``RunState.session`` says which attempt it continued.
 * **Limits.** ``max_log_bytes``: the log keeps the first half of that many bytes as they come, and
   of the rest only the last half (held in ``log.tail``, a ring, and appended when the agent ends),
   with a line saying how many bytes were cut between them. ``max_artifact_bytes``: a larger output
@@ -172,6 +173,8 @@ if TYPE_CHECKING:
     import urllib.error
 
 PATCH = "changes.patch"
+EXECUTABLES = ".executables"
+"""Below the runner's cache directory: what is known of each agent executable (``Runner._known``)."""
 PASSED_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
@@ -566,33 +569,59 @@ class Runner:
         return checkout
 
     def _resume(self, resume: Resume) -> workspace.Checkout:
-        """Continue attempt ``resume.attempt``: in its worktree (``--workspace`` names it), from its base
-        commit, with a copy of its HOME (where the CLI keeps its session), its agent gone for sure."""
+        """Continue the CLI session ``resume.session_id``, made in attempt ``resume.attempt``'s worktree
+        (``--workspace`` names it): from that attempt's base commit, with a copy of the HOME (where the
+        CLI keeps its sessions) of the latest attempt that worked on the session (attempt 1 made it,
+        attempt 2 continued it and was lost: attempt 3 continues from attempt 2's HOME), what is left
+        of their agents killed first."""
         what = f"cannot resume attempt {resume.attempt}"
         if not 1 <= resume.attempt < self.spec.run.attempt:
             raise workspace.WorkspaceError(f"{what}: attempt {self.spec.run.attempt} can only continue an earlier one")
-        earlier = RunFiles(self.files.dir.parent / str(resume.attempt))
-        state = read_state(earlier.state)
-        if state is None:
-            raise workspace.WorkspaceError(f"{what}: it left no record ({earlier.state})")
-        if not state.finished:
-            raise workspace.WorkspaceError(f"{what}: its record says it is still {state.phase}")
-        if state.pid is not None:
-            _stop_leftover(state.pid, self.root)
-        checkout = workspace.reuse(cache=self.cache, git=self.spec.git, root=self.root, base=state.base_commit)
-        if earlier.home.is_dir():
+        origin = read_state(RunFiles(self.files.dir.parent / str(resume.attempt)).state)
+        if origin is None:
+            raise workspace.WorkspaceError(f"{what}: it left no record")
+        latest, latest_state = resume.attempt, origin
+        for attempt in range(resume.attempt, self.spec.run.attempt):
+            state = origin if attempt == resume.attempt else read_state(self._attempt(attempt).state)
+            if state is None:
+                continue
+            if state.pid is not None:
+                _stop_leftover(state.pid, self.root)
+            if attempt == resume.attempt or (state.session is not None and state.session.id == resume.session_id
+                                             and state.session.resumed_from == resume.attempt):
+                latest, latest_state = attempt, state
+        if not latest_state.finished:
+            raise workspace.WorkspaceError(f"cannot resume attempt {latest}: its record says it is still "
+                                           f"{latest_state.phase}")
+        checkout = workspace.reuse(cache=self.cache, git=self.spec.git, root=self.root, base=origin.base_commit)
+        home = self._attempt(latest).home
+        if home.is_dir():
             # Links are copied as links: what the earlier agent pointed at is not read here.
-            shutil.copytree(earlier.home, self.files.home, symlinks=True, dirs_exist_ok=True)
+            try:
+                shutil.copytree(home, self.files.home, symlinks=True, dirs_exist_ok=True)
+            except shutil.Error as exc:  # what could not be copied (a socket, a pipe): the rest was
+                failed = [str(item[0]) for item in exc.args[0]] if exc.args and isinstance(exc.args[0], list) else []
+                _say(f"joch runner: resuming from attempt {latest}: not copied from its HOME: "
+                     f"{', '.join(failed[:10]) or exc}")
         self._session = Session(id=resume.session_id, resumed_from=resume.attempt)
         return checkout
+
+    def _attempt(self, attempt: int) -> RunFiles:
+        """Another attempt's directory of this run (attempts are siblings: ``<uid>/<attempt>``)."""
+        return RunFiles(self.files.dir.parent / str(attempt))
 
     def _prepare_home(self, checkout: workspace.Checkout) -> None:
         """The attempt's own HOME (``RunFiles.home``) with its XDG directories, the git identity the
         agent's commits need, and the provider's configuration files."""
         home = self.files.home
-        home.mkdir(mode=0o700, exist_ok=True)
-        for sub in XDG_DIRS.values():
-            (home / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            home.mkdir(mode=0o700, exist_ok=True)
+            for sub in XDG_DIRS.values():
+                (home / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if disks.is_full_error(exc):
+                raise
+            raise workspace.WorkspaceError(f"cannot prepare the agent's HOME {home}: {exc}") from None
         if checkout.base is not None:
             # The identity git gave the runner may come from this user's ~/.gitconfig, which the
             # agent's HOME is not: without it here, the agent's commits would fail.
@@ -606,7 +635,12 @@ class Runner:
                 raise workspace.WorkspaceError(f"{where}: must be a relative path that stays inside HOME") from None
             if target == home:
                 raise workspace.WorkspaceError(f"{where}: names HOME itself, not a file in it")
-            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                if disks.is_full_error(exc):
+                    raise
+                raise workspace.WorkspaceError(f"{where}: cannot create its directory: {exc}") from None
             if not target.parent.resolve().is_relative_to(real_home):
                 raise workspace.WorkspaceError(f"{where}: leads outside HOME through a symbolic link")
             try:
@@ -685,7 +719,12 @@ class Runner:
         if executable is None:
             raise _StartError(_not_runnable(name, checkout.path))
         argv = list(self.spec.argv)
-        self._invocation = self._describe(executable, argv, env, checkout.path)
+        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
+                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
+        # The version is asked of the CLI as the agent would be run: in the sandbox (without a
+        # network), not as the runner's possibly privileged user.
+        found, described_env = executable, dict(env)
+        version_command = [executable, *self.spec.version_args]
         if self.sandbox == "bwrap":
             try:
                 self._entered = sandboxing.enter(
@@ -693,12 +732,14 @@ class Runner:
                     hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
             except (sandboxing.SandboxError, OSError) as exc:
                 raise _StartError(f"cannot sandbox the agent: {exc}") from None
+            version_command = sandboxing.sandboxed(
+                executable, list(self.spec.version_args), checkout=checkout, files=self.files, home=self.files.home,
+                hide=self.hide, user=self.agent_user, network="off")
             argv, env = self._entered.argv, self._entered.env
             executable = argv[0]
         elif self.spec.network.mode != "on":
             raise _StartError(sandboxing.unenforceable(self.spec.network.mode, self.sandbox_reason))
-        self._sandbox = sandboxing.record(mode=self.sandbox, user=self.agent_user, network=self.spec.network.mode,
-                                          reason=self.sandbox_reason or "the runner was started with --sandbox none")
+        self._invocation = self._describe(found, list(self.spec.argv), described_env, checkout.path, version_command)
         self._started_at = time.time()
         try:
             agent = subprocess.Popen(
@@ -745,27 +786,77 @@ class Runner:
         if self._pid is not None:
             self.record(RunState(phase="Running", started_at=self._started_at, pid=self._pid))
 
-    def _describe(self, executable: str, argv: list[str], env: Mapping[str, str], cwd: Path) -> Invocation:
+    def _describe(self, executable: str, argv: list[str], env: Mapping[str, str], cwd: Path,
+                  version_command: list[str]) -> Invocation:
         """What is about to run, for the record: the argv (secrets redacted, long arguments cut), the
         environment's names, the executable as found on PATH, the sha256 of the file it is (links
         followed) and what it says its version is (``None`` when it would not say)."""
         secrets = self.secrets()
         real = os.path.realpath(executable)
-        try:
-            digest: str | None = _hashed("", Path(real), "").sha256
-        except OSError:
-            digest = None
+        known = self._known(real)
+        if known is not None:
+            digest, version = known.get("sha256"), known.get("version")
+            if isinstance(version, str):
+                version = _redacted(version.encode(), secrets).decode(errors="replace")
+        else:
+            try:
+                digest = _hashed("", Path(real), "").sha256
+            except OSError:
+                digest = None
+            version = self._version(version_command, env, cwd, secrets)
+            if digest is not None and (version is not None or not self.spec.version_args):
+                self._remember(real, {"sha256": digest, "version": version})
         return Invocation(argv=tuple(_recorded_arg(arg, secrets) for arg in argv), env=tuple(sorted(env)),
-                          executable=os.path.abspath(executable), version=self._version(executable, env, cwd, secrets),
-                          sha256=digest)
+                          executable=os.path.abspath(executable), sha256=digest if isinstance(digest, str) else None,
+                          version=version if isinstance(version, str) else None)
 
-    def _version(self, executable: str, env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
+    # Hashing a CLI of a few hundred MB (Claude Code's, OpenCode's) and asking a Node.js CLI its version
+    # takes seconds, every run. Both are kept per file in the runner's cache directory, which agents
+    # never see, keyed like git's index keys a file: by its device, inode, size and modification and
+    # change times (a change time cannot be set back by anyone writing the file) and the version
+    # arguments and confinement it was asked under.
+
+    def _known_key(self, real: str) -> str | None:
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        who = self.agent_user.uid if self.agent_user is not None else os.getuid()
+        key = json.dumps([real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                          list(self.spec.version_args), self.sandbox, who])
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def _known(self, real: str) -> dict[str, Any] | None:
+        key = self._known_key(real)
+        if key is None:
+            return None
+        try:
+            known = json.loads((self.cache / EXECUTABLES / f"{key}.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return known if isinstance(known, dict) else None
+
+    def _remember(self, real: str, known: dict[str, Any]) -> None:
+        key = self._known_key(real)
+        if key is None:
+            return
+        directory = self.cache / EXECUTABLES
+        temporary = directory / f".{key}.{os.getpid()}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(known))
+            os.replace(temporary, directory / f"{key}.json")
+        except OSError:  # only a cache: the next run asks again
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+
+    def _version(self, command: list[str], env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
         """The first line ``executable *version_args`` prints within ``VERSION_TIMEOUT`` seconds (redacted);
         None when it is not asked, fails or takes longer. Never a reason for the run to fail."""
         if not self.spec.version_args:
             return None
         try:
-            proc = subprocess.Popen([executable, *self.spec.version_args], cwd=cwd, env=dict(env),
+            proc = subprocess.Popen(command, cwd=cwd, env=dict(env),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True)
         except OSError:
@@ -775,8 +866,9 @@ class Runner:
         except subprocess.TimeoutExpired:
             signal_group(proc.pid, signal.SIGKILL)
             proc.communicate()
-            asked = " ".join([executable, *self.spec.version_args])
-            _say(f"joch runner: {asked} took longer than {VERSION_TIMEOUT:g} s; no version recorded")
+            asked = " ".join(self.spec.version_args)
+            _say(f"joch runner: the agent's version ({asked}) took longer than {VERSION_TIMEOUT:g} s; "
+                 "no version recorded")
             return None
         finally:
             signal_group(proc.pid, signal.SIGKILL)  # nothing it started lives on

@@ -9,8 +9,10 @@ standard library and ``workspace`` (the runner's start-up time is every run's di
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -71,11 +73,22 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
                 command.extend(["--dir", str(parent)])
                 made.add(parent)
         command.extend([*(str(part) for part in operation), str(target)])
-        if operation[0] != "--tmpfs":
+        if "--tmpfs" not in operation:
             bound.append(Path(target))
 
     for installed in installed_under_tmp(executable):
         mount(installed, "--ro-bind", installed)
+    if user is not None:
+        # A directory on the way that the agent's user may not enter (/root, mode 0700, with the
+        # Python joch runs on, or the data directory below it) becomes an empty tmpfs it may enter,
+        # with what the agent needs of it mounted back as it is: its installations here, the run's
+        # own directories below.
+        needed: list[str | Path] = [*installations(executable), checkout.root, files.outputs, files.inputs, home]
+        for directory in closed_to(user, needed, fresh=fresh):
+            mount(directory, "--perms", "0755", "--tmpfs")
+            fresh.append(directory)
+            for installed in installed_under(directory, executable):
+                mount(installed, "--ro-bind", installed)
     for path in hide:
         mount(path, *(("--tmpfs",) if path.is_dir() else ("--ro-bind", os.devnull)))
     for path in (checkout.root, files.outputs, home):
@@ -112,6 +125,11 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
 
 
 def installed_under_tmp(executable: str) -> list[str]:
+    """``installed_under`` /tmp, which the sandbox replaces with a fresh tmpfs."""
+    return installed_under(Path("/tmp"), executable)  # noqa: S108 - the sandbox's own /tmp hides this directory
+
+
+def installed_under(directory: Path, executable: str) -> list[str]:
     """What the agent needs that the sandbox's fresh /tmp would hide, to mount back read-only: the
     installation of ``executable``, of the interpreter its ``#!`` line names, the Python environment
     joch runs from (whose ``bin`` is on the agent's PATH) and the directory joch is imported from,
@@ -120,9 +138,19 @@ def installed_under_tmp(executable: str) -> list[str]:
     A checkout cloned into /tmp and set up with ``make run`` has its ``.venv`` there:
     ``joch-demo-agent`` and every console script installed with joch. An installation is the prefix
     of a ``PREFIX/bin/NAME`` executable (a virtualenv, a ``--prefix`` install: its ``lib`` is
-    needed too), else the executable's own directory; /tmp itself is never mounted back whole (an
-    executable directly in /tmp is mounted alone)."""
-    tmp = os.path.realpath("/tmp")  # noqa: S108 - the sandbox's own /tmp hides this directory
+    needed too), else the executable's own directory; ``directory`` itself is never mounted back
+    whole (an executable directly in it is mounted alone)."""
+    tmp = os.path.realpath(directory)
+    inside = sorted(path for path in installations(executable, alone_in=tmp)
+                    if path.startswith(tmp + os.sep) and os.path.exists(path))
+    # An installation inside another one is mounted with it.
+    return [path for path in inside if not any(path.startswith(other + os.sep) for other in inside)]
+
+
+def installations(executable: str, *, alone_in: str | None = None) -> set[str]:
+    """Where the agent's program, its ``#!`` interpreter, joch's Python environment (and the
+    interpreter it was made from) and the directory joch is imported from are installed (real
+    paths); a program whose installation would be ``alone_in`` is listed itself."""
     programs = {executable, os.path.realpath(executable)}
     interpreter = _interpreter(executable)
     if interpreter is not None:
@@ -135,10 +163,8 @@ def installed_under_tmp(executable: str) -> list[str]:
     for program in programs:
         directory = os.path.dirname(os.path.abspath(program))
         root = os.path.dirname(directory) if os.path.basename(directory) == "bin" else directory
-        found.add(os.path.realpath(root) if os.path.realpath(root) != tmp else os.path.realpath(program))
-    inside = sorted(path for path in found if path.startswith(tmp + os.sep) and os.path.exists(path))
-    # An installation inside another one is mounted with it.
-    return [path for path in inside if not any(path.startswith(other + os.sep) for other in inside)]
+        found.add(os.path.realpath(root) if os.path.realpath(root) != alone_in else os.path.realpath(program))
+    return found
 
 
 def _interpreter(executable: str) -> str | None:
@@ -193,7 +219,12 @@ class AgentUser:
     gets to see them. ``bwrap --unshare-user --uid N`` as root is not that: in a user namespace whose
     uid 0 is the host's root, root-owned files stay root's to the agent. Starting bubblewrap itself
     as the user (an unprivileged user namespace) would need that user to reach the run's directories
-    on the host, which the data directory's 0700 forbids.
+    on the host, which the data directory's 0700 forbids. setpriv executes the agent's program while
+    it still holds root's capabilities (a Python below /root starts), but nothing the agent executes
+    later does: a directory the user may not enter on the way to the program's installation, joch's
+    Python or the run's directories is therefore an empty tmpfs in the sandbox with just those
+    mounted back (``closed_to``), and the run's worktrees and mirrors are 0700 on the host, so no
+    other process of that uid (the host's own ``nobody``) reaches them there.
 
     What the agent writes (its worktree, the mirror's objects, refs and logs and the worktree's git
     directory, outputs and HOME) is chowned to it before it starts; the runner, root, still runs git
@@ -263,6 +294,25 @@ def give(user: AgentUser, *paths: Path) -> None:
                 _own(Path(base, name), user)
 
 
+def readable(top: Path, *, skip: Iterable[str] = ()) -> None:
+    """Let everyone read ``top`` and what is below it but ``skip`` (the mirror's config, HEAD and
+    packed-refs, which the agent's git reads, written under whatever umask the server has; the
+    mirrors directory itself is 0700 on the host)."""
+    skipped = set(skip)
+    for base, dirs, names in os.walk(top):
+        if base == str(top):
+            dirs[:] = [d for d in dirs if d not in skipped]
+        for name in (*dirs, *names):
+            path = os.path.join(base, name)
+            with contextlib.suppress(OSError):
+                status = os.lstat(path)
+                wanted = 0o555 if stat.S_ISDIR(status.st_mode) else 0o444
+                if not stat.S_ISLNK(status.st_mode) and status.st_mode & wanted != wanted:
+                    os.chmod(path, status.st_mode | wanted)
+    with contextlib.suppress(OSError):
+        os.chmod(top, os.stat(top).st_mode | 0o555)  # noqa: S103 - below the 0700 mirrors directory
+
+
 def _own(path: Path, user: AgentUser) -> None:
     try:
         status = os.lstat(path)
@@ -272,30 +322,27 @@ def _own(path: Path, user: AgentUser) -> None:
         pass
 
 
-def unreachable(path: Path, user: AgentUser, *, fresh: Iterable[Path]) -> str | None:
-    """Why ``user`` cannot reach ``path`` in the sandbox (a directory above it it may not enter), or
-    None. Directories in ``fresh`` (the sandbox's own /tmp, the hidden data dir: tmpfs where only
-    the run's own directories are mounted, below directories anyone may enter) end the search."""
+def closed_to(user: AgentUser, paths: Iterable[str | Path], *, fresh: Iterable[Path]) -> list[Path]:
+    """The outermost directories above ``paths`` that ``user`` may not enter (by their mode: its
+    supplementary groups are cleared). Directories in ``fresh`` (the sandbox's own /tmp, the hidden
+    data dir: tmpfs where only the run's own directories are mounted) end the search."""
     fresh_dirs = [Path(os.path.realpath(p)) for p in fresh]
-    current = Path("/")
-    for part in Path(os.path.abspath(path)).parts[1:-1]:
-        current = current / part
-        if any(current == f or current.is_relative_to(f) for f in fresh_dirs):
-            return None
-        try:
-            status = os.stat(current)
-        except OSError:
-            return None  # what is not there is not ours to explain
-        if status.st_uid == user.uid:
-            bit = 0o100
-        elif status.st_gid == user.gid:
-            bit = 0o010
-        else:
-            bit = 0o001
-        if not status.st_mode & bit:
-            return (f"{current} (mode {status.st_mode & 0o7777:04o}, owner uid {status.st_uid}) may not be "
-                    f"entered by uid {user.uid}")
-    return None
+    closed: set[Path] = set()
+    for path in paths:
+        current = Path("/")
+        for part in Path(os.path.abspath(path)).parts[1:-1]:
+            current = current / part
+            if any(current.is_relative_to(f) for f in fresh_dirs):
+                break
+            try:
+                status = os.stat(current)
+            except OSError:
+                break
+            bit = 0o100 if status.st_uid == user.uid else 0o010 if status.st_gid == user.gid else 0o001
+            if not status.st_mode & bit:
+                closed.add(current)
+                break
+    return sorted(path for path in closed if not any(path != other and path.is_relative_to(other) for other in closed))
 
 
 def record(*, mode: str, user: AgentUser | None, network: str, reason: str | None) -> Sandbox:
@@ -333,9 +380,8 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
           home: Path, hide: Iterable[Path], user: AgentUser | None, network: Network,
           say: Callable[[str], None], api_url: str | None = None) -> Entered:
     """Everything a sandboxed start needs besides ``sandboxed``'s command line: the agent user's
-    ownership of what it writes (checked reachable first: ``SandboxError`` names the directory in
-    the way), and for a ``limited`` network the runner's proxy, with the Joch server (``api_url``, the
-    agent's usage callback) allowed besides the Agent's ``allow`` list."""
+    ownership of what it writes, and for a ``limited`` network the runner's proxy, with the Joch
+    server (``api_url``, the agent's usage callback) allowed besides the Agent's ``allow`` list."""
     proxy: Proxy | None = None
     proxy_socket: Path | None = None
     hide = tuple(hide)
@@ -345,16 +391,6 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
         if shutil.which(SETPRIV) is None:
             raise SandboxError("setpriv is not installed (Debian/Ubuntu: apt-get install util-linux): without it the "
                                "agent cannot run as --agent-user; install it, or give --agent-user root")
-        fresh = (Path("/tmp"), *hide)  # noqa: S108 - the sandbox's own /tmp
-        needed = [checkout.path, files.outputs, files.inputs, home, Path(executable)]
-        if network.mode == "limited":
-            needed += [Path(sys.executable), Path(__file__)]
-        for path in needed:
-            problem = unreachable(path, user, fresh=fresh)
-            if problem is not None:
-                raise SandboxError(f"the agent runs as uid {user.uid} (--agent-user), which cannot reach {path}: "
-                                   f"{problem}; keep the data directory and the agent's installation where every "
-                                   "user may enter (chmod o+x), or choose another --agent-user")
         writable = [checkout.root, files.outputs, files.inputs, home]
         if checkout.git_dir is not None:
             writable.append(checkout.git_dir)
@@ -362,6 +398,7 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
             writable += [checkout.mirror / part for part in ("objects", "refs", "logs")]
             for part in ("objects", "refs", "logs"):
                 (checkout.mirror / part).mkdir(exist_ok=True)
+            readable(checkout.mirror, skip=("objects", "refs", "logs", "worktrees"))
         give(user, *writable)
     if network.mode == "limited":
         from joch.runtime import netbridge  # only for limited runs: start-up time matters

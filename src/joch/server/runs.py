@@ -385,15 +385,24 @@ class RunRoutes:
 
     def _rendered(self, run: Obj, manifest: dict[str, Any], digest: str | None, workspace: Workspace,
                   invocation: rendering.Invocation) -> dict[str, Any]:
-        namespace = run["metadata"]["namespace"]
+        namespace, name = run["metadata"]["namespace"], run["metadata"]["name"]
         secret_env = [{"name": env, "secret": secret, "key": key} for env, secret, key in invocation.secret_env]
-        for secret in run["spec"].get("secrets") or []:
+        allowed = set((manifest["spec"].get("security") or {}).get("allowedSecrets") or [])
+        for i, secret in enumerate(run["spec"].get("secrets") or []):
+            # as the run controller would fail the run (InvalidSpec): not allowed, or missing
+            if secret not in allowed:
+                raise errors.Invalid(f'the run cannot be rendered: Secret "{secret}" is not allowed for its Agent',
+                                     kind=kinds.AGENT_RUN.plural, name=name, causes=[Cause(
+                                         f"spec.secrets[{i}]", f'Secret "{secret}" is not in the Agent\'s '
+                                         "spec.security.allowedSecrets", "SecretNotAllowed")])
             try:
                 stored = self.store.get(kinds.SECRET, namespace, secret)
             except errors.NotFound:
-                stored = None
-            keys = secret_keys(stored) if stored is not None else []
-            secret_env += [{"name": key, "secret": secret, "key": key} for key in keys]
+                raise errors.Invalid(f'the run cannot be rendered: Secret "{secret}" not found',
+                                     kind=kinds.AGENT_RUN.plural, name=name, causes=[Cause(
+                                         f"spec.secrets[{i}]", f'Secret "{secret}" not found in namespace '
+                                         f'"{namespace}"', "MissingSecret")]) from None
+            secret_env += [{"name": key, "secret": secret, "key": key} for key in secret_keys(stored)]
         provider = manifest["spec"]["provider"]
         network = (manifest["spec"].get("security") or {}).get("network") or {"mode": "on"}
         return {

@@ -101,5 +101,14 @@ def test_render_run_usage_errors(cluster: Cluster, tmp_path: Path) -> None:
     two = tmp_path / "two.yaml"
     two.write_text(RUN_YAML + "---\n" + RUN_YAML)
     assert "exactly one AgentRun" in cluster.joch("render", "run", "-f", str(two)).err
+    with_secret = RUN_YAML + "  secrets: [openai, other]\n"
+    other = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "other"},
+             "spec": {"data": {"X": base64.b64encode(b"x").decode()}}}
+    cluster.apply(other)
+    refused = cluster.joch("render", "run", "-f", run_file(cluster, with_secret))
+    assert refused.code == 2 and "spec.secrets[1]: Secret \"other\" is not in the Agent's" in refused.err
+    rendered = yaml.safe_load(cluster.ok("render", "run", "-f", run_file(cluster, RUN_YAML + "  secrets: [openai]\n")
+                                         ).out)
+    assert {"name": "api-key", "secret": "openai", "key": "api-key"} in rendered["secretEnv"]
     missing = cluster.joch("render", "run", "-f", run_file(cluster, RUN_YAML.replace("name: coder", "name: nobody")))
     assert missing.code == 2 and "spec.agentRef.name: agent \"nobody\" not found" in missing.err

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.controllers.test_runs import Env, agent, make_env, provider, repo, script
+from joch.api import kinds
 from joch.runtime import runner
 from joch.runtime.base import RunnerSpec
 
@@ -27,6 +28,9 @@ out = pathlib.Path(sys.argv[1]); worktree = pathlib.Path(sys.argv[2]); attempt =
 (out / f"argv-{attempt}").write_text(json.dumps(sys.argv[1:]))
 if "--resume" in sys.argv:
     (out / "found").write_text(str((worktree / "work-of-attempt-1").exists()))
+    if (out / f"sleep-{attempt}").exists():
+        (out / f"pid-{attempt}").write_text(str(os.getpid()))
+        time.sleep(60)
     sys.exit(0)
 if attempt == "1":
     (worktree / "work-of-attempt-1").write_text("half done")
@@ -58,18 +62,17 @@ def record_session(env: Env, uid: str, attempt: int, session_id: str) -> None:
     runner.write_durably(state, json.dumps(record).encode())
 
 
-def kill_runner_after_session(env: Env, name: str, out: Path) -> dict[str, Any]:
-    wait_for(out / "pid")
-    run = env.wait(name, {"Running"})
-    uid = run["metadata"]["uid"]
-    while "runnerPid" not in run["status"]["runtimeRef"]:
-        run = env.wait(name, {"Running"})
-    record_session(env, uid, 1, "sess-1")
+def kill_runner_after_session(env: Env, name: str, out: Path, attempt: int = 1) -> dict[str, Any]:
+    wait_for(out / ("pid" if attempt == 1 else f"pid-{attempt}"))
     deadline = time.monotonic() + 15
-    while ((run := env.run(name))["status"].get("session") or {}).get("id") != "sess-1":
+    while (run := env.run(name))["status"].get("attempt") != attempt or "runnerPid" not in (
+            run["status"].get("runtimeRef") or {}):
+        assert time.monotonic() < deadline, run["status"]
+        time.sleep(0.05)
+    record_session(env, run["metadata"]["uid"], attempt, f"sess-{attempt}")
+    while ((run := env.run(name))["status"].get("session") or {}).get("id") != f"sess-{attempt}":
         assert time.monotonic() < deadline, run["status"]  # mapped into status while it runs
         time.sleep(0.05)
-    assert run["status"]["session"] == {"id": "sess-1", "attempt": 1}
     os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
     return run
 
@@ -84,7 +87,9 @@ def test_a_lost_runner_of_a_resumable_provider_is_resumed_in_the_same_worktree(m
     out.mkdir()
     env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 1}))
     name = env.create_run()
-    uid = kill_runner_after_session(env, name, out)["metadata"]["uid"]
+    run = kill_runner_after_session(env, name, out)
+    assert run["status"]["session"] == {"id": "sess-1", "attempt": 1}
+    uid = run["metadata"]["uid"]
     run = env.wait(name, {"Succeeded", "Failed"}, timeout=30)
     status = run["status"]
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
@@ -102,6 +107,65 @@ def test_a_lost_runner_of_a_resumable_provider_is_resumed_in_the_same_worktree(m
     while Path(first_worktree).exists():
         assert time.monotonic() < deadline, "attempt 1's worktree was never removed"
         time.sleep(0.05)
+
+
+def test_an_attempt_lost_while_resuming_is_resumed_in_the_first_worktree(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    (out / "sleep-2").write_text("")  # attempt 2 (resuming) sleeps too, and its runner is killed
+    env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 2}))
+    name = env.create_run()
+    uid = kill_runner_after_session(env, name, out)["metadata"]["uid"]
+    run = kill_runner_after_session(env, name, out, attempt=2)
+    # the runner recorded the CLI's (new) session id without resumed_from: status still knows
+    assert run["status"]["session"] == {"id": "sess-2", "attempt": 2, "resumedFromAttempt": 1}
+    status = env.wait(name, {"Succeeded", "Failed"}, timeout=30)["status"]
+    assert status["phase"] == "Succeeded" and status["attempt"] == 3, status
+    assert status["session"] == {"id": "sess-2", "attempt": 3, "resumedFromAttempt": 1}
+    first_worktree = str(env.data_dir / "workspaces" / f"{uid}-1")
+    assert json.loads((out / "argv-3").read_text())[1:] == [first_worktree, "3", "--resume", "sess-2"]
+    resume = spec_of(env, uid, 3).resume
+    assert resume is not None and (resume.attempt, resume.session_id) == (1, "sess-2")
+
+
+def test_a_deadline_raised_while_the_agent_ran_continues_its_session(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    env.apply(resumable(out, resumable=True), agent("a", "p"))  # no retries: the raise alone continues it
+    name = env.create_run(timeoutSeconds=6)
+    wait_for(out / "pid")
+    run = env.wait(name, {"Running"})
+    uid = run["metadata"]["uid"]
+    while "runnerPid" not in (run["status"].get("runtimeRef") or {}):
+        run = env.wait(name, {"Running"})
+    record_session(env, uid, 1, "sess-1")
+    while ((run := env.run(name))["status"].get("session") or {}).get("id") != "sess-1":
+        assert run["status"]["phase"] == "Running", run["status"]
+        time.sleep(0.05)
+    env.store.update(kinds.AGENT_RUN, {**run, "spec": {**run["spec"], "timeoutSeconds": 60}})
+    status = env.wait(name, {"Succeeded", "Failed"}, timeout=30)["status"]
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
+    assert status["session"] == {"id": "sess-1", "attempt": 2, "resumedFromAttempt": 1}
+    assert json.loads((out / "argv-2").read_text())[3:] == ["--resume", "sess-1"]
+    notes = [m for reason, m in env.events(name) if reason == "Retrying"]
+    assert "spec.timeoutSeconds was raised to 60 s meanwhile; continuing as attempt 2" in notes[0], notes
+
+
+def test_a_missed_deadline_that_was_not_raised_fails(make_env: Callable[..., Env]) -> None:
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 1}))
+    name = env.create_run(timeoutSeconds=2)
+    wait_for(out / "pid")
+    run = env.wait(name, {"Running"})
+    while "runnerPid" not in (run["status"].get("runtimeRef") or {}):
+        run = env.wait(name, {"Running"})
+    record_session(env, run["metadata"]["uid"], 1, "sess-1")
+    status = env.wait(name, {"Succeeded", "Failed"}, timeout=30)["status"]
+    assert (status["phase"], status["reason"], status["attempt"]) == ("Failed", "DeadlineExceeded", 1), status
 
 
 def test_a_provider_that_is_not_resumable_starts_over(make_env: Callable[..., Env]) -> None:

@@ -13,9 +13,12 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from integration.runtime import lineformat
 from integration.runtime.helpers import (
@@ -29,9 +32,10 @@ from integration.runtime.helpers import (
     spec,
     wait_for,
 )
-from joch.runtime import runner
+from joch.runtime import runner, workspace
 from joch.runtime.base import ConfigFile, Output, PatchPolicy, Resume, RunnerSpec, RunState, Session, SuccessPolicy
 from joch.runtime.local import LocalRuntime
+from joch.runtime.sandbox import sandbox_problem
 
 TESTS = str(Path(__file__).resolve().parents[2])
 
@@ -59,24 +63,31 @@ json.dump({"env": dict(os.environ), "files": sorted(os.listdir(home))}, open(sys
 """
 
 
-def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[..., RunnerRun],
-                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", [
+    "none",
+    pytest.param("bwrap", marks=pytest.mark.skipif(sandbox_problem() is not None,
+                                                   reason=f"bubblewrap does not work here: {sandbox_problem()}")),
+])
+def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[..., RunnerRun], tmp_path: Path,
+                                                             sandbox: str) -> None:
     server_home = tmp_path / "server-home"
     (server_home / ".codex").mkdir(parents=True)
     (server_home / ".codex" / "config.toml").write_text("operator's own\n")
     configs = (ConfigFile(".codex/config.toml", 'model = "m1"\n'),
                ConfigFile(".config/tool/settings.json", "{}", mode=0o644))
-    runs = [make_run(spec([*python_agent(DUMP_ENV), str(tmp_path / f"env-{n}.json")], uid=f"uid-{n}",
-                          config_files=configs), env={"HOME": str(server_home), "XDG_CONFIG_HOME": "/etc/xdg-x"})
-            for n in (1, 2)]
-    started = [r.start() for r in runs]  # concurrently
+    runs = [make_run(spec([*python_agent(DUMP_ENV), "ENV_JSON"], uid=f"uid-{n}", config_files=configs),
+                     env={"HOME": str(server_home), "XDG_CONFIG_HOME": "/etc/xdg-x"}) for n in (1, 2)]
+    for r in runs:  # written to the outputs: the sandbox's /tmp is not the host's
+        r.files.spec.write_text(r.files.spec.read_text().replace("ENV_JSON", str(r.files.outputs / "env.json")))
+    started = [subprocess.Popen([*r.command(), "--sandbox", sandbox], env=r.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT) for r in runs]  # concurrently
     for proc in started:
         assert proc.wait(timeout=60) == 0, proc.stdout.read() if proc.stdout else ""
     homes = []
     for n, r in enumerate(runs, 1):
         state = r.state()
         assert state is not None and state.phase == "Succeeded", state
-        seen = json.loads((tmp_path / f"env-{n}.json").read_text())
+        seen = json.loads((r.files.outputs / "env.json").read_text())
         env = seen["env"]
         home = r.files.home
         assert env["HOME"] == str(home)
@@ -90,6 +101,7 @@ def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[
         assert (home / "written-by-the-agent").read_text() == "mine"
         assert all((home / sub).is_dir() for sub in (".config", ".local/share", ".cache", ".local/state"))
         homes.append(env["HOME"])
+        assert state.sandbox is not None and state.sandbox.mode == sandbox
     assert homes[0] != homes[1]
     assert (server_home / ".codex" / "config.toml").read_text() == "operator's own\n"
     assert sorted(p.name for p in server_home.iterdir()) == [".codex"]
@@ -98,11 +110,12 @@ def test_each_attempt_has_its_own_home_with_its_config_files(make_run: Callable[
 def test_a_config_file_must_stay_inside_home(make_run: Callable[..., RunnerRun], tmp_path: Path) -> None:
     for path, why in (("../outside.toml", "must be a relative path that stays inside HOME"),
                       ("/etc/x.toml", "must be a relative path that stays inside HOME"),
-                      (".", "names HOME itself, not a file in it")):
+                      (".", "names HOME itself, not a file in it"),
+                      ("ok.toml/under", "cannot create its directory: [Errno 17] File exists: ")):
         r = make_run(spec(["true"], config_files=(ConfigFile("ok.toml", "x"), ConfigFile(path, "x"))))
         code, state = r.run()
         assert (code, state.phase, state.reason) == (1, "Failed", "WorkspaceError")
-        assert state.message == f'config file "{path}" (configFiles[1].path): {why}'
+        assert (state.message or "").startswith(f'config file "{path}" (configFiles[1].path): {why}'), state.message
     assert not (tmp_path / "outside.toml").exists()
 
 
@@ -164,9 +177,8 @@ def test_the_record_says_what_ran(make_run: Callable[..., RunnerRun], tmp_path: 
 class Callback:
     """A real HTTP server on 127.0.0.1 standing in for the run callback: it records what it is sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: threading.Event | None = None) -> None:
         import http.server
-        import threading
 
         self.posts: list[tuple[str, str, dict[str, Any]]] = []
         posts = self.posts
@@ -174,6 +186,8 @@ class Callback:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if gate is not None:
+                    gate.wait(30)  # an answer that takes its time
                 posts.append((self.path, self.headers.get("Authorization", ""), body))
                 answer = json.dumps({"accepted": len(body["events"])}).encode()
                 self.send_response(200)
@@ -237,6 +251,28 @@ def test_usage_and_the_session_from_the_agents_output(make_run: Callable[..., Ru
         assert path == "/v1/namespaces/default/agentruns/demo/callback"
         assert authorization == f"Bearer {token}"
     assert token not in r.log()
+
+
+def test_a_slow_callback_does_not_hold_up_the_log(make_run: Callable[..., RunnerRun], tmp_path: Path) -> None:
+    gate = threading.Event()
+    callback = Callback(gate)
+    release = tmp_path / "release"
+    code = ("import os, sys, time\nprint('USAGE u1 1 1 0.1', flush=True)\nprint('after the usage', flush=True)\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n")
+    r = make_run(spec([*python_agent(code), str(release)], output_format=lineformat.NAME,
+                      secret_env=("JOCH_RUN_TOKEN",)), env={"JOCH_RUN_TOKEN": "jrt1_t"})
+    env = {**r.env, "PYTHONPATH": os.pathsep.join([TESTS, r.env.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(with_test_format(r, "--api-url", callback.url), env=env)
+    try:
+        # The post is held by the server, and the log goes on meanwhile.
+        wait_for(lambda: r.files.log.exists() and "after the usage" in r.log(), timeout=20)
+        assert callback.posts == []
+    finally:
+        gate.set()
+        release.touch()
+        assert proc.wait(timeout=60) == 0
+        callback.close()
+    assert [e["id"] for e in callback.events()] == ["a1-u1", "a1-final"]
 
 
 def test_usage_that_cannot_be_reported_and_a_failing_parser_do_not_fail_the_run(
@@ -358,6 +394,7 @@ tool = pathlib.Path(os.environ["HOME"], ".tool")
 tool.mkdir()
 (tool / "session.json").write_text('{"id": "s-1"}')
 (tool / "link").symlink_to("/nonexistent/target")
+os.mkfifo(tool / "fifo")  # not copied (reading it would block), and no reason to fail
 print("SESSION s-1", flush=True)
 raise SystemExit(1)
 """
@@ -401,14 +438,25 @@ def test_a_resumed_attempt_continues_in_the_earlier_worktree_and_home(repo: Repo
     assert "+first attempt\n+second attempt\n" in patch  # both attempts' work, against the first's base
     assert (first.files.home / ".tool" / "session.json").exists()  # a copy: the first attempt's HOME stays
 
+    # Attempt 3 continues the session attempt 2 continued: attempt 1's worktree, attempt 2's HOME.
+    write_home = ("import os, pathlib; p = pathlib.Path(os.environ['HOME'], '.tool', 'turns'); "
+                  "p.write_text(p.read_text() + 'turn\\n' if p.exists() else 'turn\\n'); "
+                  "print(p.read_text().count('turn')); raise SystemExit(int(os.environ['CODE']))")
+    for attempt, exit_code in ((3, 1), (4, 0)):
+        r = attempt_run(tmp_path, spec(python_agent(write_home), attempt=attempt, git=git_source(repo),
+                                       env={"CODE": str(exit_code)}, resume=Resume(attempt=1, session_id="s-1")))
+        _, state = r.run()
+        assert state.session == Session("s-1", 1) and r.log() == f"{attempt - 2}\n", (state, r.log())
+    assert not (first.files.home / ".tool" / "turns").exists()
+
     # A worktree that is gone is not silently replaced by a fresh checkout.
     shutil.rmtree(first.workspace_root)
-    third = attempt_run(tmp_path, spec(["true"], attempt=3, git=git_source(repo), resume=Resume(1, "s-1")))
+    third = attempt_run(tmp_path, spec(["true"], attempt=5, git=git_source(repo), resume=Resume(1, "s-1")))
     _, three = third.run()
     assert (three.phase, three.reason) == ("Failed", "WorkspaceError")
     assert three.message == (f"cannot resume: the workspace {first.workspace_root} of the attempt to continue is gone")
-    fourth = attempt_run(tmp_path, spec(["true"], attempt=4, resume=Resume(9, "s-1")))
-    assert fourth.run()[1].message == "cannot resume attempt 9: attempt 4 can only continue an earlier one"
+    fourth = attempt_run(tmp_path, spec(["true"], attempt=6, resume=Resume(9, "s-1")))
+    assert fourth.run()[1].message == "cannot resume attempt 9: attempt 6 can only continue an earlier one"
 
 
 SLOW_FIRST = """
@@ -430,8 +478,6 @@ def test_a_lost_attempt_is_resumed_by_the_local_runtime(local: LocalRuntime, rep
     wait_for(lambda: not group_members(one.pid), timeout=5)  # its agent is gone too
     # What the output parser records when the CLI prints its session id (see the runner tests).
     runner.write_state(local.files(s1.run).state, dataclasses.replace(one, session=Session("sid-1")))
-    local.cleanup(ref1, keep_records=True)  # as the run controller does before it retries
-    assert (root / "work.txt").exists()  # kept: the next attempt may continue in it
 
     resume = Resume(attempt=1, session_id="sid-1")
     run2 = dataclasses.replace(s1.run, attempt=2)
@@ -444,4 +490,67 @@ def test_a_lost_attempt_is_resumed_by_the_local_runtime(local: LocalRuntime, rep
     assert (two.phase, two.session) == ("Succeeded", Session("sid-1", 1)), (two, log)
     assert log == "done before the runner was killed\n"
     local.cleanup(ref2, keep_records=True)
-    assert not root.exists()  # the attempt that continued in it was the last to need it
+    assert not root.exists()  # the worktree both attempts worked in
+    local.cleanup(ref1, keep_records=True)  # and the earlier attempt's cleanup finds it gone: fine
+
+
+def test_a_config_file_is_not_written_through_a_link_the_earlier_agent_left(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    plant = f"import os; os.symlink({str(outside)!r}, os.path.join(os.environ['HOME'], '.codex'))"
+    first = attempt_run(tmp_path, spec(python_agent(plant)))
+    assert first.run()[1].phase == "Succeeded"
+    second = attempt_run(tmp_path, spec(["true"], attempt=2, resume=Resume(1, "s"),
+                                        config_files=(ConfigFile(".codex/config.toml", "x"),)))
+    _, state = second.run()
+    assert (state.reason, state.message) == (
+        "WorkspaceError", 'config file ".codex/config.toml" (configFiles[0].path): leads outside HOME through a '
+                          "symbolic link")
+    assert list(outside.iterdir()) == []
+
+
+def test_patch_hygiene_for_tracked_files(repo: Repo, tmp_path: Path) -> None:
+    base = repo.commit({".aider.conf.yml": "model: a\n", "data.bin": "d" * 5000, "keep.txt": "k\n"}, "tracked")
+    checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
+    assert checkout.base == base
+    (checkout.root / ".aider.conf.yml").write_text("model: b\n")  # tracked, but excluded: not in the patch
+    (checkout.root / "data.bin").unlink()  # a deletion carries the old content: over the limit too
+    (checkout.root / "keep.txt").write_text("k2\n")
+    patch = tmp_path / "changes.patch"
+    omitted = workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
+                                      common_dir=checkout.mirror, exclude=(".aider*",), max_file_bytes=1000)
+    assert omitted == [("data.bin", 5000)]
+    text = patch.read_text()
+    assert "keep.txt" in text and ".aider.conf.yml" not in text and "data.bin" not in text
+    assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
+                                   common_dir=checkout.mirror) == []  # without a policy: everything, as before
+    assert "data.bin" in patch.read_text() and ".aider.conf.yml" in patch.read_text()
+
+
+COUNTING_CLI = """#!/bin/sh
+if [ "$1" = --version ]; then echo x >> "$ASKED"; echo "counting-cli $(wc -l < "$ASKED" | tr -d ' ') VARIANT"; fi
+exit 0
+"""
+
+
+def test_the_executables_hash_and_version_are_kept_until_the_file_changes(make_run: Callable[..., RunnerRun],
+                                                                           tmp_path: Path) -> None:
+    cli = tmp_path / "bin" / "counting-cli"
+    cli.parent.mkdir()
+    cli.write_text(COUNTING_CLI.replace("VARIANT", "a"))
+    cli.chmod(0o755)
+    asked = tmp_path / "asked"
+    env = {"PATH": f"{cli.parent}{os.pathsep}{os.environ['PATH']}", "ASKED": str(asked)}
+
+    def invocation() -> Any:
+        _, state = make_run(spec(["counting-cli"], env={"ASKED": str(asked)}), env=env).run()
+        assert state.phase == "Succeeded" and state.invocation is not None, state
+        return state.invocation
+
+    first, second = invocation(), invocation()
+    assert first.version == second.version == "counting-cli 1 a"
+    assert first.sha256 == second.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()
+    assert asked.read_text().count("x") == 1  # asked once: the second run knew it
+    cli.write_text(COUNTING_CLI.replace("VARIANT", "b"))  # an upgrade (or a tampered file): asked again
+    third = invocation()
+    assert third.version == "counting-cli 2 b" and third.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()

@@ -9,15 +9,19 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import pwd
+import shutil
+import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.runtime.helpers import Repo, git_source, python_agent, spec, wait_for
+from integration.runtime.helpers import Repo, RunnerRun, git_source, python_agent, spec, wait_for
 from joch.runtime import sandbox
 from joch.runtime.base import Network, Output, RunId, RunState, Sandbox
 from joch.runtime.local import LocalRuntime
@@ -142,11 +146,32 @@ def test_the_agent_commits_as_nobody_and_the_runner_still_writes_the_patch(sandb
     assert (Path(ref["dir"]) / "artifacts/outputs/result.txt").read_text() == "out\n"
     root = sandboxed.workspace_root(RunId("default", "demo", "conf-commit"))
     assert root.stat().st_uid == 65534 and (root / "new.txt").stat().st_uid == 65534
+    # ... and no other process of that uid on the host gets to them.
+    for private in (root.parent, sandboxed.mirrors):
+        assert private.stat().st_mode & 0o777 == 0o700, private
     # The next run of the same repository (a fetch into the mirror the agent wrote objects into) works.
     ref = sandboxed.submit(spec(["git", "log", "-1", "--format=%s"], uid="conf-next", git=git_source(repo)))
     state = finished(sandboxed, ref)
     assert state.phase == "Succeeded", (state, log_of(ref))
     assert log_of(ref) == "second\n"
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_the_agent_commits_under_a_server_with_a_strict_umask(tmp_path: Path, repo: Repo) -> None:
+    needs_bwrap()
+    before = os.umask(0o077)  # the mirror's config, HEAD and packed-refs are root's only as written
+    try:
+        rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="bwrap")
+        try:
+            ref = rt.submit(spec(["sh", "-c", "echo x >> README.md && git commit --quiet -am umask && git log -1 "
+                                 "--format=%s"], uid="conf-umask", git=git_source(repo)))
+            state = finished(rt, ref)
+        finally:
+            rt.close()
+    finally:
+        os.umask(before)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == "umask\n"
 
 
 @pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
@@ -166,21 +191,24 @@ def test_another_agent_user_is_taken_and_a_bad_one_refused(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
-def test_a_data_dir_the_agent_user_cannot_enter_fails_the_start_and_says_why() -> None:
+def test_a_data_dir_below_a_directory_the_agent_user_cannot_enter_still_works(repo: Repo) -> None:
+    # /root (0700) with the server's Python below it, a data dir in a root-only directory: each
+    # such directory is an empty tmpfs to the agent, with only what it needs mounted back.
     needs_bwrap()
-    base = Path(tempfile.mkdtemp(prefix="joch-private-", dir="/var/tmp"))
+    base = Path(tempfile.mkdtemp(prefix="joch-private-", dir="/var/tmp"))  # mode 0700, root's
+    (base / "private.txt").write_text("root's\n")
     rt = LocalRuntime(base / "data", poll_interval=0.02, sandbox="bwrap")
+    code = ("import os, sys; print(os.getuid(), sorted(os.listdir(sys.argv[1])), open('README.md').read().strip()); "
+            "open(sys.argv[2] + '/out.txt', 'w').write('written')")
     try:
-        ref = rt.submit(spec(["true"], uid="conf-private"))
+        outputs = rt.workspace(RunId("default", "demo", "conf-private"), None).outputs
+        ref = rt.submit(spec([*python_agent(code), str(base), outputs], uid="conf-private", git=git_source(repo)))
         state = finished(rt, ref)
-        assert (state.phase, state.reason) == ("Failed", "StartError"), state
-        assert state.message is not None
-        assert f"cannot reach {base}/data/workspaces/conf-private-1" in state.message
-        assert f"{base} (mode 0700, owner uid 0) may not be entered by uid 65534" in state.message
+        assert state.phase == "Succeeded", (state, log_of(ref))
+        assert log_of(ref) == "65534 ['data'] # Demo\n"
+        assert Path(outputs, "out.txt").read_text() == "written"
     finally:
         rt.close()
-        import shutil
-
         shutil.rmtree(base)
 
 
@@ -269,6 +297,8 @@ def test_a_network_that_cannot_be_enforced_fails_the_start(tmp_path: Path, mode:
         assert f"spec.security.network.mode is {mode}" in state.message
         assert "the server was started with --sandbox none" in state.message
         assert "--sandbox auto or bwrap" in state.message
+        assert state.sandbox == Sandbox(mode="none", user=os.geteuid(), network=mode,
+                                        reason="the server was started with --sandbox none")
         ref = rt.submit(spec(["true"], uid=f"net-{mode}-on"))
         state = finished(rt, ref)
         assert state.phase == "Succeeded"
@@ -276,3 +306,48 @@ def test_a_network_that_cannot_be_enforced_fails_the_start(tmp_path: Path, mode:
                                         reason="the server was started with --sandbox none")
     finally:
         rt.close()
+
+
+def test_the_reason_for_no_sandbox_reaches_the_record(tmp_path: Path) -> None:
+    reason = "--sandbox auto: bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    rt = LocalRuntime(tmp_path / "data", poll_interval=0.02, sandbox="none", sandbox_reason=reason)
+    try:
+        ref = rt.submit(spec(["id", "-u"], uid="none-reason"))
+        state = finished(rt, ref)
+        assert state.phase == "Succeeded"
+        assert state.sandbox == Sandbox(mode="none", user=os.geteuid(), network="on", reason=reason)
+        assert log_of(ref) == f"{os.geteuid()}\n"  # without the sandbox, the server's own user
+    finally:
+        rt.close()
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_joch_runner_takes_the_agent_user(make_run: Callable[..., RunnerRun]) -> None:
+    needs_bwrap()
+    r = make_run(spec(["id", "-u"]))
+    joch = str(Path(sys.executable).with_name("joch"))
+    done = subprocess.run([joch, "runner", "--spec", str(r.files.spec), *r.options(), "--sandbox", "bwrap",
+                           "--agent-user", "daemon"], env=r.env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert r.log() == f"{pwd.getpwnam('daemon').pw_uid}\n"
+    r = make_run(spec(["id", "-u"]))
+    done = subprocess.run([joch, "runner", "--spec", str(r.files.spec), *r.options(), "--sandbox", "bwrap",
+                           "--agent-user", "no-such-user-here"], env=r.env, capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and 'no user "no-such-user-here"' in done.stderr
+    state = r.state()
+    assert state is not None and (state.phase, state.reason) == ("Failed", "StartError")
+
+
+@pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
+def test_the_version_is_asked_in_the_sandbox_as_the_agent_user(sandboxed: LocalRuntime, repo: Repo) -> None:
+    # `<cli> --version` runs a program the provider names: as the runner's user (root) it could read
+    # what the agent cannot. It is asked as the agent is run, without a network.
+    ask = ["-c", "import os, socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), 1)\n    net = 'net'\n"
+                 "except OSError:\n    net = 'no-net'\nprint('uid', os.getuid(), net, os.path.exists('/etc/shadow') "
+                 "and os.access('/etc/shadow', os.R_OK))"]
+    ref = sandboxed.submit(spec(python_agent("print('done')"), uid="conf-version", git=git_source(repo),
+                                version_args=tuple(ask)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert state.invocation is not None and state.invocation.version == "uid 65534 no-net False", state.invocation
+    assert state.invocation.executable == sys.executable or Path(state.invocation.executable or "").exists()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import joch
 from integration.runtime.helpers import Repo, git, git_source, spec, wait_for
 from joch.runtime.base import InputFile, Output, RunId, RunState
 from joch.runtime.local import LocalRuntime
@@ -37,6 +38,10 @@ def test_the_quickstart_run_end_to_end(local: LocalRuntime, repo: Repo) -> None:
     with f:
         assert b"+Hello from Joch" in f.read()
     assert 'appending "Hello from Joch" to README.md' in log and f"committed {sha[:12]}" in log
+    # What ran is on record: the demo agent as installed, its version, the commit the run started from.
+    assert state.invocation is not None and state.invocation.executable == DEMO
+    assert state.invocation.version == f"joch-demo-agent {joch.__version__}"
+    assert state.base_commit == repo.git("rev-parse", "main")
 
 
 def test_outside_a_git_repository_it_says_so(tmp_path: Path) -> None:

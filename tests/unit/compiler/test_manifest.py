@@ -312,6 +312,18 @@ def test_a_broken_template() -> None:
     ]
 
 
+def test_a_broken_condition_and_an_agent_parameter_the_provider_does_not_declare() -> None:
+    read = Objects(agent(defaults={"parameters": {"modle": "o3"}}), provider(
+        parameters=[{"name": "model", "default": "gpt-5-codex"}],
+        argsTemplate=["exec", {"when": "parameters.model ==", "args": ["--model", "{{ parameters.model }}"]}]))
+    assert problems(read) == [
+        Problem("TemplateError", "AgentProvider/codex spec.argsTemplate[1].when: syntax error: "
+                                 "unexpected 'end of template'"),
+        Problem("UnknownParameter", 'Agent spec.defaults.parameters.modle: AgentProvider/codex declares no parameter '
+                                    '"modle" (did you mean "model"?); it declares model'),
+    ]
+
+
 @pytest.mark.parametrize("path", ["/etc/passwd", "../outside.md", "a/../../b"])
 def test_input_and_output_paths_stay_inside_their_directories(path: str) -> None:
     read = Objects(agent(), provider(inputFiles=[{"path": path, "content": "x"}]))

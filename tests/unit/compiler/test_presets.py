@@ -80,10 +80,13 @@ def test_codex(admitted: dict[str, Obj]) -> None:
 def test_codex_config_toml_names_the_endpoint_only_when_given(admitted: dict[str, Obj]) -> None:
     (path, content, mode), = invocation(admitted["codex"]).config_files
     assert (path, mode) == (".codex/config.toml", 0o600)
-    assert tomllib.loads(content) == {"model": "gpt-5-codex"}  # OpenAI's own endpoint, Codex's built-in provider
+    state = "/runs/u-1/1/home/.codex/state-1"
+    # OpenAI's own endpoint, Codex's built-in provider
+    assert tomllib.loads(content) == {"model": "gpt-5-codex", "sqlite_home": state}
     inv = invocation(admitted["codex"], parameters={"baseUrl": 'http://127.0.0.1:9/v1?a="b"', "retries": "1"})
     config = tomllib.loads(inv.config_files[0][1])
-    assert config == {"model": "gpt-5-codex", "model_provider": "joch", "model_providers": {"joch": {
+    assert config == {"model": "gpt-5-codex", "sqlite_home": state, "model_provider": "joch",
+                      "model_providers": {"joch": {
         "name": "Joch model endpoint", "base_url": 'http://127.0.0.1:9/v1?a="b"', "env_key": "CODEX_API_KEY",
         "wire_api": "responses", "request_max_retries": 1, "stream_max_retries": 1}}}
     assert (inv.output_format, inv.resumable, inv.success) == ("codex", True, {

@@ -81,8 +81,9 @@ def test_an_undefined_name_in_when_is_still_an_error() -> None:
     assert 'did you mean "parameters"' in info.value.message
 
 
-def test_when_must_be_one_expression() -> None:
-    for bad in ("x %}{{ 1 }}{% if y", "a b", "{{ x }}", "(", "''.__class__.__mro__[1]"):
+def test_when_must_be_one_expression_within_the_sandbox_bounds() -> None:
+    for bad in ("x %}{{ 1 }}{% if y", "a b", "{{ x }}", "(", "''.__class__.__mro__[1]", "'x' * 10**10",
+                "parameters.x.y", "1 / 0"):
         m = manifest(argsTemplate=["a", "b", {"when": bad, "args": ["x"]}])
         with pytest.raises(TemplateError) as info:
             render(m)

@@ -1,0 +1,75 @@
+"""``OutputWatch``: the agent's output cut into lines for its output parser and the failure patterns."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from joch.runtime import runner
+from joch.runtime.agentoutput import Observation
+
+
+class Lines:
+    """A parser that remembers every line it is given."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.finished = False
+
+    def feed(self, line: str) -> Observation | None:
+        self.lines.append(line)
+        if line.startswith("usage "):
+            return Observation(usage=[{"id": line.split()[1]}])
+        if line.startswith("session "):
+            return Observation(session_id=line.split()[1])
+        if line == "fail":
+            raise ValueError("bad line")
+        return None
+
+    def finish(self) -> Observation | None:
+        self.finished = True
+        return Observation(error="the end says it failed")
+
+
+def watch(parser: Lines | None, *patterns: str) -> tuple[runner.OutputWatch, list[Any], list[str]]:
+    usage: list[Any] = []
+    sessions: list[str] = []
+    w = runner.OutputWatch(parser, [re.compile(p) for p in patterns], on_usage=usage.extend,
+                           on_session=sessions.append)
+    return w, usage, sessions
+
+
+def test_lines_are_whole_whatever_the_reads() -> None:
+    parser = Lines()
+    w, usage, sessions = watch(parser)
+    for chunk in (b"one\r\ntw", b"o\n", b"", b"usage u1\nsess", b"ion s-9\n\nlast without newline"):
+        w.feed(chunk)
+    assert parser.lines == ["one", "two", "usage u1", "session s-9", ""]
+    w.finish()
+    assert parser.lines[-1] == "last without newline" and parser.finished
+    assert (usage, sessions, w.error) == ([{"id": "u1"}], ["s-9"], "the end says it failed")
+
+
+def test_a_long_line_is_cut_and_the_next_one_read() -> None:
+    parser = Lines()
+    w, _, _ = watch(parser, "^after$")
+    w.feed(b"x" * (runner.MAX_LINE_BYTES + 10))
+    w.feed(b"y" * 100 + b"\nafter\n")
+    assert [len(line) for line in parser.lines] == [runner.MAX_LINE_BYTES, 5]
+    assert w.failure == 'a line of its output matched the failure pattern "^after$": after'
+
+
+def test_a_failing_parser_is_not_asked_again_and_patterns_still_apply() -> None:
+    parser = Lines()
+    w, _, sessions = watch(parser, "boom")
+    w.feed(b"fail\nsession s-1\nboom " + b"z" * 400 + b"\n")
+    assert parser.lines == ["fail"] and sessions == [] and w.parser is None
+    assert w.failure is not None and w.failure.endswith("z" * 295 + "…")
+    w.finish()
+    assert not parser.finished
+
+
+def test_without_a_parser_or_patterns_nothing_is_kept() -> None:
+    w, _, _ = watch(None)
+    w.feed(b"a" * 100)
+    assert not w._line  # nothing to read it for: no copy is made
