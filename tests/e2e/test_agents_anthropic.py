@@ -2,10 +2,12 @@
 process, the pinned ``claude`` and ``gemini`` (``scripts/agent-clis``), and a fake model on
 127.0.0.1 (tests/support/fake_anthropic.py, fake_gemini.py) that answers with a scripted edit.
 
-Each test applies only a Secret, the preset from examples/providers/ as it is and an Agent pointing
-the preset's ``baseUrl`` parameter at the fake (plus a Model or a Budget where the test is about
-pricing): no hand-edited environment, nothing in the server's HOME. A missing CLI skips its test
-outside CI and fails it in CI (tests/support/agents.py).
+The server runs with its default ``--sandbox auto`` (bwrap where it works, the agent as uid 65534
+when the tests run as root); the resume tests run without the sandbox too. Each test applies only
+a Secret, the preset from examples/providers/ as it is and an Agent pointing the preset's
+``baseUrl`` parameter at the fake (plus a Model or a Budget where the test is about pricing): no
+hand-edited environment, nothing in the server's HOME. A missing CLI skips its test outside CI and
+fails it in CI (tests/support/agents.py).
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ KEY = "sk-ant-fake-key-for-joch-e2e"
 GEMINI_KEY = "AIza-fake-key-for-joch-e2e"
 CALLS = re.compile(r'"tool_result"|"functionResponse"|"write_file"')
 """What a CLI's session store holds once the first turn's tool call is in it (Claude Code, Gemini CLI)."""
-SANDBOX = ["--sandbox", os.environ.get("JOCH_TEST_AGENT_SANDBOX", "none")]
-"""Without the sandbox by default (it has tests of its own); ``JOCH_TEST_AGENT_SANDBOX=auto`` runs these
-agents in it (as ``nobody`` when the tests run as root)."""
 GEMINI_PRICING = {"inputPerMillionUsd": 1.25, "cachedInputPerMillionUsd": 0.31, "outputPerMillionUsd": 10.0}
 
 
@@ -100,9 +99,12 @@ class Joch:
 
 
 @pytest.fixture
-def joch(tmp_path: Path) -> Iterator[Joch]:
-    """A ``joch server`` (without the sandbox: the sandbox has tests of its own) whose PATH finds the
-    installed CLIs, and a repository with one commit for the runs to change."""
+def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
+    """A ``joch server`` whose PATH finds the installed CLIs, and a repository with one commit for the
+    runs to change. Its ``--sandbox`` is the default, ``auto`` (bwrap where it works, as uid 65534
+    when the server runs as root), unless a test asks for another mode with
+    ``@pytest.mark.parametrize("joch", ["none"], indirect=True)``."""
+    sandbox = getattr(request, "param", "auto")
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch", "main")
@@ -115,7 +117,7 @@ def joch(tmp_path: Path) -> Iterator[Joch]:
            if not k.startswith(("JOCH_", "ANTHROPIC_", "CLAUDE_", "GEMINI_", "GOOGLE_"))}
     env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               *SANDBOX], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
+                               "--sandbox", sandbox], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
                               env=env, cwd=tmp_path)
     joch = Joch(f"http://127.0.0.1:{port}", log, repo)
     try:
@@ -301,6 +303,7 @@ def kill_runner_mid_turn(joch: Joch, name: str, asked: Callable[[], list[Any]], 
     return session
 
 
+@pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_claude_code_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     """The runner is killed (-9) while Claude Code waits for its second answer, its Write done; the
     retry runs ``claude --resume <the same session>`` in the same worktree, and the conversation
@@ -385,6 +388,7 @@ def test_gemini_refused_by_the_model_fails_with_its_own_message(joch: Joch) -> N
     assert "the fake refuses this request" in status["message"], status
 
 
+@pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_gemini_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     require_agent("gemini")
     with FakeGemini(api_key=GEMINI_KEY, hold_turn=2) as fake:
