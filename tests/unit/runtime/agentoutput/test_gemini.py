@@ -9,7 +9,7 @@ from typing import Any
 
 from joch.runtime.agentoutput import Observation, parser_for
 
-FIXTURES = Path(__file__).with_name("fixtures")
+FIXTURES = Path(__file__).with_name("samples")
 
 
 def observe(lines: list[str]) -> list[Observation]:
