@@ -92,6 +92,8 @@ to start on a directory that has one: a run attempt is executed once.
 * **The success policy** (``spec.success``) judges only an agent that exited 0 with nothing else
   wrong: the CLI's own error (``AgentReportedError``), a failure pattern's line (``FailurePattern``),
   a required artifact not stored (``MissingOutput``), an empty patch (``NoChanges``), in that order.
+  An agent that exited non-zero after its CLI reported an error (Claude Code's ``is_error`` result
+  exits 1) ends ``AgentReportedError`` too, with the exit code and the CLI's own words.
 * **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
   (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
   never checks out afresh), from that attempt's base commit, with a copy of the HOME (links kept as
@@ -1014,6 +1016,10 @@ class Runner:
             if full is not None:  # the agent most likely failed for want of space: say that
                 message = f"{ending.describe()}; {disks.describe(full, doing='no room in')}"
                 return end("Failed", disks.REASON, message)
+            if self.spec.success.agent_result and self._watch.error is not None:
+                # The CLI said why (Claude Code's is_error result, Gemini CLI's error status): its words
+                # say more than the exit code it ended with.
+                return end("Failed", "AgentReportedError", f"{ending.describe()}: {_shortened(self._watch.error)}")
             return end("Failed", "AgentFailed", ending.describe())
         too_large = [f'"{r.name}" ({r.path}: {r.message})' for r in refused
                      if any(o.name == r.name and not o.optional for o in self.spec.outputs)]

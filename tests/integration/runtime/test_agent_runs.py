@@ -331,6 +331,11 @@ def test_the_success_policy_judges_an_agent_that_exited_0(make_run: Callable[...
     assert (state.reason, state.message) == ("AgentReportedError", "agent exited with code 0 but reported an error: "
                                                                    "the model could not be reached")
     assert judged("print('ERROR ignored')", fmt=True, agent_result=False).reason == "Completed"
+    # A CLI that says why it failed and exits non-zero (Claude Code's is_error result exits 1): its
+    # words are the reason, not only the exit code.
+    state = judged("print('ERROR API Error: 400 refused'); raise SystemExit(1)", fmt=True)
+    assert (state.reason, state.message) == ("AgentReportedError", "agent exited with code 1: API Error: 400 refused")
+    assert judged("print('ERROR x'); raise SystemExit(1)", fmt=True, agent_result=False).reason == "AgentFailed"
 
     state = judged("pass", required_artifacts=("summary",))
     assert (state.reason, state.message) == ("MissingOutput", 'agent exited with code 0 but its required output '
