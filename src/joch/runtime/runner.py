@@ -614,7 +614,13 @@ class Runner:
         home = self.files.home
         try:
             home.mkdir(mode=0o700, exist_ok=True)
+            real_home = home.resolve()
             for sub in XDG_DIRS.values():
+                # A resumed HOME is a copy of an earlier agent's, links and all: nothing is made
+                # through a link that leads out of it (the runner may be root).
+                if not (home / sub).resolve().is_relative_to(real_home):
+                    raise workspace.WorkspaceError(f"the agent's HOME {home}: {sub} leads outside it through a "
+                                                   "symbolic link (left by an earlier attempt's agent)")
                 (home / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             if disks.is_full_error(exc):
@@ -622,9 +628,12 @@ class Runner:
             raise workspace.WorkspaceError(f"cannot prepare the agent's HOME {home}: {exc}") from None
         if checkout.base is not None:
             # The identity git gave the runner may come from this user's ~/.gitconfig, which the
-            # agent's HOME is not: without it here, the agent's commits would fail.
-            workspace.copy_identity(checkout.root, home / ".gitconfig")
-        real_home = home.resolve()
+            # agent's HOME is not: without it here, the agent's commits would fail. git writes a
+            # config file through a link: an earlier agent's link there is removed, not followed.
+            gitconfig = home / ".gitconfig"
+            if gitconfig.is_symlink():
+                gitconfig.unlink()
+            workspace.copy_identity(checkout.root, gitconfig)
         for i, item in enumerate(self.spec.config_files):
             where = f'config file "{item.path}" (configFiles[{i}].path)'
             try:
@@ -633,6 +642,10 @@ class Runner:
                 raise workspace.WorkspaceError(f"{where}: must be a relative path that stays inside HOME") from None
             if target == home:
                 raise workspace.WorkspaceError(f"{where}: names HOME itself, not a file in it")
+            # Checked before its directories are made too: through a link an earlier agent left in
+            # a resumed HOME, they would be made outside it.
+            if not target.parent.resolve().is_relative_to(real_home):
+                raise workspace.WorkspaceError(f"{where}: leads outside HOME through a symbolic link")
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:

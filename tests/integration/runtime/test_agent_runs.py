@@ -509,6 +509,38 @@ def test_a_config_file_is_not_written_through_a_link_the_earlier_agent_left(tmp_
     assert list(outside.iterdir()) == []
 
 
+def test_a_resumed_home_s_links_are_not_followed_to_make_or_write_files_outside(repo: Repo, tmp_path: Path) -> None:
+    # The runner (root, on a server) prepares the copy of an earlier agent's HOME: links that agent
+    # planted there must not have it make directories or write git's config outside that HOME.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("[core]\n\tbare = false\n")
+    for case, (links, config, message) in enumerate((
+        ({".codex": outside}, ".codex/deeper/config.toml",
+         'config file ".codex/deeper/config.toml" (configFiles[0].path): leads outside HOME through a symbolic link'),
+        ({".local": outside}, None, "leads outside it through a symbolic link"),
+        ({".gitconfig": outside / "victim"}, None, None),
+    )):
+        plant = "; ".join(f"p = os.path.join(os.environ['HOME'], {name!r}); shutil.rmtree(p, ignore_errors=True); "
+                          "os.path.lexists(p) and os.remove(p); "
+                          f"os.symlink({str(target)!r}, p)" for name, target in links.items())
+        first = attempt_run(tmp_path / str(case), spec(python_agent(f"import os, shutil; {plant}"),
+                                                       git=git_source(repo)))
+        one = first.run()[1]
+        assert one.phase == "Succeeded", (one, first.log())
+        configs = (ConfigFile(config, "x"),) if config else ()
+        second = attempt_run(tmp_path / str(case), spec(["true"], attempt=2, git=git_source(repo),
+                                                        resume=Resume(1, "s"), config_files=configs))
+        _, state = second.run()
+        if message is None:
+            assert state.phase == "Succeeded", state
+            assert not (second.files.home / ".gitconfig").is_symlink()
+        else:
+            assert state.reason == "WorkspaceError" and message in (state.message or ""), state
+        assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+        assert (outside / "victim").read_text() == "[core]\n\tbare = false\n"
+
+
 def test_patch_hygiene_for_tracked_files(repo: Repo, tmp_path: Path) -> None:
     base = repo.commit({".aider.conf.yml": "model: a\n", "data.bin": "d" * 5000, "keep.txt": "k\n"}, "tracked")
     checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
