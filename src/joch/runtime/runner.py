@@ -1271,6 +1271,7 @@ class OutputWatch:
         self.error: str | None = None    # the CLI's own final verdict, when it says it failed
         self._line = bytearray()
         self._cut = False
+        self._said_bad_session = False
 
     def feed(self, data: bytes) -> None:
         if self.parser is None and not self.patterns:
@@ -1321,7 +1322,12 @@ class OutputWatch:
         if seen.usage:
             self.on_usage(seen.usage)
         if seen.session_id:
-            self.on_session(seen.session_id)
+            if agentoutput.valid_session_id(seen.session_id):
+                self.on_session(seen.session_id)
+            elif not self._said_bad_session:
+                self._said_bad_session = True
+                _say(f"joch runner: ignored a session id that is not one (it would be passed to a resumed attempt's "
+                     f"command line): {seen.session_id[:100]!r}")
         if seen.error:
             self.error = seen.error
 

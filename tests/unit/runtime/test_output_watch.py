@@ -21,7 +21,7 @@ class Lines:
         if line.startswith("usage "):
             return Observation(usage=[{"id": line.split()[1]}])
         if line.startswith("session "):
-            return Observation(session_id=line.split()[1])
+            return Observation(session_id=line.removeprefix("session "))
         if line == "fail":
             raise ValueError("bad line")
         return None
@@ -73,3 +73,15 @@ def test_without_a_parser_or_patterns_nothing_is_kept() -> None:
     w, _, _ = watch(None)
     w.feed(b"a" * 100)
     assert not w._line  # nothing to read it for: no copy is made
+
+
+def test_a_session_id_that_would_read_as_an_option_or_more_is_not_taken() -> None:
+    # Whatever the agent runs can print a line that looks like the CLI's session event; its id
+    # lands in the resumed attempt's argv (`codex exec resume ID`), so it must not become a flag.
+    parser = Lines()
+    w, _, sessions = watch(parser)
+    for forged in ("--dangerously-bypass-approvals-and-sandbox", "-c", "../../etc", "a b", "x/y", "s\u00e9", "",
+                   "a" * 201):
+        w.feed(f"session {forged}\n".encode())
+    w.feed(b"session 0199a213-81c0-7800-8aa1-bbab2a035a53\nsession ses_3f2a.B:c-1\n")
+    assert sessions == ["0199a213-81c0-7800-8aa1-bbab2a035a53", "ses_3f2a.B:c-1"]

@@ -14,7 +14,10 @@ What a parser reports (``Observation``):
   delta (what this line adds), never a running total, and its ``id`` is stable for the same output
   (the runner prefixes it with the attempt), so a retried report is counted once.
 * ``session_id``: the CLI's session (thread) id, as soon as it is printed: the runner records it at
-  once, so a retry after the runner was killed can resume it.
+  once, so a retry after the runner was killed can resume it. It lands in the resumed attempt's
+  argv (``resume {{ session.id }}``), and anything the agent runs can print a line that looks like
+  one: only an id ``valid_session_id`` accepts is taken (letters, digits, ``.``, ``_``, ``:``, ``-``,
+  not starting with ``-``), never one that would read as an option (``--dangerously-…``).
 * ``error``: the CLI's own final result says it failed (Claude Code's ``"is_error": true``), in words.
 
 Like the runner, these modules import only the standard library: they load in every run.
@@ -23,6 +26,7 @@ Like the runner, these modules import only the standard library: they load in ev
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +54,15 @@ class Parser(Protocol):
     def finish(self) -> Observation | None:
         """The output has ended: what could only be known at the end (a summary line without a
         successor, say); None when nothing."""
+
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
+def valid_session_id(session_id: object) -> bool:
+    """Whether ``session_id`` may be recorded and passed to a resumed CLI: a UUID, a ``ses_…`` or
+    thread id, never an option, a path or more than one argument."""
+    return isinstance(session_id, str) and SESSION_ID.fullmatch(session_id) is not None
 
 
 def parser_for(output_format: str | None) -> Parser | None:
