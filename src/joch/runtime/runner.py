@@ -77,7 +77,8 @@ to start on a directory that has one: a run attempt is executed once.
   common encodings (``encodings``: base64, hex, percent-encoding, JSON escapes).
 * **The output is read** as well as logged (``OutputWatch``): each complete line after redaction
   (cut at ``MAX_LINE_BYTES``) goes to the parser ``spec.output_format`` names (``agentoutput``) and
-  is searched for ``spec.success.failure_patterns``. The parser's usage events are posted to the
+  is searched for ``spec.success.failure_patterns`` (a pattern that takes over ``PATTERN_SECONDS``
+  on a line is given up, ``_bounded_search``: it must not hold the runner). The parser's usage events are posted to the
   run's callback from a thread (``UsageReporter``, ids prefixed ``a<attempt>-``; never holding up
   the log; a failure is said in runner.log, and the run goes on), its session id is recorded at
   once (the ``Running`` record is written again), and its error is kept for the success policy.
@@ -190,6 +191,7 @@ RESERVE_BYTES = 256 * 1024  # far more than a record needs, little next to a run
 VERSION_TIMEOUT = 5.0       # how long the CLI may take to say its version (``version_args``)
 MAX_ARG_BYTES = 4096        # an argument longer than this is cut in the record (``Invocation.argv``)
 MAX_LINE_BYTES = 1 << 20    # a longer output line is cut before the output parser and failure patterns see it
+PATTERN_SECONDS = 0.5       # the longest a failure pattern may search one line before it is given up
 USAGE_WAIT = 30.0           # how long, once the agent ended, usage still being reported may take
 XDG_DIRS = {"XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share", "XDG_CACHE_HOME": ".cache",
             "XDG_STATE_HOME": ".local/state"}
@@ -1301,7 +1303,13 @@ class OutputWatch:
         self._cut = False
         if self.failure is None:
             for pattern in self.patterns:
-                if pattern.search(line):
+                found = _bounded_search(pattern, line, PATTERN_SECONDS)
+                if found is None:  # too slow: on every line of the agent's, it would hold up the runner
+                    self.patterns = tuple(p for p in self.patterns if p is not pattern)
+                    _say(f'joch runner: the failure pattern "{pattern.pattern}" took more than {PATTERN_SECONDS:g} s '
+                         "on one line of the agent's output (a pattern that backtracks, such as (a+)+); it is not "
+                         "applied to the rest of the output (successPolicy.failurePatterns)")
+                elif found:
                     shown = line if len(line) <= 300 else line[:300] + "…"
                     self.failure = f'a line of its output matched the failure pattern "{pattern.pattern}": {shown}'
                     break
@@ -1330,6 +1338,38 @@ class OutputWatch:
                      f"command line): {seen.session_id[:100]!r}")
         if seen.error:
             self.error = seen.error
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _bounded_search(pattern: re.Pattern[str], line: str, seconds: float) -> bool | None:
+    """Whether ``pattern`` matches somewhere in ``line``; None when it takes more than ``seconds``
+    (a pattern that backtracks catastrophically would otherwise stop the runner, and with it the
+    deadline, for as long as it likes: the ``re`` engine takes signals, so SIGALRM ends it). Unbounded
+    outside the main thread, where no signal handler can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        return pattern.search(line) is not None
+    armed = True
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        if armed:
+            raise _TooSlow
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            found = pattern.search(line) is not None
+        finally:
+            armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _TooSlow:
+        return None
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return found
 
 
 class UsageReporter:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
+
+import pytest
 
 from joch.runtime import runner
 from joch.runtime.agentoutput import Observation
@@ -85,3 +88,17 @@ def test_a_session_id_that_would_read_as_an_option_or_more_is_not_taken() -> Non
         w.feed(f"session {forged}\n".encode())
     w.feed(b"session 0199a213-81c0-7800-8aa1-bbab2a035a53\nsession ses_3f2a.B:c-1\n")
     assert sessions == ["0199a213-81c0-7800-8aa1-bbab2a035a53", "ses_3f2a.B:c-1"]
+
+
+def test_a_pattern_that_backtracks_catastrophically_is_given_up_not_the_runner(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # On every line the agent prints: a pattern that takes forever on a crafted line would hold the
+    # runner (and the deadline it enforces) as long as the agent likes.
+    w, _, _ = watch(None, r"^(a+)+$", "boom")
+    started = time.monotonic()
+    w.feed(b"a" * 40 + b"!\n")
+    assert time.monotonic() - started < 5
+    assert w.failure is None and [p.pattern for p in w.patterns] == ["boom"]
+    assert 'the failure pattern "^(a+)+$" took more than' in capsys.readouterr().err
+    w.feed(b"a" * 40 + b"!\nboom\n")  # the others still apply
+    assert w.failure is not None and w.failure.endswith(": boom")
