@@ -1375,7 +1375,8 @@ def _bounded_search(pattern: re.Pattern[str], line: str, seconds: float) -> bool
 class UsageReporter:
     """Posts the usage events the output parser finds to the run's callback (``post``:
     ``Runner.report_usage``) from a thread of its own, so the log is never held up by HTTP; events
-    that arrive while a post is under way go together in the next one. Their ids get ``prefix``
+    that arrive while a post is under way go together in the next one, each first held to what the
+    callback takes (``agentoutput.bounded``: the agent's output can forge them). Their ids get ``prefix``
     (``a<attempt>-``): a retried attempt's output is new usage. A failed post is said on the runner's
     stderr; the run goes on."""
 
@@ -1389,7 +1390,8 @@ class UsageReporter:
 
     def add(self, events: Iterable[Mapping[str, Any]]) -> None:
         with self._cond:
-            self._pending += [{**event, "id": f"{self._prefix}{event.get('id', '')}"} for event in events]
+            self._pending += [{**(e := agentoutput.bounded(dict(event))), "id": f"{self._prefix}{e['id']}"}
+                              for event in events]
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="joch-runner-usage", daemon=True)
                 self._thread.start()
