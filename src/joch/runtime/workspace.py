@@ -279,8 +279,10 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
     index = git_dir / "index" if git_dir is not None else _index_file(root)
     with tempfile.TemporaryDirectory(prefix="joch-patch-") as tmp:
         scratch = Path(tmp) / "index"
-        if index.exists():
-            shutil.copyfile(index, scratch)
+        # The agent's to rewrite: a link there (to /dev/zero, to a root-only file) is not followed,
+        # nor is anything but a regular file read; git then stages from no index, the same diff.
+        if index.is_file() and not index.is_symlink():
+            shutil.copyfile(index, scratch, follow_symlinks=False)
         env = {"GIT_INDEX_FILE": str(scratch)}
         if git_dir is not None:
             env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))

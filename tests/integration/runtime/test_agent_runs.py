@@ -557,3 +557,21 @@ def test_patch_hygiene_for_tracked_files(repo: Repo, tmp_path: Path) -> None:
     assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
                                    common_dir=checkout.mirror) == []  # without a policy: everything, as before
     assert "data.bin" in patch.read_text() and ".aider.conf.yml" in patch.read_text()
+
+
+def test_the_agents_index_is_not_read_through_a_link(repo: Repo, tmp_path: Path) -> None:
+    # The worktree's git directory is the agent's to write; the runner (root, on a server) copies its
+    # index to diff the workspace: a link the agent put there (to a root-only file, or /dev/zero,
+    # copied forever) must not be followed.
+    base = repo.commit({"keep.txt": "k\n"}, "tracked")
+    checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
+    assert checkout.git_dir is not None and checkout.base == base
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"SECRET-BYTES" * 100)
+    (checkout.root / "keep.txt").write_text("k2\n")
+    (checkout.git_dir / "index").unlink()
+    (checkout.git_dir / "index").symlink_to(secret)
+    patch = tmp_path / "changes.patch"
+    assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
+                                   common_dir=checkout.mirror) == []
+    assert "+k2" in patch.read_text()
