@@ -288,6 +288,13 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
             env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
             if common_dir is not None:
                 env["GIT_COMMON_DIR"] = str(common_dir)
+        # What staging hashes goes into a scratch object directory, not the repository's: the mirror
+        # is every run's of this repository (other runs' agents read its objects), and this run's
+        # files (untracked ones too) must not be left there for them.
+        shared = _git("rev-parse", "--path-format=absolute", "--git-path", "objects", cwd=root, env=env,
+                      what="could not find the repository's objects").strip()
+        (Path(tmp) / "objects").mkdir()
+        env.update(GIT_OBJECT_DIRECTORY=str(Path(tmp) / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES=shared)
         pathspec = [".", *(f":(exclude,glob){pattern}" for pattern in exclude)]
         _git("add", "--all", "--", *pathspec, cwd=root, env=env, what="could not stage the workspace's changes")
         omitted = _over_size(root, base, pathspec, env, max_file_bytes) if max_file_bytes is not None else []

@@ -575,3 +575,23 @@ def test_the_agents_index_is_not_read_through_a_link(repo: Repo, tmp_path: Path)
     assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
                                    common_dir=checkout.mirror) == []
     assert "+k2" in patch.read_text()
+
+
+def test_the_patch_leaves_nothing_of_the_run_in_the_shared_mirror(repo: Repo, tmp_path: Path) -> None:
+    # The mirror is every run's of the repository, and its objects are readable to their agents:
+    # staging this run's files for the diff must not store them there.
+    base = repo.commit({"keep.txt": "k\n"}, "tracked")
+    checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
+    assert checkout.mirror is not None and checkout.base == base
+    (checkout.root / "keep.txt").write_text("changed, private to this run\n")
+    (checkout.root / "notes.txt").write_text("an untracked file of this run's\n")
+    patch = tmp_path / "changes.patch"
+    workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir, common_dir=checkout.mirror,
+                            max_file_bytes=1000)
+    text = patch.read_text()
+    assert "+changed, private to this run" in text and "+an untracked file of this run's" in text
+    for content in ("changed, private to this run\n", "an untracked file of this run's\n"):
+        blob = subprocess.run(["git", "hash-object", "--stdin"], input=content, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        found = subprocess.run(["git", "--git-dir", str(checkout.mirror), "cat-file", "-e", blob], check=False)
+        assert found.returncode != 0, f"{content!r} was stored in the shared mirror"
