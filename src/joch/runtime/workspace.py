@@ -50,6 +50,7 @@ import posixpath
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -431,6 +432,7 @@ def _sync(url: str, mirror: Path, deadline: float | None, asked: int) -> None:
     begun, done = _fetches(mirror)
     _record_fetches(mirror, begun + 1, done)
     if (mirror / "HEAD").exists():
+        drop_foreign_refs(mirror)
         fetched = _run(["fetch", "--prune", "--quiet", "origin"], cwd=mirror, timeout=_left(deadline))
         if fetched.returncode != 0:
             # Offline or the remote is down: the cached commits may still have the ref.
@@ -449,6 +451,36 @@ def _sync(url: str, mirror: Path, deadline: float | None, asked: int) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _record_fetches(mirror, begun + 1, begun + 1)
+
+
+def drop_foreign_refs(mirror: Path) -> None:
+    """Remove the loose refs of ``mirror`` that are not an object it has, or not a file: an agent
+    writes the mirror's refs (its branches), and git's fetch fails on a ref whose object is missing
+    ("bad object"), which would leave every later run of the repository with the stale mirror; a
+    link would be read through by the runners' git (a file only root may read)."""
+    loose: dict[Path, str] = {}
+    for base, _, names in os.walk(mirror / "refs"):
+        for name in names:
+            path = Path(base, name)
+            try:
+                status = path.lstat()
+                value = path.read_text(errors="replace").strip() if stat.S_ISREG(status.st_mode) else ""
+            except OSError:
+                continue
+            if not value.startswith("ref: "):
+                loose[path] = value
+    if not loose:
+        return
+    wanted = sorted({v for v in loose.values() if _FULL_SHA.fullmatch(v)})
+    found = subprocess.run(_command(["cat-file", "--batch-check=%(objectname)"]), cwd=mirror,
+                           env=clean_env(os.environ), input="".join(f"{v}\n" for v in wanted), capture_output=True,
+                           text=True, check=False).stdout if wanted else ""
+    present = {line.strip() for line in found.splitlines() if _FULL_SHA.fullmatch(line.strip())}  # not "X missing"
+    for path, value in loose.items():
+        if value not in present:
+            for gone in (path, mirror / "logs" / path.relative_to(mirror)):
+                with contextlib.suppress(OSError):
+                    gone.unlink()
 
 
 def _not_a_repository(url: str) -> WorkspaceError | None:
