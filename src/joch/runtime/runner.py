@@ -742,7 +742,8 @@ class Runner:
             try:
                 self._entered = sandboxing.enter(
                     executable, argv[1:], env=env, checkout=checkout, files=self.files, home=self.files.home,
-                    hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
+                    hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say,
+                    callback=callback_url(self.api_url, self.spec.run) if self.api_url else None)
             except (sandboxing.SandboxError, OSError) as exc:
                 raise _StartError(f"cannot sandbox the agent: {exc}") from None
             version_command = sandboxing.sandboxed(

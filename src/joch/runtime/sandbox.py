@@ -378,10 +378,11 @@ class Entered:
 
 def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: workspace.Checkout, files: RunFiles,
           home: Path, hide: Iterable[Path], user: AgentUser | None, network: Network,
-          say: Callable[[str], None], api_url: str | None = None) -> Entered:
+          say: Callable[[str], None], callback: str | None = None) -> Entered:
     """Everything a sandboxed start needs besides ``sandboxed``'s command line: the agent user's
-    ownership of what it writes, and for a ``limited`` network the runner's proxy, with the Joch
-    server (``api_url``, the agent's usage callback) allowed besides the Agent's ``allow`` list."""
+    ownership of what it writes, and for a ``limited`` network the runner's proxy, with the run's
+    usage callback on the Joch server (``callback``, its URL) reachable besides the Agent's ``allow``
+    list: only that route of the server's over http (``netbridge.Proxy``), its host:port over https."""
     proxy: Proxy | None = None
     proxy_socket: Path | None = None
     hide = tuple(hide)
@@ -404,16 +405,19 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
         from joch.runtime import netbridge  # only for limited runs: start-up time matters
 
         allow = list(network.allow)
-        if api_url:
+        reachable: tuple[str, int, str] | None = None
+        if callback:
             import urllib.parse
 
-            parts = urllib.parse.urlsplit(api_url)
-            if parts.hostname:
+            parts = urllib.parse.urlsplit(callback)
+            if parts.hostname and parts.scheme == "http":
+                reachable = (parts.hostname, parts.port or 80, parts.path)  # only the callback itself
+            elif parts.hostname:  # https: the proxy sees no path, only the host
                 host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-                allow.append(f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}")
+                allow.append(f"{host}:{parts.port or 443}")
         proxy_socket = files.dir / "network.sock"
         try:
-            proxy = netbridge.Proxy(proxy_socket, allow, say)
+            proxy = netbridge.Proxy(proxy_socket, allow, say, callback=reachable)
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         env = netbridge.agent_env(env)

@@ -107,3 +107,53 @@ def test_agent_users_by_name_uid_and_group() -> None:
         assert sandbox.agent_user("root") is None  # root keeps root
     else:
         assert sandbox.agent_user("1234") is None  # only a root runner changes user
+
+
+def test_of_the_joch_server_a_limited_agent_reaches_only_its_callback(tmp_path: Path) -> None:
+    # The server itself is reachable for the usage callback; under --auth none every other route of
+    # its API would be anyone's, so the proxy passes only that one request, not CONNECT, other paths
+    # or what the agent sends after the callback's body.
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = upstream.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(0.5)
+                data = b""
+                try:
+                    while chunk := conn.recv(65536):
+                        data += chunk
+                except TimeoutError:
+                    pass
+                seen.append(data)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    said: list[str] = []
+    callback = "/v1/namespaces/default/agentruns/demo/callback"
+    proxy = netbridge.Proxy(tmp_path / "network.sock", [], said.append, callback=("127.0.0.1", port, callback))
+    try:
+        sock = tmp_path / "network.sock"
+        body = b'{"events": []}'
+        smuggled = b"DELETE /apis/joch.dev/v1alpha1/namespaces/default/agents/a HTTP/1.1\r\nHost: x\r\n\r\n"
+        answer = _ask(sock, f"POST http://127.0.0.1:{port}{callback} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            f"Content-Length: {len(body)}\r\n\r\n".encode() + body + smuggled)
+        assert answer.endswith(b"ok"), answer
+        assert seen == [f"POST {callback} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+                        "Connection: close\r\n\r\n".encode() + body]
+        for refused in (f"GET http://127.0.0.1:{port}/apis/ops.joch.dev/v1alpha1/secrets HTTP/1.1\r\n\r\n",
+                        f"POST http://127.0.0.1:{port}/v1/namespaces/default/approvals/x/decide HTTP/1.1\r\n"
+                        "Content-Length: 0\r\n\r\n",
+                        f"POST http://127.0.0.1:{port}{callback} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                        f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"):
+            assert _ask(sock, refused.encode()).startswith(b"HTTP/1.1 403 Forbidden"), refused
+        assert len(seen) == 1 and len(said) == 4
+    finally:
+        proxy.close()
+        upstream.close()
