@@ -840,7 +840,7 @@ class Runner:
         if proc.returncode != 0:
             return None
         line = next((line.strip() for line in _redacted(out, secrets).splitlines() if line.strip()), b"")
-        return line[:200].decode(errors="replace") or None
+        return _printable(line[:200].decode(errors="replace")) or None
 
     def _supervise(self, agent: subprocess.Popen[bytes], log: LogSink) -> _Ending:
         """Copy output to the log until the agent and its group are gone; stop them when asked."""
@@ -945,7 +945,7 @@ class Runner:
                 stored = _hashed(PATCH, patch, PATCH)
                 records.append(stored)
                 self._omitted = tuple(RefusedArtifact(
-                    name=path, path=path, size=size,
+                    name=_printable(path), path=_printable(path), size=size,
                     message=f"{size} bytes is over the patch's limit of {per_file} bytes per file "
                             f"(patch.maxFileBytes); it was left out of {PATCH}") for path, size in omitted)
                 self._changed = stored.size > 0 or bool(omitted)
@@ -991,7 +991,7 @@ class Runner:
         policy = self.spec.success
         if policy.agent_result and self._watch.error is not None:
             return end("Failed", "AgentReportedError", f"agent exited with code 0 but reported an error: "
-                                                       f"{_shortened(self._watch.error)}")
+                                                       f"{_printable(_shortened(self._watch.error))}")
         if self._watch.failure is not None:
             return end("Failed", "FailurePattern", f"agent exited with code 0 but {self._watch.failure}")
         stored = {a.name for a in artifacts}
@@ -1083,6 +1083,16 @@ def _stop_leftover(pgid: int, root: Path) -> None:
     until = time.monotonic() + _AFTER_KILL
     while group_alive(pgid) and time.monotonic() < until:
         time.sleep(0.01)
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): what the agent printed or named
+    (its CLI's version line, a line of its output, a file name) reaches the run's status, which
+    ``joch describe run`` prints to a terminal, where an escape sequence would be obeyed."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in text)
 
 
 def _shortened(text: str, limit: int = 500) -> str:
@@ -1311,7 +1321,7 @@ class OutputWatch:
                          "on one line of the agent's output (a pattern that backtracks, such as (a+)+); it is not "
                          "applied to the rest of the output (successPolicy.failurePatterns)")
                 elif found:
-                    shown = line if len(line) <= 300 else line[:300] + "…"
+                    shown = _printable(line if len(line) <= 300 else line[:300] + "…")
                     self.failure = f'a line of its output matched the failure pattern "{pattern.pattern}": {shown}'
                     break
         if self.parser is not None:

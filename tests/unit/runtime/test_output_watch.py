@@ -102,3 +102,12 @@ def test_a_pattern_that_backtracks_catastrophically_is_given_up_not_the_runner(
     assert 'the failure pattern "^(a+)+$" took more than' in capsys.readouterr().err
     w.feed(b"a" * 40 + b"!\nboom\n")  # the others still apply
     assert w.failure is not None and w.failure.endswith(": boom")
+
+
+def test_a_matched_line_reaches_the_status_without_its_terminal_escapes() -> None:
+    # The failure message is the run's status.message, which `joch describe run` prints to a terminal.
+    w, _, _ = watch(None, "failed")
+    w.feed(b"\x1b]0;pwned\x07\x1b[2J it failed\xe2\x80\xae\n")
+    assert w.failure is not None and "\x1b" not in w.failure and "\u202e" not in w.failure
+    assert w.failure.endswith(": \\x1b]0;pwned\\x07\\x1b[2J it failed\\u202e")
+    assert runner._printable("codex-cli 0.169.0") == "codex-cli 0.169.0"
