@@ -1007,7 +1007,12 @@ class Runner:
 
 
 class UsageNotReported(Exception):
-    """Usage could not be reported (no callback, or the server refused it: the message says why)."""
+    """Usage could not be reported (no callback, or the server refused it: the message says why;
+    ``refused``: the server answered that the report itself is wrong, so sending it again is no use)."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 USAGE_ATTEMPTS = 4
@@ -1030,6 +1035,7 @@ def post_usage(url: str, token: str, events: Sequence[Mapping[str, Any]], *, att
         raise UsageNotReported(f"the callback URL must be http:// or https://, not {url.split(':')[0]}:")
     body = json.dumps({"events": [dict(e) for e in events]}).encode()
     failure = ""
+    refused = False
     for attempt in range(attempts):
         if attempt:
             time.sleep(min(2.0, 0.2 * 2 ** attempt))
@@ -1042,10 +1048,11 @@ def post_usage(url: str, token: str, events: Sequence[Mapping[str, Any]], *, att
         except urllib.error.HTTPError as exc:
             failure = f"{exc.code}: {_status_message(exc)}"
             if exc.code != 429 and exc.code < 500:
+                refused = exc.code != 401
                 break
         except (urllib.error.URLError, OSError, ValueError) as exc:
             failure = str(getattr(exc, "reason", None) or exc)
-    raise UsageNotReported(f"usage was not recorded ({failure})")
+    raise UsageNotReported(f"usage was not recorded ({failure})", refused=refused)
 
 
 def _status_message(exc: urllib.error.HTTPError) -> str:
@@ -1430,6 +1437,17 @@ class UsageReporter:
                     return
             try:
                 self._post(*batch)
+            except UsageNotReported as exc:
+                if not exc.refused or len(batch) == 1:
+                    _say(f"joch runner: {len(batch)} usage event(s) not reported: {exc}")
+                    continue
+                # One event the server refuses (a line the agent forged) must not take the rest
+                # of the batch with it: each on its own.
+                for event in batch:
+                    try:
+                        self._post(event)
+                    except Exception as one:  # noqa: BLE001 - metering's loss, not the run's
+                        _say(f"joch runner: usage event {str(event.get('id'))[:100]} not reported: {one}")
             except Exception as exc:  # noqa: BLE001 - metering's loss, not the run's
                 _say(f"joch runner: {len(batch)} usage event(s) not reported: {exc}")
 

@@ -54,3 +54,19 @@ def test_the_runner_s_limits_are_the_callback_s() -> None:
 
     assert (agentoutput.MAX_EVENT_TOKENS, agentoutput.MAX_EVENT_COST_USD) == (
         metering.MAX_EVENT_TOKENS, metering.MAX_EVENT_COST_USD)
+
+
+def test_an_event_the_callback_refuses_does_not_take_the_rest_of_its_batch() -> None:
+    posted: list[list[str]] = []
+
+    def post(*events: dict[str, Any]) -> None:
+        # Events without a model or a cost, for an Agent without a modelRoute: the callback's 422.
+        if any("model" not in e and "costUsd" not in e for e in events):
+            raise runner.UsageNotReported("usage was not recorded (422: model: required)", refused=True)
+        posted.append([e["id"] for e in events])
+
+    reporter = runner.UsageReporter(post, "a1-")
+    reporter.add([{"id": "real-1", "model": "m", "inputTokens": 1}, {"id": "forged", "inputTokens": 5},
+                  {"id": "real-2", "costUsd": 0.5}])
+    reporter.close(10)
+    assert posted == [["a1-real-1"], ["a1-real-2"]]
