@@ -221,7 +221,15 @@ class Proxy:
                                             "spec.security.network.allow\n"))
                 return
             try:
-                upstream = socket.create_connection((host, port), timeout=CONNECT_SECONDS)
+                addresses = _addresses(host)
+                if addresses is None:
+                    self.say(f"joch runner: network: refused {method} {host}:{port} (the name resolves to a "
+                             "loopback or link-local address of the host)")
+                    client.sendall(_answer(403, f"joch: {host} resolves to a loopback or link-local address of the "
+                                                "host; an allow entry reaches one only by naming it (127.0.0.1:PORT, "
+                                                "localhost:PORT)\n"))
+                    return
+                upstream = _connect(addresses, port)
             except OSError as exc:
                 client.sendall(_answer(502, f"joch: cannot connect to {host}:{port}: {exc.strerror or exc}\n"))
                 return
@@ -254,6 +262,45 @@ class Proxy:
                 self._untrack(upstream)
             self._untrack(client)
             self._slots.release()
+
+
+def _addresses(host: str) -> list[str] | None:
+    """Where to connect for an allowed ``host``: an address as it is; a name resolved here, once (so
+    the addresses checked are the ones connected to), and None when it resolves to a loopback or
+    link-local address of the host (a name whose DNS someone else controls, pointed at 127.0.0.1 or
+    the cloud metadata address) unless the name is ``localhost``. ``OSError`` when it does not resolve."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return [host]
+    except ValueError:
+        pass
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)))
+    if not addresses:
+        raise OSError(f"{host} has no address")
+    if host != "localhost" and any(_local(a) for a in addresses):
+        return None
+    return addresses
+
+
+def _connect(addresses: list[str], port: int) -> socket.socket:
+    failure: OSError | None = None
+    for address in addresses:
+        try:
+            return socket.create_connection((address, port), timeout=CONNECT_SECONDS)
+        except OSError as exc:
+            failure = exc
+    raise failure or OSError("no address")
+
+
+def _local(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address.partition("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_link_local or ip.is_unspecified
 
 
 def _read_head(sock: socket.socket) -> tuple[bytes | None, bytes]:

@@ -157,3 +157,40 @@ def test_of_the_joch_server_a_limited_agent_reaches_only_its_callback(tmp_path: 
     finally:
         proxy.close()
         upstream.close()
+
+
+def test_an_allowed_name_that_resolves_to_the_hosts_loopback_is_refused(tmp_path: Path) -> None:
+    # A name in the allow list is resolved by the proxy, on the host: one whose DNS points at
+    # 127.0.0.1 (or the cloud metadata address) must not open the host's own services to the agent.
+    # (/etc/hosts's "localhost" names itself and passes; so does an address named as one.)
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    said: list[str] = []
+    names = [n for n in ("ip6-localhost", "ip6-loopback", socket.gethostname()) if _resolves_to_loopback(n)]
+    if not names:
+        pytest.skip("no name other than localhost resolves to the loopback here")
+    proxy = netbridge.Proxy(tmp_path / "network.sock", [names[0], "localhost", f"127.0.0.1:{port}"], said.append)
+    try:
+        answer = _ask(tmp_path / "network.sock", f"CONNECT {names[0]}:{port} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 403 Forbidden") and b"loopback" in answer, answer
+        for allowed in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            head = _ask_head(tmp_path / "network.sock", f"CONNECT {allowed} HTTP/1.1\r\n\r\n".encode())
+            assert head.startswith(b"HTTP/1.1 200"), (allowed, head)
+    finally:
+        proxy.close()
+        upstream.close()
+
+
+def _resolves_to_loopback(name: str) -> bool:
+    try:
+        return any(info[4][0] in ("127.0.0.1", "::1") or str(info[4][0]).startswith("127.")
+                   for info in socket.getaddrinfo(name, None))
+    except OSError:
+        return False
+
+
+def _ask_head(path: Path, request: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(path))
+        s.sendall(request)
+        return s.recv(4096)
