@@ -192,6 +192,7 @@ VERSION_TIMEOUT = 5.0       # how long the CLI may take to say its version (``ve
 MAX_ARG_BYTES = 4096        # an argument longer than this is cut in the record (``Invocation.argv``)
 MAX_LINE_BYTES = 1 << 20    # a longer output line is cut before the output parser and failure patterns see it
 PATTERN_SECONDS = 0.5       # the longest a failure pattern may search one line before it is given up
+MAX_OMITTED = 100            # files changes.patch left out that the record lists one by one (the rest: one line)
 USAGE_WAIT = 30.0           # how long, once the agent ended, usage still being reported may take
 XDG_DIRS = {"XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share", "XDG_CACHE_HOME": ".cache",
             "XDG_STATE_HOME": ".local/state"}
@@ -947,7 +948,17 @@ class Runner:
                 self._omitted = tuple(RefusedArtifact(
                     name=_printable(path), path=_printable(path), size=size,
                     message=f"{size} bytes is over the patch's limit of {per_file} bytes per file "
-                            f"(patch.maxFileBytes); it was left out of {PATCH}") for path, size in omitted)
+                            f"(patch.maxFileBytes); it was left out of {PATCH}")
+                    for path, size in omitted[:MAX_OMITTED])
+                if len(omitted) > MAX_OMITTED:
+                    # The record goes into the run's status: an agent that leaves 100,000 large files
+                    # must not make it megabytes long.
+                    rest = omitted[MAX_OMITTED:]
+                    self._omitted += (RefusedArtifact(
+                        name="…", path="…", size=sum(size for _, size in rest),
+                        message=f"and {len(rest)} more files over the patch's limit of {per_file} bytes per file "
+                                f"(patch.maxFileBytes), {sum(size for _, size in rest)} bytes in all: left out of "
+                                f"{PATCH}, not listed"),)
                 self._changed = stored.size > 0 or bool(omitted)
             except workspace.TooLarge as exc:
                 message = (f"the workspace's changes are more than the artifact size limit of {limit} bytes "

@@ -387,6 +387,16 @@ def test_the_patch_leaves_out_excluded_and_oversized_files(make_run: Callable[..
     assert not (clone / "big.bin").exists()
 
 
+def test_the_record_lists_at_most_a_hundred_omitted_files(make_run: Callable[..., RunnerRun], repo: Repo) -> None:
+    # The record becomes the run's status: thousands of large files must not make it megabytes long.
+    code = "import pathlib\nfor i in range(130): pathlib.Path(f'big-{i:03}.bin').write_bytes(b'x' * 50)\n"
+    r = make_run(spec(python_agent(code), git=git_source(repo), patch=PatchPolicy(max_file_bytes=10)))
+    _, state = r.run()
+    assert state.phase == "Succeeded", (state, r.log())
+    assert len(state.omitted) == runner.MAX_OMITTED + 1
+    assert state.omitted[-1].size == 30 * 50 and state.omitted[-1].message.startswith("and 30 more files over")
+
+
 FIRST_ATTEMPT = """
 import os, pathlib
 pathlib.Path("work.txt").write_text("first attempt\\n")
