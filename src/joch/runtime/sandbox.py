@@ -48,7 +48,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
     ``network`` ``on`` keeps the host's network (agents call model APIs); ``off`` and ``limited`` give
-    the agent a network namespace of its own (``--unshare-net``: a loopback and nothing else), and
+    the agent a network namespace of its own (``--unshare-net``: a loopback and nothing else, and
+    ``SOCKET_DIRS`` empty: the host's unix sockets are a network too), and
     for ``limited`` the runner's proxy socket ``proxy_socket`` is mounted in at ``PROXY_SOCKET``, which
     ``joch.runtime.netbridge`` inside bridges to 127.0.0.1:``PROXY_PORT``. ``user``: the agent
     drops to that uid and gid with ``setpriv`` once bubblewrap (as root) has mounted everything
@@ -60,6 +61,10 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox, everyone's as /tmp is
     hide = tuple(hide)
+    if network != "on":
+        # Without a network, the host's unix sockets would still be one: a database's (a Postgres
+        # that trusts local connections lets any user in), a daemon's. Their directory is empty.
+        hide = (*hide, *socket_dirs())
     fresh = [Path("/tmp"), *(path for path in hide if path.is_dir())]  # noqa: S108 - the sandbox's own /tmp
     made: set[Path] = set()
     bound: list[Path] = []
@@ -122,6 +127,16 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     if user is not None:
         command += user.setpriv()
     return [*command, executable, *args]
+
+
+SOCKET_DIRS = ("/run", "/var/run")
+"""Where the host's daemons keep their unix sockets (``/tmp``'s are hidden anyway)."""
+
+
+def socket_dirs() -> list[Path]:
+    """``SOCKET_DIRS`` as they are on this host (``/var/run`` is mostly a link to ``/run``)."""
+    found = {Path(os.path.realpath(path)) for path in SOCKET_DIRS if os.path.isdir(path)}
+    return sorted(path for path in found if path != Path("/"))
 
 
 def installed_under_tmp(executable: str) -> list[str]:

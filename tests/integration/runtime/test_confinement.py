@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -257,6 +258,38 @@ def test_a_data_dir_below_a_directory_the_agent_user_cannot_enter_still_works(re
     finally:
         rt.close()
         shutil.rmtree(base)
+
+
+CONNECT_UNIX = """
+import socket, sys
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(sys.argv[1])
+    print("connected")
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+
+@pytest.mark.parametrize(("mode", "said"), [("on", "connected"), ("off", "refused: No such file or directory"),
+                                            ("limited", "refused: No such file or directory")])
+def test_without_a_network_the_hosts_unix_sockets_are_out_of_reach(sandboxed: LocalRuntime, mode: str,
+                                                                   said: str) -> None:
+    # A daemon's socket under /run (a Postgres that trusts local connections: any user is its
+    # superuser) is a network too; "off" must not leave it open.
+    path = Path("/run") / f"joch-test-{os.getpid()}-{mode}.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o777)
+    listener.listen(1)
+    try:
+        ref = sandboxed.submit(spec([*python_agent(CONNECT_UNIX), str(path)], uid=f"conf-unix-{mode}",
+                                    network=Network(mode=mode)))
+        state = finished(sandboxed, ref)
+        assert state.phase == "Succeeded", (state, log_of(ref))
+        assert log_of(ref) == f"{said}\n"
+    finally:
+        listener.close()
+        path.unlink()
 
 
 def test_network_on_reaches_the_host(sandboxed: LocalRuntime, servers: tuple[int, int]) -> None:
