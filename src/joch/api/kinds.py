@@ -371,9 +371,14 @@ class AgentProviderSpec(CheckedSpec):
                 yield (("successPolicy", "requiredArtifacts", i), f'"{name}" names no output artifact ({known})',
                        "FieldValueInvalid")
         for i, pattern in enumerate((self.patch or PatchPolicy()).exclude):
+            normal = posixpath.normpath(pattern)
             if not pattern or "\0" in pattern or pattern.startswith(":"):
                 yield (("patch", "exclude", i), f'"{pattern}" is not a path glob (git pathspec magic such as '
                        '":(exclude)" is added for you; write the glob only, e.g. ".aider*")', "FieldValueInvalid")
+            elif posixpath.isabs(normal) or normal == ".." or normal.startswith("../"):
+                # git refuses a pathspec outside the worktree, and every run would get no changes.patch
+                yield (("patch", "exclude", i), f'"{pattern}" leaves the worktree: a glob is relative to the '
+                       'repository\'s root, e.g. ".aider*" or "**/node_modules/**"', "FieldValueInvalid")
 
 
 class AgentProviderStatus(ConditionedStatus):

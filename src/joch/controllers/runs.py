@@ -100,8 +100,8 @@ from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.options import ControllerOptions
 from joch.policy import decisions
 from joch.policy.rules import Outcome
+from joch.runtime import agentoutput, disks
 from joch.runtime import base as rt
-from joch.runtime import disks
 from joch.runtime.workspace import scp_like
 from joch.store.base import ListOptions, Obj
 
@@ -872,8 +872,8 @@ class RunController(Controller):
         # the runner's final record, else what it recorded while the agent ran (status.session)
         session_id = (state.session.id if state.session is not None else None) or (
             noted.get("id") if noted.get("attempt") == attempt else None)
-        if state.reason not in ("RunnerLost", "DeadlineExceeded") or not session_id:
-            return None
+        if state.reason not in ("RunnerLost", "DeadlineExceeded") or not agentoutput.valid_session_id(session_id):
+            return None  # none, or not one to put on a command line (a record the agent could write)
         namespace = run["metadata"].get("namespace") or ""
         agent = self._read(kinds.AGENT, namespace, run["spec"]["agentRef"]["name"])
         provider_name = (((agent or {}).get("spec") or {}).get("providerRef") or {}).get("name")

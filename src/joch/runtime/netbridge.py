@@ -118,10 +118,16 @@ def allowed(rules: Sequence[tuple[str, int | None]], host: str, port: int) -> bo
 class Proxy:
     """The runner's HTTP proxy on a unix socket; ``say`` gets a line per refused request."""
 
-    def __init__(self, path: Path, allow: Iterable[str], say: Callable[[str], None]) -> None:
+    def __init__(self, path: Path, allow: Iterable[str], say: Callable[[str], None],
+                 callback: tuple[str, int, str] | None = None) -> None:
+        """``callback``: the run's usage callback on the Joch server (host, port, path), reached over
+        plain HTTP: of that host:port, only ``POST path`` passes (one request, its body as long as
+        its ``Content-Length`` says), not the rest of the API, which a server without
+        authentication (``--auth none``) would let anyone use."""
         self.path = path
         self.rules = parse_allow(allow)
         self.say = say
+        self.callback = (callback[0].lower(), callback[1], callback[2]) if callback is not None else None
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -198,19 +204,49 @@ class Proxy:
                 client.sendall(_answer(400, "joch: the proxy takes CONNECT host:port and http:// URLs\n"))
                 return
             method, host, port, forward = target
-            if not allowed(self.rules, host, port):
+            only_callback = (not allowed(self.rules, host, port) and self.callback is not None
+                             and (host, port) == self.callback[:2])
+            if only_callback:
+                length = _callback_length(head, self.callback[2] if self.callback else "")
+                if forward is None or method != "POST" or length is None:
+                    self.say(f"joch runner: network: refused {method} {host}:{port} (of the Joch server, only the "
+                             "run's usage callback is reachable)")
+                    client.sendall(_answer(403, "joch: of the Joch server, only POST to this run's usage callback "
+                                                "(with a Content-Length) is reachable\n"))
+                    return
+            elif not allowed(self.rules, host, port):
                 self.say(f"joch runner: network: refused {method} {host}:{port} (not in the Agent's "
                          "spec.security.network.allow)")
                 client.sendall(_answer(403, f"joch: {host}:{port} is not in this Agent's "
                                             "spec.security.network.allow\n"))
                 return
             try:
-                upstream = socket.create_connection((host, port), timeout=CONNECT_SECONDS)
+                addresses = _addresses(host)
+                if addresses is None:
+                    self.say(f"joch runner: network: refused {method} {host}:{port} (the name resolves to a "
+                             "loopback or link-local address of the host)")
+                    client.sendall(_answer(403, f"joch: {host} resolves to a loopback or link-local address of the "
+                                                "host; an allow entry reaches one only by naming it (127.0.0.1:PORT, "
+                                                "localhost:PORT)\n"))
+                    return
+                upstream = _connect(addresses, port)
             except OSError as exc:
                 client.sendall(_answer(502, f"joch: cannot connect to {host}:{port}: {exc.strerror or exc}\n"))
                 return
             upstream.settimeout(None)
             if not self._track(upstream):
+                return
+            if only_callback:
+                # One request and its body; what the agent sends after it goes nowhere.
+                body = rest[:length]
+                while len(body) < (length or 0):
+                    chunk = client.recv(min(_CHUNK, (length or 0) - len(body)))
+                    if not chunk:
+                        return
+                    body += chunk
+                upstream.sendall((forward or b"") + body)
+                while chunk := upstream.recv(_CHUNK):
+                    client.sendall(chunk)
                 return
             if forward is None:
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -226,6 +262,45 @@ class Proxy:
                 self._untrack(upstream)
             self._untrack(client)
             self._slots.release()
+
+
+def _addresses(host: str) -> list[str] | None:
+    """Where to connect for an allowed ``host``: an address as it is; a name resolved here, once (so
+    the addresses checked are the ones connected to), and None when it resolves to a loopback or
+    link-local address of the host (a name whose DNS someone else controls, pointed at 127.0.0.1 or
+    the cloud metadata address) unless the name is ``localhost``. ``OSError`` when it does not resolve."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return [host]
+    except ValueError:
+        pass
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)))
+    if not addresses:
+        raise OSError(f"{host} has no address")
+    if host != "localhost" and any(_local(a) for a in addresses):
+        return None
+    return addresses
+
+
+def _connect(addresses: list[str], port: int) -> socket.socket:
+    failure: OSError | None = None
+    for address in addresses:
+        try:
+            return socket.create_connection((address, port), timeout=CONNECT_SECONDS)
+        except OSError as exc:
+            failure = exc
+    raise failure or OSError("no address")
+
+
+def _local(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address.partition("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_link_local or ip.is_unspecified
 
 
 def _read_head(sock: socket.socket) -> tuple[bytes | None, bytes]:
@@ -263,6 +338,29 @@ def _target(head: bytes) -> tuple[str, str, int, bytes | None] | None:
     kept = [h for h in headers.split(b"\r\n") if h and h.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS]
     forward = b"\r\n".join([f"{method} /{path} {version}".encode("latin-1"), *kept, b"Connection: close"])
     return method, host, port, forward + b"\r\n\r\n"
+
+
+def _callback_length(head: bytes, path: str) -> int | None:
+    """The ``Content-Length`` of a proxy request for ``path`` (absolute form, query ignored); None
+    when it is for another path, has no length or is chunked."""
+    line, _, headers = head.partition(b"\r\n")
+    parts = line.split(b" ")
+    if len(parts) != 3 or not parts[1].lower().startswith(b"http://"):
+        return None
+    target = "/" + parts[1][len(b"http://"):].decode("latin-1").partition("/")[2]
+    if target.partition("?")[0] != path:
+        return None
+    length: int | None = None
+    for header in headers.split(b"\r\n"):
+        name, _, value = header.partition(b":")
+        name = name.strip().lower()
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            if not value.strip().isdigit() or length is not None:
+                return None
+            length = int(value.strip())
+    return length
 
 
 def _answer(code: int, text: str) -> bytes:

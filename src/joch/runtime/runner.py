@@ -77,7 +77,8 @@ to start on a directory that has one: a run attempt is executed once.
   common encodings (``encodings``: base64, hex, percent-encoding, JSON escapes).
 * **The output is read** as well as logged (``OutputWatch``): each complete line after redaction
   (cut at ``MAX_LINE_BYTES``) goes to the parser ``spec.output_format`` names (``agentoutput``) and
-  is searched for ``spec.success.failure_patterns``. The parser's usage events are posted to the
+  is searched for ``spec.success.failure_patterns`` (a pattern that takes over ``PATTERN_SECONDS``
+  on a line is given up, ``_bounded_search``: it must not hold the runner). The parser's usage events are posted to the
   run's callback from a thread (``UsageReporter``, ids prefixed ``a<attempt>-``; never holding up
   the log; a failure is said in runner.log, and the run goes on), its session id is recorded at
   once (the ``Running`` record is written again), and its error is kept for the success policy.
@@ -194,6 +195,8 @@ RESERVE_BYTES = 256 * 1024  # far more than a record needs, little next to a run
 VERSION_TIMEOUT = 5.0       # how long the CLI may take to say its version (``version_args``)
 MAX_ARG_BYTES = 4096        # an argument longer than this is cut in the record (``Invocation.argv``)
 MAX_LINE_BYTES = 1 << 20    # a longer output line is cut before the output parser and failure patterns see it
+PATTERN_SECONDS = 0.5       # the longest a failure pattern may search one line before it is given up
+MAX_OMITTED = 100            # files changes.patch left out that the record lists one by one (the rest: one line)
 USAGE_WAIT = 30.0           # how long, once the agent ended, usage still being reported may take
 XDG_DIRS = {"XDG_CONFIG_HOME": ".config", "XDG_DATA_HOME": ".local/share", "XDG_CACHE_HOME": ".cache",
             "XDG_STATE_HOME": ".local/state"}
@@ -618,7 +621,13 @@ class Runner:
         home = self.files.home
         try:
             home.mkdir(mode=0o700, exist_ok=True)
+            real_home = home.resolve()
             for sub in XDG_DIRS.values():
+                # A resumed HOME is a copy of an earlier agent's, links and all: nothing is made
+                # through a link that leads out of it (the runner may be root).
+                if not (home / sub).resolve().is_relative_to(real_home):
+                    raise workspace.WorkspaceError(f"the agent's HOME {home}: {sub} leads outside it through a "
+                                                   "symbolic link (left by an earlier attempt's agent)")
                 (home / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             if disks.is_full_error(exc):
@@ -626,9 +635,12 @@ class Runner:
             raise workspace.WorkspaceError(f"cannot prepare the agent's HOME {home}: {exc}") from None
         if checkout.base is not None:
             # The identity git gave the runner may come from this user's ~/.gitconfig, which the
-            # agent's HOME is not: without it here, the agent's commits would fail.
-            workspace.copy_identity(checkout.root, home / ".gitconfig")
-        real_home = home.resolve()
+            # agent's HOME is not: without it here, the agent's commits would fail. git writes a
+            # config file through a link: an earlier agent's link there is removed, not followed.
+            gitconfig = home / ".gitconfig"
+            if gitconfig.is_symlink():
+                gitconfig.unlink()
+            workspace.copy_identity(checkout.root, gitconfig)
         for i, item in enumerate(self.spec.config_files):
             where = f'config file "{item.path}" (configFiles[{i}].path)'
             try:
@@ -637,6 +649,10 @@ class Runner:
                 raise workspace.WorkspaceError(f"{where}: must be a relative path that stays inside HOME") from None
             if target == home:
                 raise workspace.WorkspaceError(f"{where}: names HOME itself, not a file in it")
+            # Checked before its directories are made too: through a link an earlier agent left in
+            # a resumed HOME, they would be made outside it.
+            if not target.parent.resolve().is_relative_to(real_home):
+                raise workspace.WorkspaceError(f"{where}: leads outside HOME through a symbolic link")
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -731,7 +747,8 @@ class Runner:
             try:
                 self._entered = sandboxing.enter(
                     executable, argv[1:], env=env, checkout=checkout, files=self.files, home=self.files.home,
-                    hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say, api_url=self.api_url)
+                    hide=self.hide, user=self.agent_user, network=self.spec.network, say=_say,
+                    callback=callback_url(self.api_url, self.spec.run) if self.api_url else None)
             except (sandboxing.SandboxError, OSError) as exc:
                 raise _StartError(f"cannot sandbox the agent: {exc}") from None
             version_command = sandboxing.sandboxed(
@@ -877,7 +894,7 @@ class Runner:
         if proc.returncode != 0:
             return None
         line = next((line.strip() for line in _redacted(out, secrets).splitlines() if line.strip()), b"")
-        return line[:200].decode(errors="replace") or None
+        return _printable(line[:200].decode(errors="replace")) or None
 
     def _supervise(self, agent: subprocess.Popen[bytes], log: LogSink) -> _Ending:
         """Copy output to the log until the agent and its group are gone; stop them when asked."""
@@ -982,9 +999,19 @@ class Runner:
                 stored = _hashed(PATCH, patch, PATCH)
                 records.append(stored)
                 self._omitted = tuple(RefusedArtifact(
-                    name=path, path=path, size=size,
+                    name=_printable(path), path=_printable(path), size=size,
                     message=f"{size} bytes is over the patch's limit of {per_file} bytes per file "
-                            f"(patch.maxFileBytes); it was left out of {PATCH}") for path, size in omitted)
+                            f"(patch.maxFileBytes); it was left out of {PATCH}")
+                    for path, size in omitted[:MAX_OMITTED])
+                if len(omitted) > MAX_OMITTED:
+                    # The record goes into the run's status: an agent that leaves 100,000 large files
+                    # must not make it megabytes long.
+                    rest = omitted[MAX_OMITTED:]
+                    self._omitted += (RefusedArtifact(
+                        name="…", path="…", size=sum(size for _, size in rest),
+                        message=f"and {len(rest)} more files over the patch's limit of {per_file} bytes per file "
+                                f"(patch.maxFileBytes), {sum(size for _, size in rest)} bytes in all: left out of "
+                                f"{PATCH}, not listed"),)
                 self._changed = stored.size > 0 or bool(omitted)
             except workspace.TooLarge as exc:
                 message = (f"the workspace's changes are more than the artifact size limit of {limit} bytes "
@@ -1032,7 +1059,7 @@ class Runner:
         policy = self.spec.success
         if policy.agent_result and self._watch.error is not None:
             return end("Failed", "AgentReportedError", f"agent exited with code 0 but reported an error: "
-                                                       f"{_shortened(self._watch.error)}")
+                                                       f"{_printable(_shortened(self._watch.error))}")
         if self._watch.failure is not None:
             return end("Failed", "FailurePattern", f"agent exited with code 0 but {self._watch.failure}")
         stored = {a.name for a in artifacts}
@@ -1048,7 +1075,12 @@ class Runner:
 
 
 class UsageNotReported(Exception):
-    """Usage could not be reported (no callback, or the server refused it: the message says why)."""
+    """Usage could not be reported (no callback, or the server refused it: the message says why;
+    ``refused``: the server answered that the report itself is wrong, so sending it again is no use)."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 USAGE_ATTEMPTS = 4
@@ -1071,6 +1103,7 @@ def post_usage(url: str, token: str, events: Sequence[Mapping[str, Any]], *, att
         raise UsageNotReported(f"the callback URL must be http:// or https://, not {url.split(':')[0]}:")
     body = json.dumps({"events": [dict(e) for e in events]}).encode()
     failure = ""
+    refused = False
     for attempt in range(attempts):
         if attempt:
             time.sleep(min(2.0, 0.2 * 2 ** attempt))
@@ -1083,10 +1116,11 @@ def post_usage(url: str, token: str, events: Sequence[Mapping[str, Any]], *, att
         except urllib.error.HTTPError as exc:
             failure = f"{exc.code}: {_status_message(exc)}"
             if exc.code != 429 and exc.code < 500:
+                refused = exc.code != 401
                 break
         except (urllib.error.URLError, OSError, ValueError) as exc:
             failure = str(getattr(exc, "reason", None) or exc)
-    raise UsageNotReported(f"usage was not recorded ({failure})")
+    raise UsageNotReported(f"usage was not recorded ({failure})", refused=refused)
 
 
 def _status_message(exc: urllib.error.HTTPError) -> str:
@@ -1124,6 +1158,16 @@ def _stop_leftover(pgid: int, root: Path) -> None:
     until = time.monotonic() + _AFTER_KILL
     while group_alive(pgid) and time.monotonic() < until:
         time.sleep(0.01)
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): what the agent printed or named
+    (its CLI's version line, a line of its output, a file name) reaches the run's status, which
+    ``joch describe run`` prints to a terminal, where an escape sequence would be obeyed."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in text)
 
 
 def _shortened(text: str, limit: int = 500) -> str:
@@ -1315,6 +1359,7 @@ class OutputWatch:
         self.error: str | None = None    # the CLI's own final verdict, when it says it failed
         self._line = bytearray()
         self._cut = False
+        self._said_bad_session = False
 
     def feed(self, data: bytes) -> None:
         if self.parser is None and not self.patterns:
@@ -1344,8 +1389,14 @@ class OutputWatch:
         self._cut = False
         if self.failure is None:
             for pattern in self.patterns:
-                if pattern.search(line):
-                    shown = line if len(line) <= 300 else line[:300] + "…"
+                found = _bounded_search(pattern, line, PATTERN_SECONDS)
+                if found is None:  # too slow: on every line of the agent's, it would hold up the runner
+                    self.patterns = tuple(p for p in self.patterns if p is not pattern)
+                    _say(f'joch runner: the failure pattern "{pattern.pattern}" took more than {PATTERN_SECONDS:g} s '
+                         "on one line of the agent's output (a pattern that backtracks, such as (a+)+); it is not "
+                         "applied to the rest of the output (successPolicy.failurePatterns)")
+                elif found:
+                    shown = _printable(line if len(line) <= 300 else line[:300] + "…")
                     self.failure = f'a line of its output matched the failure pattern "{pattern.pattern}": {shown}'
                     break
         if self.parser is not None:
@@ -1365,15 +1416,53 @@ class OutputWatch:
         if seen.usage:
             self.on_usage(seen.usage)
         if seen.session_id:
-            self.on_session(seen.session_id)
+            if agentoutput.valid_session_id(seen.session_id):
+                self.on_session(seen.session_id)
+            elif not self._said_bad_session:
+                self._said_bad_session = True
+                _say(f"joch runner: ignored a session id that is not one (it would be passed to a resumed attempt's "
+                     f"command line): {seen.session_id[:100]!r}")
         if seen.error:
             self.error = seen.error
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _bounded_search(pattern: re.Pattern[str], line: str, seconds: float) -> bool | None:
+    """Whether ``pattern`` matches somewhere in ``line``; None when it takes more than ``seconds``
+    (a pattern that backtracks catastrophically would otherwise stop the runner, and with it the
+    deadline, for as long as it likes: the ``re`` engine takes signals, so SIGALRM ends it). Unbounded
+    outside the main thread, where no signal handler can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        return pattern.search(line) is not None
+    armed = True
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        if armed:
+            raise _TooSlow
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            found = pattern.search(line) is not None
+        finally:
+            armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _TooSlow:
+        return None
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return found
 
 
 class UsageReporter:
     """Posts the usage events the output parser finds to the run's callback (``post``:
     ``Runner.report_usage``) from a thread of its own, so the log is never held up by HTTP; events
-    that arrive while a post is under way go together in the next one. Their ids get ``prefix``
+    that arrive while a post is under way go together in the next one, each first held to what the
+    callback takes (``agentoutput.bounded``: the agent's output can forge them). Their ids get ``prefix``
     (``a<attempt>-``): a retried attempt's output is new usage. A failed post is said on the runner's
     stderr; the run goes on."""
 
@@ -1387,7 +1476,8 @@ class UsageReporter:
 
     def add(self, events: Iterable[Mapping[str, Any]]) -> None:
         with self._cond:
-            self._pending += [{**event, "id": f"{self._prefix}{event.get('id', '')}"} for event in events]
+            self._pending += [{**(e := agentoutput.bounded(dict(event))), "id": f"{self._prefix}{e['id']}"}
+                              for event in events]
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="joch-runner-usage", daemon=True)
                 self._thread.start()
@@ -1415,6 +1505,17 @@ class UsageReporter:
                     return
             try:
                 self._post(*batch)
+            except UsageNotReported as exc:
+                if not exc.refused or len(batch) == 1:
+                    _say(f"joch runner: {len(batch)} usage event(s) not reported: {exc}")
+                    continue
+                # One event the server refuses (a line the agent forged) must not take the rest
+                # of the batch with it: each on its own.
+                for event in batch:
+                    try:
+                        self._post(event)
+                    except Exception as one:  # noqa: BLE001 - metering's loss, not the run's
+                        _say(f"joch runner: usage event {str(event.get('id'))[:100]} not reported: {one}")
             except Exception as exc:  # noqa: BLE001 - metering's loss, not the run's
                 _say(f"joch runner: {len(batch)} usage event(s) not reported: {exc}")
 

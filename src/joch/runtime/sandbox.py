@@ -48,7 +48,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
     ``network`` ``on`` keeps the host's network (agents call model APIs); ``off`` and ``limited`` give
-    the agent a network namespace of its own (``--unshare-net``: a loopback and nothing else), and
+    the agent a network namespace of its own (``--unshare-net``: a loopback and nothing else, and
+    ``SOCKET_DIRS`` empty: the host's unix sockets are a network too), and
     for ``limited`` the runner's proxy socket ``proxy_socket`` is mounted in at ``PROXY_SOCKET``, which
     ``joch.runtime.netbridge`` inside bridges to 127.0.0.1:``PROXY_PORT``. ``user``: the agent
     drops to that uid and gid with ``setpriv`` once bubblewrap (as root) has mounted everything
@@ -60,6 +61,10 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - a fresh tmpfs in the sandbox, everyone's as /tmp is
     hide = tuple(hide)
+    if network != "on":
+        # Without a network, the host's unix sockets would still be one: a database's (a Postgres
+        # that trusts local connections lets any user in), a daemon's. Their directory is empty.
+        hide = (*hide, *socket_dirs())
     fresh = [Path("/tmp"), *(path for path in hide if path.is_dir())]  # noqa: S108 - the sandbox's own /tmp
     made: set[Path] = set()
     bound: list[Path] = []
@@ -122,6 +127,16 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     if user is not None:
         command += user.setpriv()
     return [*command, executable, *args]
+
+
+SOCKET_DIRS = ("/run", "/var/run")
+"""Where the host's daemons keep their unix sockets (``/tmp``'s are hidden anyway)."""
+
+
+def socket_dirs() -> list[Path]:
+    """``SOCKET_DIRS`` as they are on this host (``/var/run`` is mostly a link to ``/run``)."""
+    found = {Path(os.path.realpath(path)) for path in SOCKET_DIRS if os.path.isdir(path)}
+    return sorted(path for path in found if path != Path("/"))
 
 
 def installed_under_tmp(executable: str) -> list[str]:
@@ -378,10 +393,11 @@ class Entered:
 
 def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: workspace.Checkout, files: RunFiles,
           home: Path, hide: Iterable[Path], user: AgentUser | None, network: Network,
-          say: Callable[[str], None], api_url: str | None = None) -> Entered:
+          say: Callable[[str], None], callback: str | None = None) -> Entered:
     """Everything a sandboxed start needs besides ``sandboxed``'s command line: the agent user's
-    ownership of what it writes, and for a ``limited`` network the runner's proxy, with the Joch
-    server (``api_url``, the agent's usage callback) allowed besides the Agent's ``allow`` list."""
+    ownership of what it writes, and for a ``limited`` network the runner's proxy, with the run's
+    usage callback on the Joch server (``callback``, its URL) reachable besides the Agent's ``allow``
+    list: only that route of the server's over http (``netbridge.Proxy``), its host:port over https."""
     proxy: Proxy | None = None
     proxy_socket: Path | None = None
     hide = tuple(hide)
@@ -404,16 +420,19 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
         from joch.runtime import netbridge  # only for limited runs: start-up time matters
 
         allow = list(network.allow)
-        if api_url:
+        reachable: tuple[str, int, str] | None = None
+        if callback:
             import urllib.parse
 
-            parts = urllib.parse.urlsplit(api_url)
-            if parts.hostname:
+            parts = urllib.parse.urlsplit(callback)
+            if parts.hostname and parts.scheme == "http":
+                reachable = (parts.hostname, parts.port or 80, parts.path)  # only the callback itself
+            elif parts.hostname:  # https: the proxy sees no path, only the host
                 host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-                allow.append(f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}")
+                allow.append(f"{host}:{parts.port or 443}")
         proxy_socket = files.dir / "network.sock"
         try:
-            proxy = netbridge.Proxy(proxy_socket, allow, say)
+            proxy = netbridge.Proxy(proxy_socket, allow, say, callback=reachable)
         except ValueError as exc:
             raise SandboxError(str(exc)) from None
         env = netbridge.agent_env(env)

@@ -50,6 +50,7 @@ import posixpath
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -279,13 +280,22 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
     index = git_dir / "index" if git_dir is not None else _index_file(root)
     with tempfile.TemporaryDirectory(prefix="joch-patch-") as tmp:
         scratch = Path(tmp) / "index"
-        if index.exists():
-            shutil.copyfile(index, scratch)
+        # The agent's to rewrite: a link there (to /dev/zero, to a root-only file) is not followed,
+        # nor is anything but a regular file read; git then stages from no index, the same diff.
+        if index.is_file() and not index.is_symlink():
+            shutil.copyfile(index, scratch, follow_symlinks=False)
         env = {"GIT_INDEX_FILE": str(scratch)}
         if git_dir is not None:
             env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
             if common_dir is not None:
                 env["GIT_COMMON_DIR"] = str(common_dir)
+        # What staging hashes goes into a scratch object directory, not the repository's: the mirror
+        # is every run's of this repository (other runs' agents read its objects), and this run's
+        # files (untracked ones too) must not be left there for them.
+        shared = _git("rev-parse", "--path-format=absolute", "--git-path", "objects", cwd=root, env=env,
+                      what="could not find the repository's objects").strip()
+        (Path(tmp) / "objects").mkdir()
+        env.update(GIT_OBJECT_DIRECTORY=str(Path(tmp) / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES=shared)
         pathspec = [".", *(f":(exclude,glob){pattern}" for pattern in exclude)]
         _git("add", "--all", "--", *pathspec, cwd=root, env=env, what="could not stage the workspace's changes")
         omitted = _over_size(root, base, pathspec, env, max_file_bytes) if max_file_bytes is not None else []
@@ -422,6 +432,7 @@ def _sync(url: str, mirror: Path, deadline: float | None, asked: int) -> None:
     begun, done = _fetches(mirror)
     _record_fetches(mirror, begun + 1, done)
     if (mirror / "HEAD").exists():
+        drop_foreign_refs(mirror)
         fetched = _run(["fetch", "--prune", "--quiet", "origin"], cwd=mirror, timeout=_left(deadline))
         if fetched.returncode != 0:
             # Offline or the remote is down: the cached commits may still have the ref.
@@ -440,6 +451,36 @@ def _sync(url: str, mirror: Path, deadline: float | None, asked: int) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _record_fetches(mirror, begun + 1, begun + 1)
+
+
+def drop_foreign_refs(mirror: Path) -> None:
+    """Remove the loose refs of ``mirror`` that are not an object it has, or not a file: an agent
+    writes the mirror's refs (its branches), and git's fetch fails on a ref whose object is missing
+    ("bad object"), which would leave every later run of the repository with the stale mirror; a
+    link would be read through by the runners' git (a file only root may read)."""
+    loose: dict[Path, str] = {}
+    for base, _, names in os.walk(mirror / "refs"):
+        for name in names:
+            path = Path(base, name)
+            try:
+                status = path.lstat()
+                value = path.read_text(errors="replace").strip() if stat.S_ISREG(status.st_mode) else ""
+            except OSError:
+                continue
+            if not value.startswith("ref: "):
+                loose[path] = value
+    if not loose:
+        return
+    wanted = sorted({v for v in loose.values() if _FULL_SHA.fullmatch(v)})
+    found = subprocess.run(_command(["cat-file", "--batch-check=%(objectname)"]), cwd=mirror,
+                           env=clean_env(os.environ), input="".join(f"{v}\n" for v in wanted), capture_output=True,
+                           text=True, check=False).stdout if wanted else ""
+    present = {line.strip() for line in found.splitlines() if _FULL_SHA.fullmatch(line.strip())}  # not "X missing"
+    for path, value in loose.items():
+        if value not in present:
+            for gone in (path, mirror / "logs" / path.relative_to(mirror)):
+                with contextlib.suppress(OSError):
+                    gone.unlink()
 
 
 def _not_a_repository(url: str) -> WorkspaceError | None:

@@ -84,6 +84,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
 import anyio
@@ -106,6 +107,7 @@ from joch.compiler import manifest as compiler
 from joch.compiler import render as rendering
 from joch.controllers import approvals
 from joch.runtime.base import GitSource, RunId, Runtime, Workspace, is_own_ref
+from joch.runtime.workspace import WorkspaceError, subpath
 from joch.server import limits, resources, wire
 from joch.server import watch as watching
 from joch.server.options import ServerOptions
@@ -372,6 +374,13 @@ class RunRoutes:
         source = GitSource(url=git["url"], ref=git.get("ref") or "HEAD", path=git.get("path") or ".") if git else None
         runtime: Runtime | None = getattr(self.state, "runtime", None)
         if runtime is None:
+            try:  # what a runtime's workspace refuses (the run would fail InvalidPath), placeholders or not
+                subpath(Path("/"), source.path if source is not None else ".")
+            except WorkspaceError as exc:
+                raise errors.Invalid(f"the run cannot be rendered: {exc}", kind=kinds.AGENT_RUN.plural,
+                                     name=run["metadata"]["name"], causes=[Cause(
+                                         "spec.execution.coordinates.git.path", str(exc), "FieldValueInvalid")]
+                                     ) from None
             sub = "" if source is None or source.path in ("", ".") else "/" + source.path
             return Workspace(root="<workspace>", path=f"<workspace>{sub}", inputs="<inputs>", outputs="<outputs>",
                              home="<home>")

@@ -62,15 +62,17 @@ def record_session(env: Env, uid: str, attempt: int, session_id: str) -> None:
     runner.write_durably(state, json.dumps(record).encode())
 
 
-def kill_runner_after_session(env: Env, name: str, out: Path, attempt: int = 1) -> dict[str, Any]:
+def kill_runner_after_session(env: Env, name: str, out: Path, attempt: int = 1, session_id: str | None = None
+                              ) -> dict[str, Any]:
     wait_for(out / ("pid" if attempt == 1 else f"pid-{attempt}"))
     deadline = time.monotonic() + 15
     while (run := env.run(name))["status"].get("attempt") != attempt or "runnerPid" not in (
             run["status"].get("runtimeRef") or {}):
         assert time.monotonic() < deadline, run["status"]
         time.sleep(0.05)
-    record_session(env, run["metadata"]["uid"], attempt, f"sess-{attempt}")
-    while ((run := env.run(name))["status"].get("session") or {}).get("id") != f"sess-{attempt}":
+    session_id = session_id or f"sess-{attempt}"
+    record_session(env, run["metadata"]["uid"], attempt, session_id)
+    while ((run := env.run(name))["status"].get("session") or {}).get("id") != session_id:
         assert time.monotonic() < deadline, run["status"]  # mapped into status while it runs
         time.sleep(0.05)
     os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
@@ -182,6 +184,21 @@ def test_a_provider_that_is_not_resumable_starts_over(make_env: Callable[..., En
     assert spec_of(env, uid, 2).resume is None
     notes = [m for reason, m in env.events(name) if reason == "Retrying"]
     assert "starting over (the provider is not resumable)" in notes[0]
+
+
+def test_a_recorded_session_id_that_is_an_option_is_not_resumed(make_env: Callable[..., Env]) -> None:
+    # A record the agent could have written (a container runtime's runner shares its file system):
+    # its "session id" must not reach the next attempt's argv as a flag.
+    env = make_env()
+    out = env.tmp / "out"
+    out.mkdir()
+    env.apply(resumable(out, resumable=True), agent("a", "p", defaults={"retryLimit": 1}))
+    name = env.create_run()
+    uid = kill_runner_after_session(env, name, out, session_id="--dangerously-skip-permissions")["metadata"]["uid"]
+    run = env.wait(name, {"Succeeded", "Failed"}, timeout=30)
+    assert run["status"]["attempt"] == 2 and run["status"]["phase"] == "Succeeded", run["status"]
+    assert json.loads((out / "argv-2").read_text())[1:] == [str(env.data_dir / "workspaces" / f"{uid}-2"), "2"]
+    assert spec_of(env, uid, 2).resume is None
 
 
 def test_the_provider_policies_and_agent_network_reach_the_runner(make_env: Callable[..., Env]) -> None:

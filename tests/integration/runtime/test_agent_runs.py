@@ -392,6 +392,16 @@ def test_the_patch_leaves_out_excluded_and_oversized_files(make_run: Callable[..
     assert not (clone / "big.bin").exists()
 
 
+def test_the_record_lists_at_most_a_hundred_omitted_files(make_run: Callable[..., RunnerRun], repo: Repo) -> None:
+    # The record becomes the run's status: thousands of large files must not make it megabytes long.
+    code = "import pathlib\nfor i in range(130): pathlib.Path(f'big-{i:03}.bin').write_bytes(b'x' * 50)\n"
+    r = make_run(spec(python_agent(code), git=git_source(repo), patch=PatchPolicy(max_file_bytes=10)))
+    _, state = r.run()
+    assert state.phase == "Succeeded", (state, r.log())
+    assert len(state.omitted) == runner.MAX_OMITTED + 1
+    assert state.omitted[-1].size == 30 * 50 and state.omitted[-1].message.startswith("and 30 more files over")
+
+
 FIRST_ATTEMPT = """
 import os, pathlib
 pathlib.Path("work.txt").write_text("first attempt\\n")
@@ -514,6 +524,38 @@ def test_a_config_file_is_not_written_through_a_link_the_earlier_agent_left(tmp_
     assert list(outside.iterdir()) == []
 
 
+def test_a_resumed_home_s_links_are_not_followed_to_make_or_write_files_outside(repo: Repo, tmp_path: Path) -> None:
+    # The runner (root, on a server) prepares the copy of an earlier agent's HOME: links that agent
+    # planted there must not have it make directories or write git's config outside that HOME.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("[core]\n\tbare = false\n")
+    for case, (links, config, message) in enumerate((
+        ({".codex": outside}, ".codex/deeper/config.toml",
+         'config file ".codex/deeper/config.toml" (configFiles[0].path): leads outside HOME through a symbolic link'),
+        ({".local": outside}, None, "leads outside it through a symbolic link"),
+        ({".gitconfig": outside / "victim"}, None, None),
+    )):
+        plant = "; ".join(f"p = os.path.join(os.environ['HOME'], {name!r}); shutil.rmtree(p, ignore_errors=True); "
+                          "os.path.lexists(p) and os.remove(p); "
+                          f"os.symlink({str(target)!r}, p)" for name, target in links.items())
+        first = attempt_run(tmp_path / str(case), spec(python_agent(f"import os, shutil; {plant}"),
+                                                       git=git_source(repo)))
+        one = first.run()[1]
+        assert one.phase == "Succeeded", (one, first.log())
+        configs = (ConfigFile(config, "x"),) if config else ()
+        second = attempt_run(tmp_path / str(case), spec(["true"], attempt=2, git=git_source(repo),
+                                                        resume=Resume(1, "s"), config_files=configs))
+        _, state = second.run()
+        if message is None:
+            assert state.phase == "Succeeded", state
+            assert not (second.files.home / ".gitconfig").is_symlink()
+        else:
+            assert state.reason == "WorkspaceError" and message in (state.message or ""), state
+        assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+        assert (outside / "victim").read_text() == "[core]\n\tbare = false\n"
+
+
 def test_patch_hygiene_for_tracked_files(repo: Repo, tmp_path: Path) -> None:
     base = repo.commit({".aider.conf.yml": "model: a\n", "data.bin": "d" * 5000, "keep.txt": "k\n"}, "tracked")
     checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
@@ -559,3 +601,41 @@ def test_the_executables_hash_and_version_are_kept_until_the_file_changes(make_r
     cli.write_text(COUNTING_CLI.replace("VARIANT", "b"))  # an upgrade (or a tampered file): asked again
     third = invocation()
     assert third.version == "counting-cli 2 b" and third.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()
+
+
+def test_the_agents_index_is_not_read_through_a_link(repo: Repo, tmp_path: Path) -> None:
+    # The worktree's git directory is the agent's to write; the runner (root, on a server) copies its
+    # index to diff the workspace: a link the agent put there (to a root-only file, or /dev/zero,
+    # copied forever) must not be followed.
+    base = repo.commit({"keep.txt": "k\n"}, "tracked")
+    checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
+    assert checkout.git_dir is not None and checkout.base == base
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"SECRET-BYTES" * 100)
+    (checkout.root / "keep.txt").write_text("k2\n")
+    (checkout.git_dir / "index").unlink()
+    (checkout.git_dir / "index").symlink_to(secret)
+    patch = tmp_path / "changes.patch"
+    assert workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir,
+                                   common_dir=checkout.mirror) == []
+    assert "+k2" in patch.read_text()
+
+
+def test_the_patch_leaves_nothing_of_the_run_in_the_shared_mirror(repo: Repo, tmp_path: Path) -> None:
+    # The mirror is every run's of the repository, and its objects are readable to their agents:
+    # staging this run's files for the diff must not store them there.
+    base = repo.commit({"keep.txt": "k\n"}, "tracked")
+    checkout = workspace.prepare(cache=tmp_path / "mirrors", git=git_source(repo), root=tmp_path / "ws")
+    assert checkout.mirror is not None and checkout.base == base
+    (checkout.root / "keep.txt").write_text("changed, private to this run\n")
+    (checkout.root / "notes.txt").write_text("an untracked file of this run's\n")
+    patch = tmp_path / "changes.patch"
+    workspace.write_changes(checkout.root, base, patch, git_dir=checkout.git_dir, common_dir=checkout.mirror,
+                            max_file_bytes=1000)
+    text = patch.read_text()
+    assert "+changed, private to this run" in text and "+an untracked file of this run's" in text
+    for content in ("changed, private to this run\n", "an untracked file of this run's\n"):
+        blob = subprocess.run(["git", "hash-object", "--stdin"], input=content, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        found = subprocess.run(["git", "--git-dir", str(checkout.mirror), "cat-file", "-e", blob], check=False)
+        assert found.returncode != 0, f"{content!r} was stored in the shared mirror"

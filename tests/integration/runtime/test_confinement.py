@@ -6,11 +6,13 @@ network is the host's (on), none (off), or only the allowed host:ports through t
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -174,6 +176,52 @@ def test_the_agent_commits_under_a_server_with_a_strict_umask(tmp_path: Path, re
     assert log_of(ref) == "umask\n"
 
 
+# Replaces the object of README.md's content in the repository's mirror with other content.
+TAMPER = """
+import os, subprocess, zlib
+common = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True, text=True).stdout.strip()
+blob = subprocess.run(["git", "rev-parse", "HEAD:README.md"], capture_output=True, text=True).stdout.strip()
+obj = os.path.join(common, "objects", blob[:2], blob[2:])
+data = b"tampered\\n"
+try:
+    os.chmod(obj, 0o644)
+    with open(obj + ".new", "wb") as f:
+        f.write(zlib.compress(b"blob %d\\0" % len(data) + data))
+    os.replace(obj + ".new", obj)
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="known hole (hostile review of issue 9): the mirror's objects are writable "
+                   "to every sandboxed agent of the repository; read-only objects need the agent's own objects "
+                   "somewhere else without breaking fetches on worktree HEADs that point at them")
+def test_an_agent_cannot_change_the_objects_the_next_run_checks_out(sandboxed: LocalRuntime, repo: Repo) -> None:
+    base = repo.commit({"README.md": "genuine\n"}, "loose objects")
+    source = dataclasses.replace(git_source(repo), ref=base)
+    ref = sandboxed.submit(spec(python_agent(TAMPER), uid="conf-tamper", git=source))
+    assert finished(sandboxed, ref).phase == "Succeeded", log_of(ref)
+    ref = sandboxed.submit(spec(["cat", "README.md"], uid="conf-after", git=source))
+    assert finished(sandboxed, ref).phase == "Succeeded" and log_of(ref) == "genuine\n"
+
+
+def test_a_ref_the_agent_planted_does_not_stop_the_next_runs_fetch(sandboxed: LocalRuntime, repo: Repo) -> None:
+    # The mirror's refs are the agent's to write (its branches). git's fetch fails on a ref whose
+    # object is missing ("bad object"), and the runner then goes on with the cached mirror: every
+    # later run of the repository would get a stale commit. A link there would be read by root's git.
+    work = ('set -e; refs="$(git rev-parse --git-common-dir)/refs/heads"; echo agent >> README.md; '
+            "git commit --quiet -am 'agent work'; git branch agent-branch; "
+            'echo 0123456789abcdef0123456789abcdef01234567 > "$refs/bogus"; ln -s /etc/shadow "$refs/planted"')
+    ref = sandboxed.submit(spec(["sh", "-c", work], uid="conf-refs", git=git_source(repo)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    repo.commit({"README.md": "upstream moved on\n"}, "upstream moved on")
+    ref = sandboxed.submit(spec(["git", "log", "-1", "--format=%s"], uid="conf-refs-next", git=git_source(repo)))
+    state = finished(sandboxed, ref)
+    assert state.phase == "Succeeded", (state, log_of(ref))
+    assert log_of(ref) == "upstream moved on\n", (Path(ref["dir"]) / "runner.log").read_text()
+
+
 @pytest.mark.skipif(not ROOT, reason="a runner drops the agent's privileges only when it runs as root")
 def test_another_agent_user_is_taken_and_a_bad_one_refused(tmp_path: Path) -> None:
     needs_bwrap()
@@ -210,6 +258,38 @@ def test_a_data_dir_below_a_directory_the_agent_user_cannot_enter_still_works(re
     finally:
         rt.close()
         shutil.rmtree(base)
+
+
+CONNECT_UNIX = """
+import socket, sys
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(sys.argv[1])
+    print("connected")
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+
+@pytest.mark.parametrize(("mode", "said"), [("on", "connected"), ("off", "refused: No such file or directory"),
+                                            ("limited", "refused: No such file or directory")])
+def test_without_a_network_the_hosts_unix_sockets_are_out_of_reach(sandboxed: LocalRuntime, mode: str,
+                                                                   said: str) -> None:
+    # A daemon's socket under /run (a Postgres that trusts local connections: any user is its
+    # superuser) is a network too; "off" must not leave it open.
+    path = Path("/run") / f"joch-test-{os.getpid()}-{mode}.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o777)
+    listener.listen(1)
+    try:
+        ref = sandboxed.submit(spec([*python_agent(CONNECT_UNIX), str(path)], uid=f"conf-unix-{mode}",
+                                    network=Network(mode=mode)))
+        state = finished(sandboxed, ref)
+        assert state.phase == "Succeeded", (state, log_of(ref))
+        assert log_of(ref) == f"{said}\n"
+    finally:
+        listener.close()
+        path.unlink()
 
 
 def test_network_on_reaches_the_host(sandboxed: LocalRuntime, servers: tuple[int, int]) -> None:

@@ -124,3 +124,13 @@ def test_host_entries(entry: str, ok: bool) -> None:
 def test_version_args_default_and_empty() -> None:
     assert AgentProviderSpec.model_validate({"binary": "x"}).versionArgs is None
     assert AgentProviderSpec.model_validate({"binary": "x", "versionArgs": []}).versionArgs == []
+
+
+def test_a_patch_exclude_that_leaves_the_worktree_is_refused() -> None:
+    # git refuses a pathspec outside the worktree ("is outside repository"): every run of the
+    # provider would end without changes.patch.
+    found = causes("AgentProvider", {"binary": "x", "patch": {"exclude": [
+        "/tmp/cache", "../x", "**/../..", "a/../../b", ".aider*", "**/node_modules/**", "sub/../ok"]}})
+    for i in range(4):
+        assert "leaves the worktree" in found[f"spec.patch.exclude[{i}]"], found
+    assert not any(f"spec.patch.exclude[{i}]" in found for i in range(4, 7)), found

@@ -107,3 +107,90 @@ def test_agent_users_by_name_uid_and_group() -> None:
         assert sandbox.agent_user("root") is None  # root keeps root
     else:
         assert sandbox.agent_user("1234") is None  # only a root runner changes user
+
+
+def test_of_the_joch_server_a_limited_agent_reaches_only_its_callback(tmp_path: Path) -> None:
+    # The server itself is reachable for the usage callback; under --auth none every other route of
+    # its API would be anyone's, so the proxy passes only that one request, not CONNECT, other paths
+    # or what the agent sends after the callback's body.
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = upstream.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(0.5)
+                data = b""
+                try:
+                    while chunk := conn.recv(65536):
+                        data += chunk
+                except TimeoutError:
+                    pass
+                seen.append(data)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    said: list[str] = []
+    callback = "/v1/namespaces/default/agentruns/demo/callback"
+    proxy = netbridge.Proxy(tmp_path / "network.sock", [], said.append, callback=("127.0.0.1", port, callback))
+    try:
+        sock = tmp_path / "network.sock"
+        body = b'{"events": []}'
+        smuggled = b"DELETE /apis/joch.dev/v1alpha1/namespaces/default/agents/a HTTP/1.1\r\nHost: x\r\n\r\n"
+        answer = _ask(sock, f"POST http://127.0.0.1:{port}{callback} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            f"Content-Length: {len(body)}\r\n\r\n".encode() + body + smuggled)
+        assert answer.endswith(b"ok"), answer
+        assert seen == [f"POST {callback} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+                        "Connection: close\r\n\r\n".encode() + body]
+        for refused in (f"GET http://127.0.0.1:{port}/apis/ops.joch.dev/v1alpha1/secrets HTTP/1.1\r\n\r\n",
+                        f"POST http://127.0.0.1:{port}/v1/namespaces/default/approvals/x/decide HTTP/1.1\r\n"
+                        "Content-Length: 0\r\n\r\n",
+                        f"POST http://127.0.0.1:{port}{callback} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                        f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"):
+            assert _ask(sock, refused.encode()).startswith(b"HTTP/1.1 403 Forbidden"), refused
+        assert len(seen) == 1 and len(said) == 4
+    finally:
+        proxy.close()
+        upstream.close()
+
+
+def test_an_allowed_name_that_resolves_to_the_hosts_loopback_is_refused(tmp_path: Path) -> None:
+    # A name in the allow list is resolved by the proxy, on the host: one whose DNS points at
+    # 127.0.0.1 (or the cloud metadata address) must not open the host's own services to the agent.
+    # (/etc/hosts's "localhost" names itself and passes; so does an address named as one.)
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    said: list[str] = []
+    names = [n for n in ("ip6-localhost", "ip6-loopback", socket.gethostname()) if _resolves_to_loopback(n)]
+    if not names:
+        pytest.skip("no name other than localhost resolves to the loopback here")
+    proxy = netbridge.Proxy(tmp_path / "network.sock", [names[0], "localhost", f"127.0.0.1:{port}"], said.append)
+    try:
+        answer = _ask(tmp_path / "network.sock", f"CONNECT {names[0]}:{port} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 403 Forbidden") and b"loopback" in answer, answer
+        for allowed in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            head = _ask_head(tmp_path / "network.sock", f"CONNECT {allowed} HTTP/1.1\r\n\r\n".encode())
+            assert head.startswith(b"HTTP/1.1 200"), (allowed, head)
+    finally:
+        proxy.close()
+        upstream.close()
+
+
+def _resolves_to_loopback(name: str) -> bool:
+    try:
+        return any(info[4][0] in ("127.0.0.1", "::1") or str(info[4][0]).startswith("127.")
+                   for info in socket.getaddrinfo(name, None))
+    except OSError:
+        return False
+
+
+def _ask_head(path: Path, request: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(path))
+        s.sendall(request)
+        return s.recv(4096)

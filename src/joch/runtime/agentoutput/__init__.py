@@ -14,7 +14,10 @@ What a parser reports (``Observation``):
   delta (what this line adds), never a running total, and its ``id`` is stable for the same output
   (the runner prefixes it with the attempt), so a retried report is counted once.
 * ``session_id``: the CLI's session (thread) id, as soon as it is printed: the runner records it at
-  once, so a retry after the runner was killed can resume it.
+  once, so a retry after the runner was killed can resume it. It lands in the resumed attempt's
+  argv (``resume {{ session.id }}``), and anything the agent runs can print a line that looks like
+  one: only an id ``valid_session_id`` accepts is taken (letters, digits, ``.``, ``_``, ``:``, ``-``,
+  not starting with ``-``), never one that would read as an option (``--dangerously-…``).
 * ``error``: the CLI's own final result says it failed (Claude Code's ``"is_error": true``), in words.
 
 Like the runner, these modules import only the standard library: they load in every run.
@@ -22,7 +25,10 @@ Like the runner, these modules import only the standard library: they load in ev
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +56,48 @@ class Parser(Protocol):
     def finish(self) -> Observation | None:
         """The output has ended: what could only be known at the end (a summary line without a
         successor, say); None when nothing."""
+
+
+MAX_EVENT_TOKENS = 1_000_000_000
+MAX_EVENT_COST_USD = 1_000_000
+"""What the run callback takes of one event (``joch.controllers.metering``'s limits, not imported:
+this package loads in every run)."""
+MAX_EVENT_ID = 200
+
+
+def bounded(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` as the run callback accepts it, whatever the line it came from said: any line the
+    agent prints can look like its CLI's usage report, and the callback refuses a batch with one bad
+    event in it (its other, real events too) — a forged ``Infinity``, ``1e300`` or 10**30 tokens
+    would have the run's real usage go unmetered. Figures are cut to the callback's limits (so a
+    forged figure is counted, not dropped: an overspend stops the run), a long id is hashed (still
+    the same for the same line), a model name the callback cannot take is left out."""
+    out: dict[str, Any] = {}
+    ident = str(event.get("id", ""))
+    out["id"] = ident if 0 < len(ident) <= MAX_EVENT_ID else "h-" + hashlib.sha256(ident.encode()).hexdigest()[:40]
+    model = event.get("model")
+    if isinstance(model, str) and 0 < len(model) <= 253:
+        out["model"] = model
+    for key in ("inputTokens", "outputTokens", "cachedTokens"):
+        value = event.get(key)
+        if key in event:
+            out[key] = min(max(value, 0), MAX_EVENT_TOKENS) if isinstance(value, int) and not isinstance(
+                value, bool) else 0
+    if "cachedTokens" in out:
+        out["cachedTokens"] = min(out["cachedTokens"], out.get("inputTokens", 0))
+    cost = event.get("costUsd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and not math.isnan(cost):
+        out["costUsd"] = float(min(max(cost, 0), MAX_EVENT_COST_USD))
+    return out
+
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
+def valid_session_id(session_id: object) -> bool:
+    """Whether ``session_id`` may be recorded and passed to a resumed CLI: a UUID, a ``ses_…`` or
+    thread id, never an option, a path or more than one argument."""
+    return isinstance(session_id, str) and SESSION_ID.fullmatch(session_id) is not None
 
 
 def parser_for(output_format: str | None) -> Parser | None:

@@ -33,8 +33,11 @@ _RETRY = re.compile(r"^Retrying in \d+(?:\.\d+)? seconds")
 _UNITS = {"": 1, "k": 1_000, "m": 1_000_000}
 
 
+MAX_COUNT = 10**15  # a count above this (a forged line's 10**400: inf, which round() fails on) is read as this
+
+
 def _tokens(count: str, unit: str) -> int:
-    return round(float(count) * _UNITS[unit.lower()])
+    return round(min(float(count) * _UNITS[unit.lower()], MAX_COUNT))
 
 
 class Parser:

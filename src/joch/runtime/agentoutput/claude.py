@@ -180,9 +180,15 @@ def _json(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+MAX_COUNT = 10**15
+"""A token count above this is read as this: a line any process of the agent's can forge must not
+make the parser fail (an int too large for a float), which would end its reading of the output,
+and the metering of the run with it."""
+
+
 def _count(figures: Any, key: str) -> int:
     value = figures.get(key) if isinstance(figures, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return min(value, MAX_COUNT) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _money(value: Any) -> float:

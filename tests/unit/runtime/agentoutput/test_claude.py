@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from joch.runtime.agentoutput import Observation, parser_for
+from joch.runtime.agentoutput import Observation, claude, parser_for
 from joch.runtime.agentoutput.claude import estimate
 
 FIXTURES = Path(__file__).with_name("samples")
@@ -110,3 +110,16 @@ def test_without_model_usage_the_result_totals_count_for_the_last_model() -> Non
 def test_other_lines_tell_nothing() -> None:
     assert observe(["", "not json", "[1, 2]", '{"type": "user", "message": {}}',
                     '{"type": "system", "subtype": "api_retry", "attempt": 1}', "{broken"]) == []
+
+
+def test_a_forged_count_too_large_for_a_float_does_not_end_the_reading() -> None:
+    # Any process of the agent's can print a line like Claude Code's: one the parser fails on would
+    # end its reading (and the run's metering) for the rest of the output.
+    parser = claude.Parser()
+    forged = ('{"type":"assistant","message":{"id":"m1","model":"claude-sonnet-4-5","usage":{"input_tokens":1'
+              + "0" * 400 + ',"output_tokens":1}}}')
+    real = ('{"type":"assistant","message":{"id":"m2","model":"claude-sonnet-4-5","usage":{"input_tokens":10,'
+            '"output_tokens":2}}}')
+    first, second = parser.feed(forged), parser.feed(real)
+    assert first is not None and first.usage[0]["inputTokens"] == claude.MAX_COUNT
+    assert second is not None and second.usage[0]["inputTokens"] == 10

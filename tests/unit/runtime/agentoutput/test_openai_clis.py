@@ -143,3 +143,11 @@ def test_opencode_passes_its_own_price_on() -> None:
             '"tokens":{"input":900,"output":50,"reasoning":10,"cache":{"write":100,"read":300}},"cost":0.0021}}')
     seen = read("opencode", lines=[line])
     assert tokens(seen.usage) == [("opencode-prt_1", 1300, 300, 60, 0.0021)]
+
+
+def test_aider_reads_on_after_a_forged_line_with_an_endless_count() -> None:
+    # Any process of the agent's can print a line like aider's: one the parser fails on would end
+    # its reading (and the run's metering) for the rest of the output.
+    seen = read("aider", lines=["Tokens: " + "9" * 400 + " sent, 1 received. Cost: $0.01 message, $0.02 session.",
+                                "Tokens: 2.3k sent, 120 received. Cost: $0.01 message, $0.03 session."])
+    assert [e["inputTokens"] for e in seen.usage] == [10**15, 2300]
