@@ -20,13 +20,12 @@ instead of a model:
 Each answer reports ``usage`` (``input_tokens``/``output_tokens`` from the constructor; the sums of
 all answers in ``reported``). Every request is recorded (method, path, headers without the key,
 JSON body) in ``requests``.
-``python tests/support/fake_anthropic.py --port 8765`` runs one by hand.
+``PYTHONPATH=tests python -m support.fake_anthropic --port 8765`` runs one by hand.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -34,10 +33,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import PurePosixPath
 from typing import Any
 
-from support.fake_model import FakeHandler, FakeModel, Recorded, serve_by_hand
+from support.fake_model import FakeHandler, FakeModel, Recorded, scripted_edit, serve_by_hand, text_of
 
 SECRET_HEADERS = frozenset({"x-api-key", "authorization"})
 CWD = re.compile(r"(?:Primary working directory|Working directory):\s*(\S+)")
+TEXT = ("text", "content")
+"""Where a request's text stands (the keys of its JSON objects)."""
 
 
 @dataclass
@@ -59,13 +60,7 @@ class FakeAnthropic(FakeModel):
     """The usage the fake reported in all its answers (input_tokens, output_tokens, cache reads)."""
 
     def __post_init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._setup()
-        self.listen_port = self.port
-
-    @property
-    def url(self) -> str:
-        return self.base_url
+        self._setup(self.port)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         return _handler(self)
@@ -84,8 +79,9 @@ class FakeAnthropic(FakeModel):
             return self._message(model, [{"type": "text", "text": "Fake title"}], "end_turn", 20, 5)
         self._next_turn(self.hold_turn, self.delay)
         done = _tool_uses(body.get("messages") or [])
-        if (self.loop and done < self.max_loop) or done < len(self.edits):
-            path, content = self.edits[done] if done < len(self.edits) else (f"loop-{done}.txt", f"turn {done}\n")
+        edit = scripted_edit(self.edits, done, self.loop, self.max_loop)
+        if edit is not None:
+            path, content = edit
             tool = {"type": "tool_use", "id": f"toolu_fake{next(self._ids):06d}", "name": "Write",
                     "input": {"file_path": _absolute(path, body), "content": content}}
             say = {"type": "text", "text": f"I'll write {path}."}
@@ -120,18 +116,8 @@ def _tool_uses(messages: list[Any]) -> int:
 def _absolute(path: str, body: dict[str, Any]) -> str:
     if PurePosixPath(path).is_absolute():
         return path
-    found = CWD.search(_text(body.get("system")) + "\n" + _text(body.get("messages")))
+    found = CWD.search(text_of(body.get("system"), TEXT) + "\n" + text_of(body.get("messages"), TEXT))
     return str(PurePosixPath(found.group(1)) / path) if found else path
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "\n".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return "\n".join(_text(v) for k, v in value.items() if k in ("text", "content"))
-    return ""
 
 
 def _sse(message: dict[str, Any]) -> list[tuple[str | None, Any]]:

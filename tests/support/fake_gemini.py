@@ -21,14 +21,13 @@ body) and ``:streamGenerateContent?alt=sse`` (server-sent events, one ``data:`` 
 
 Each answer reports ``usageMetadata`` (``promptTokenCount``/``candidatesTokenCount`` from the
 constructor; the sums of all answers in ``reported``). Every request is recorded (method, path,
-headers without the key, JSON body) in ``requests``. ``python tests/support/fake_gemini.py --port 8775``
+headers without the key, JSON body) in ``requests``. ``PYTHONPATH=tests python -m support.fake_gemini --port 8775``
 runs one by hand.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -36,11 +35,13 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import PurePosixPath
 from typing import Any
 
-from support.fake_model import FakeHandler, FakeModel, Recorded, serve_by_hand
+from support.fake_model import FakeHandler, FakeModel, Recorded, scripted_edit, serve_by_hand, text_of
 
 SECRET_HEADERS = frozenset({"x-goog-api-key", "authorization"})
 CWD = re.compile(r"(?:current working directory|working directory)[^/\n]*?(/\S*[^\s.,:;'\"`)])", re.IGNORECASE)
 WRITE = "write_file"
+TEXT = ("text", "parts")
+"""Where a request's text stands (the keys of its JSON objects)."""
 
 
 @dataclass
@@ -63,13 +64,7 @@ class FakeGemini(FakeModel):
     """The usage the fake reported in all its answers."""
 
     def __post_init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._setup()
-        self.listen_port = self.port
-
-    @property
-    def url(self) -> str:
-        return self.base_url
+        self._setup(self.port)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         return _handler(self)
@@ -89,8 +84,9 @@ class FakeGemini(FakeModel):
             return self._response(model, [{"text": "Fake answer."}], 20, 5)
         self._next_turn(self.hold_turn, self.delay)
         done = _calls(body.get("contents") or [])
-        if (self.loop and done < self.max_loop) or done < len(self.edits):
-            path, content = self.edits[done] if done < len(self.edits) else (f"loop-{done}.txt", f"turn {done}\n")
+        edit = scripted_edit(self.edits, done, self.loop, self.max_loop)
+        if edit is not None:
+            path, content = edit
             call = {"functionCall": {"name": WRITE, "args": {"file_path": _absolute(path, body), "content": content}}}
             return self._response(model, [{"text": f"I'll write {path}."}, call], self.input_tokens,
                                   self.output_tokens, self.cached_tokens, self.thought_tokens)
@@ -128,18 +124,8 @@ def _calls(contents: list[Any]) -> int:
 def _absolute(path: str, body: dict[str, Any]) -> str:
     if PurePosixPath(path).is_absolute():
         return path
-    found = CWD.search(_text(body.get("contents")) + "\n" + _text(body.get("systemInstruction")))
+    found = CWD.search(text_of(body.get("contents"), TEXT) + "\n" + text_of(body.get("systemInstruction"), TEXT))
     return str(PurePosixPath(found.group(1)) / path) if found else path
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "\n".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return "\n".join(_text(v) for k, v in value.items() if k in ("text", "parts"))
-    return ""
 
 
 def _example(schema: Any) -> Any:

@@ -9,6 +9,7 @@ server-sent events. Each fake brings its wire format: its own handler's ``do_GET
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -46,13 +47,15 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeModel:
-    """A fake model's server. A subclass (a dataclass) calls ``_setup()`` from ``__post_init__``
-    and gives ``handler()``; ``listen_port`` is the port asked for (0: any free one)."""
+    """A fake model's server. A subclass (a dataclass) calls ``_setup(port)`` from ``__post_init__``
+    (``port`` 0: any free one) and gives ``handler()``."""
 
     requests: list[Recorded]
     listen_port: int = 0
 
-    def _setup(self) -> None:
+    def _setup(self, port: int = 0) -> None:
+        self.listen_port = port
+        self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._wake = threading.Event()
@@ -73,7 +76,8 @@ class FakeModel:
         return port
 
     @property
-    def base_url(self) -> str:
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``; the fake must be started."""
         assert self._server is not None, "the fake is not started"
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
@@ -173,10 +177,31 @@ class FakeHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
+def scripted_edit(edits: list[tuple[str, str]], done: int, loop: bool, max_loop: int) -> tuple[str, str] | None:
+    """The (path, content) a scripted agent writes after ``done`` edits: the next of ``edits``, then
+    ``loop-<n>.txt`` while ``loop`` (``max_loop`` edits at most); None when it is done."""
+    if done < len(edits):
+        return edits[done]
+    if loop and done < max_loop:
+        return f"loop-{done}.txt", f"turn {done}\n"
+    return None
+
+
+def text_of(value: Any, keys: tuple[str, ...]) -> str:
+    """All the text in a request's JSON ``value``: strings, in lists, under ``keys`` of objects."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(text_of(v, keys) for v in value)
+    if isinstance(value, dict):
+        return "\n".join(text_of(v, keys) for k, v in value.items() if k in keys)
+    return ""
+
+
 def serve_by_hand(fake: FakeModel, name: str, log: str | None) -> None:
     """Run ``fake`` until Ctrl-C, appending each recorded request to ``log`` (JSON lines) if given."""
     fake.start()
-    print(f"fake {name} at {fake.base_url}", flush=True)
+    print(f"fake {name} at {fake.url}", flush=True)
     seen = 0
     try:
         while True:
