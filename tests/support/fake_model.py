@@ -155,8 +155,8 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", self.json_type)
         self.send_header("Content-Length", str(len(data)))
-        for name, value in self.extra_headers().items():
-            self.send_header(name, value)
+        for header, value in self.extra_headers().items():
+            self.send_header(header, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -166,8 +166,8 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
-        for name, value in self.extra_headers().items():
-            self.send_header(name, value)
+        for header, value in self.extra_headers().items():
+            self.send_header(header, value)
         self.end_headers()
         self.close_connection = True
         for name, data in events:
