@@ -25,6 +25,7 @@ import pytest
 from support.agents import require_agent
 from support.fake_anthropic import FakeAnthropic
 from support.fake_gemini import FakeGemini
+from support.fake_model import Recorded
 from support.jochserver import Joch, free_port, joch_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,24 +217,34 @@ def kill_runner_mid_turn(joch: Joch, name: str, asked: Callable[[], list[Any]], 
     return session
 
 
+def resumed_after_kill(joch: Joch, fake: FakeAnthropic | FakeGemini, setup: Callable[..., str], name: str,
+                       transcript: str) -> tuple[str, list[Recorded]]:
+    """Run ``name`` with an Agent ``setup`` points at ``fake`` (holding turn 2) and one retry; kill
+    its runner mid-turn, let the retry resume the session and end with only the edit. The session
+    id and the agent turns the fake was asked."""
+    with fake:
+        agent = setup(joch, fake.url, retry_limit=1)
+        joch.start(name, agent)
+        session = kill_runner_mid_turn(joch, name, fake.agent_requests, transcript)
+        fake.release()
+        status = joch.wait_ended(name, seconds=120)
+        asked = fake.agent_requests()
+    assert_only_the_edit(joch, name, status)
+    assert status["attempt"] == 2, status
+    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
+    argv = status["invocation"]["argv"]
+    assert argv[argv.index("--resume") + 1] == session, argv
+    return session, asked
+
+
 @pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_claude_code_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     """The runner is killed (-9) while Claude Code waits for its second answer, its Write done; the
     retry runs ``claude --resume <the same session>`` in the same worktree, and the conversation
     goes on from the tool result instead of starting over."""
     require_agent("claude")
-    with FakeAnthropic(api_key=KEY, hold_turn=2) as fake:
-        agent = setup_claude(joch, fake.url, retry_limit=1)
-        joch.start("claude-resume", agent)
-        session = kill_runner_mid_turn(joch, "claude-resume", fake.agent_requests, ".claude/projects/*/*.jsonl")
-        fake.release()
-        status = joch.wait_ended("claude-resume", seconds=120)
-        asked = fake.agent_requests()
-    assert_only_the_edit(joch, "claude-resume", status)
-    assert status["attempt"] == 2, status
-    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
-    argv = status["invocation"]["argv"]
-    assert argv[argv.index("--resume") + 1] == session, argv
+    session, asked = resumed_after_kill(joch, FakeAnthropic(api_key=KEY, hold_turn=2), setup_claude, "claude-resume",
+                                        ".claude/projects/*/*.jsonl")
     resumed = asked[-1]
     assert resumed.headers["x-claude-code-session-id"] == session
     # The resumed conversation holds attempt 1's Write call and its result: nothing was redone.
@@ -303,18 +314,8 @@ def test_gemini_refused_by_the_model_fails_with_its_own_message(joch: Joch) -> N
 @pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_gemini_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     require_agent("gemini")
-    with FakeGemini(api_key=GEMINI_KEY, hold_turn=2) as fake:
-        agent = setup_gemini(joch, fake.url, retry_limit=1)
-        joch.start("gemini-resume", agent)
-        session = kill_runner_mid_turn(joch, "gemini-resume", fake.agent_requests, ".gemini/tmp/*/chats/*.jsonl")
-        fake.release()
-        status = joch.wait_ended("gemini-resume", seconds=120)
-        asked = fake.agent_requests()
-    assert_only_the_edit(joch, "gemini-resume", status)
-    assert status["attempt"] == 2, status
-    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
-    argv = status["invocation"]["argv"]
-    assert argv[argv.index("--resume") + 1] == session, argv
+    _, asked = resumed_after_kill(joch, FakeGemini(api_key=GEMINI_KEY, hold_turn=2), setup_gemini,
+                                  "gemini-resume", ".gemini/tmp/*/chats/*.jsonl")
     # The resumed conversation holds attempt 1's write_file call: nothing was redone.
     calls = [p["functionCall"]["name"] for c in asked[-1].body["contents"] if c.get("role") == "model"
              for p in c.get("parts") or () if "functionCall" in p]

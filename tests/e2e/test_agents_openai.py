@@ -218,6 +218,19 @@ def test_opencode_edits_through_joch_and_reports_usage(joch: Joch) -> None:
     assert (status.get("session") or {}).get("id", "").startswith("ses_"), status
 
 
+def kill_runner_when_held(joch: Joch, name: str, fake: FakeOpenAI) -> str:
+    """Once the fake holds the run's call after its edit (attempt 1 made it and asks the model again)
+    and the run's session is known, kill (-9) its runner; the session id."""
+    assert fake.held.wait(60), joch.logs(name)
+    deadline = time.monotonic() + 30
+    while not ((run := joch.run(name))["status"].get("session") or {}).get("id"):
+        assert time.monotonic() < deadline, run["status"]
+        time.sleep(0.1)
+    os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+    session: str = run["status"]["session"]["id"]
+    return session
+
+
 # --- resuming -------------------------------------------------------------------------------------
 
 @pytest.mark.timeout(240)
@@ -230,13 +243,7 @@ def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> Non
     with FakeOpenAI(hold=True) as fake:
         agent = setup(joch, "codex", fake, retry_limit=1, retries="0")
         joch.start("resumed", agent)
-        assert fake.held.wait(60), joch.logs("resumed")  # attempt 1 made its edit and asks the model again
-        deadline = time.monotonic() + 30
-        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
-            assert time.monotonic() < deadline, run["status"]
-            time.sleep(0.1)
-        thread = run["status"]["session"]["id"]
-        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        thread = kill_runner_when_held(joch, "resumed", fake)
         status = joch.wait_ended("resumed", seconds=120)
         fake.release()
     assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
@@ -282,13 +289,7 @@ def test_opencode_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> 
     with FakeOpenAI(hold=True) as fake:
         agent = setup(joch, "opencode", fake, retry_limit=1)
         joch.start("resumed", agent)
-        assert fake.held.wait(60), joch.logs("resumed")
-        deadline = time.monotonic() + 30
-        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
-            assert time.monotonic() < deadline, run["status"]
-            time.sleep(0.1)
-        session = run["status"]["session"]["id"]
-        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        session = kill_runner_when_held(joch, "resumed", fake)
         status = joch.wait_ended("resumed", seconds=120)
         fake.release()
     assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
