@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import PurePosixPath
 from typing import Any
 
-from support.fake_model import FakeHandler, FakeModel, Recorded, scripted_edit, serve_by_hand, text_of
+from support.fake_model import FakeHandler, Recorded, ScriptedAgentModel, serve_by_hand, text_of
 
 SECRET_HEADERS = frozenset({"x-api-key", "authorization"})
 CWD = re.compile(r"(?:Primary working directory|Working directory):\s*(\S+)")
@@ -42,25 +42,12 @@ TEXT = ("text", "content")
 
 
 @dataclass
-class FakeAnthropic(FakeModel):
-    edits: list[tuple[str, str]] = field(default_factory=lambda: [("hello.txt", "hello from the fake model\n")])
-    final_text: str = "I wrote the file."
-    mode: str = "ok"  # ok | error | down
-    loop: bool = False
-    input_tokens: int = 1200
-    output_tokens: int = 300
-    cached_tokens: int = 0  # reported as cache_read_input_tokens on the agent's turns
-    delay: float = 0.0  # seconds to wait before each agent turn's answer
-    hold_turn: int | None = None  # this agent turn (1 = the first) waits for release(): a run to kill mid-way
-    api_key: str | None = None  # when set, any other x-api-key gets a 401 authentication_error
-    max_loop: int = 200  # a looping script still ends after this many tool calls
-    port: int = 0
-    requests: list[Recorded] = field(default_factory=list)
+class FakeAnthropic(ScriptedAgentModel):
+    """The script's fields are ``ScriptedAgentModel``'s; ``cached_tokens`` is reported as
+    ``cache_read_input_tokens``, a wrong ``x-api-key`` gets a 401 ``authentication_error``."""
+
     reported: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cached": 0})
     """The usage the fake reported in all its answers (input_tokens, output_tokens, cache reads)."""
-
-    def __post_init__(self) -> None:
-        self._setup(self.port)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         return _handler(self)
@@ -77,9 +64,8 @@ class FakeAnthropic(FakeModel):
         model = str(body.get("model") or "claude-fake")
         if not _is_agent_turn(body):
             return self._message(model, [{"type": "text", "text": "Fake title"}], "end_turn", 20, 5)
-        self._next_turn(self.hold_turn, self.delay)
         done = _tool_uses(body.get("messages") or [])
-        edit = scripted_edit(self.edits, done, self.loop, self.max_loop)
+        edit = self.next_edit(done)
         if edit is not None:
             path, content = edit
             tool = {"type": "tool_use", "id": f"toolu_fake{next(self._ids):06d}", "name": "Write",

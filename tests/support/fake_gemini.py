@@ -35,7 +35,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import PurePosixPath
 from typing import Any
 
-from support.fake_model import FakeHandler, FakeModel, Recorded, scripted_edit, serve_by_hand, text_of
+from support.fake_model import FakeHandler, Recorded, ScriptedAgentModel, serve_by_hand, text_of
 
 SECRET_HEADERS = frozenset({"x-goog-api-key", "authorization"})
 CWD = re.compile(r"(?:current working directory|working directory)[^/\n]*?(/\S*[^\s.,:;'\"`)])", re.IGNORECASE)
@@ -45,26 +45,13 @@ TEXT = ("text", "parts")
 
 
 @dataclass
-class FakeGemini(FakeModel):
-    edits: list[tuple[str, str]] = field(default_factory=lambda: [("hello.txt", "hello from the fake model\n")])
-    final_text: str = "I wrote the file."
-    mode: str = "ok"  # ok | error | down
-    loop: bool = False
-    input_tokens: int = 1200
-    output_tokens: int = 300
-    cached_tokens: int = 0  # reported as cachedContentTokenCount on the agent's turns
+class FakeGemini(ScriptedAgentModel):
+    """The script's fields are ``ScriptedAgentModel``'s; ``cached_tokens`` is reported as
+    ``cachedContentTokenCount``, a wrong ``x-goog-api-key`` gets a 400 ``API_KEY_INVALID``."""
+
     thought_tokens: int = 0  # reported as thoughtsTokenCount on the agent's turns (billed as output)
-    delay: float = 0.0  # seconds to wait before each agent turn's answer
-    hold_turn: int | None = None  # this agent turn (1 = the first) waits for release(): a run to kill mid-way
-    api_key: str | None = None  # when set, any other x-goog-api-key gets a 400 API_KEY_INVALID
-    max_loop: int = 200  # a looping script still ends after this many calls
-    port: int = 0
-    requests: list[Recorded] = field(default_factory=list)
     reported: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cached": 0, "thoughts": 0})
     """The usage the fake reported in all its answers."""
-
-    def __post_init__(self) -> None:
-        self._setup(self.port)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         return _handler(self)
@@ -82,9 +69,8 @@ class FakeGemini(FakeModel):
             return self._response(model, [{"text": json.dumps(_example(schema))}], 50, 10)
         if not _is_agent_turn(body):
             return self._response(model, [{"text": "Fake answer."}], 20, 5)
-        self._next_turn(self.hold_turn, self.delay)
         done = _calls(body.get("contents") or [])
-        edit = scripted_edit(self.edits, done, self.loop, self.max_loop)
+        edit = self.next_edit(done)
         if edit is not None:
             path, content = edit
             call = {"functionCall": {"name": WRITE, "args": {"file_path": _absolute(path, body), "content": content}}}

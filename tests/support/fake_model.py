@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -119,6 +119,40 @@ class FakeModel:
             self._wake.wait(delay)
 
 
+@dataclass
+class ScriptedAgentModel(FakeModel):
+    """A fake model whose agent turns follow a script (``fake_anthropic``, ``fake_gemini``): one edit
+    a turn, in order, then ``final_text``; ``loop`` keeps writing ``loop-<n>.txt`` instead (``max_loop``
+    edits at most). The subclass knows its wire format and which requests are agent turns."""
+
+    edits: list[tuple[str, str]] = field(default_factory=lambda: [("hello.txt", "hello from the fake model\n")])
+    final_text: str = "I wrote the file."
+    mode: str = "ok"  # ok | error | down
+    loop: bool = False
+    input_tokens: int = 1200
+    output_tokens: int = 300
+    cached_tokens: int = 0  # reported as cached input tokens on the agent's turns
+    delay: float = 0.0  # seconds to wait before each agent turn's answer
+    hold_turn: int | None = None  # this agent turn (1 = the first) waits for release(): a run to kill mid-way
+    api_key: str | None = None  # when set, a request with another key gets the API's authentication error
+    max_loop: int = 200  # a looping script still ends after this many edits
+    port: int = 0
+    requests: list[Recorded] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._setup(self.port)
+
+    def next_edit(self, done: int) -> tuple[str, str] | None:
+        """An agent turn after ``done`` edits (held or paced as asked): the (path, content) it writes;
+        None when the script is done."""
+        self._next_turn(self.hold_turn, self.delay)
+        if done < len(self.edits):
+            return self.edits[done]
+        if self.loop and done < self.max_loop:
+            return f"loop-{done}.txt", f"turn {done}\n"
+        return None
+
+
 class FakeHandler(BaseHTTPRequestHandler):
     """The request side of a fake: reading, recording and answering (JSON or server-sent events)."""
 
@@ -175,16 +209,6 @@ class FakeHandler(BaseHTTPRequestHandler):
                 data if isinstance(data, str) else json.dumps(data)) + end
             self.wfile.write(chunk.encode())
             self.wfile.flush()
-
-
-def scripted_edit(edits: list[tuple[str, str]], done: int, loop: bool, max_loop: int) -> tuple[str, str] | None:
-    """The (path, content) a scripted agent writes after ``done`` edits: the next of ``edits``, then
-    ``loop-<n>.txt`` while ``loop`` (``max_loop`` edits at most); None when it is done."""
-    if done < len(edits):
-        return edits[done]
-    if loop and done < max_loop:
-        return f"loop-{done}.txt", f"turn {done}\n"
-    return None
 
 
 def text_of(value: Any, keys: tuple[str, ...]) -> str:
