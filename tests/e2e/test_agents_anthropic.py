@@ -15,87 +15,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from support import stop_server, wait_ready
-from support.agents import agent_bin_dir, require_agent
+from support.agents import require_agent
 from support.fake_anthropic import FakeAnthropic
 from support.fake_gemini import FakeGemini
+from support.fake_model import Recorded
+from support.jochserver import Joch, free_port, joch_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "examples" / "providers"
-JOCH = Path(sys.executable).with_name("joch")
-RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 KEY = "sk-ant-fake-key-for-joch-e2e"
 GEMINI_KEY = "AIza-fake-key-for-joch-e2e"
 CALLS = re.compile(r'"tool_result"|"functionResponse"|"write_file"')
 """What a CLI's session store holds once the first turn's tool call is in it (Claude Code, Gemini CLI)."""
 GEMINI_PRICING = {"inputPerMillionUsd": 1.25, "cachedInputPerMillionUsd": 0.31, "outputPerMillionUsd": 10.0}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd,
-                          capture_output=True, text=True, check=True, timeout=30)
-    return done.stdout
-
-
-@dataclass
-class Joch:
-    base: str
-    log: Path
-    repo: Path
-
-    def apply(self, *documents: str | dict[str, Any]) -> None:
-        body = "\n---\n".join(d if isinstance(d, str) else json.dumps(d) for d in documents)
-        r = httpx.post(f"{self.base}/v1/resources/apply", content=body, headers={"content-type": "application/yaml"},
-                       timeout=30)
-        assert r.status_code == 200, r.text
-
-    def start(self, name: str, agent: str, text: str = "Create hello.txt.") -> None:
-        run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
-               "spec": {"agentRef": {"name": agent}, "implementation": {"inline": {"text": text}},
-                        "execution": {"coordinates": {"git": {"url": str(self.repo)}}}}}
-        r = httpx.post(f"{self.base}{RUNS}", json=run, timeout=10)
-        assert r.status_code in (200, 201), r.text
-
-    def run(self, name: str) -> dict[str, Any]:
-        r = httpx.get(f"{self.base}{RUNS}/{name}", timeout=10)
-        r.raise_for_status()
-        run: dict[str, Any] = r.json()
-        return run
-
-    def wait_ended(self, name: str, seconds: float = 90) -> dict[str, Any]:
-        deadline = time.monotonic() + seconds
-        while (status := self.run(name).get("status") or {}).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
-            assert time.monotonic() < deadline, (status, self.log.read_text()[-3000:])
-            time.sleep(0.2)
-        return status
-
-    def artifact(self, name: str, artifact: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/artifacts/{artifact}", timeout=10)
-        assert r.status_code == 200, (artifact, r.text)
-        return r.text
-
-    def logs(self, name: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/log", timeout=10)
-        return r.text if r.status_code == 200 else f"(no logs: {r.status_code})"
 
 
 @pytest.fixture
@@ -104,28 +43,9 @@ def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
     runs to change. Its ``--sandbox`` is the default, ``auto`` (bwrap where it works, as uid 65534
     when the server runs as root), unless a test asks for another mode with
     ``@pytest.mark.parametrize("joch", ["none"], indirect=True)``."""
-    sandbox = getattr(request, "param", "auto")
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    (repo / "README.md").write_text("# a repository\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "--quiet", "-m", "first")
-    port = free_port()
-    log = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JOCH_", "ANTHROPIC_", "CLAUDE_", "GEMINI_", "GOOGLE_"))}
-    env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
-    server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", sandbox], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp_path)
-    joch = Joch(f"http://127.0.0.1:{port}", log, repo)
-    try:
-        wait_ready(joch.base, server)
+    drop_env = ("ANTHROPIC_", "CLAUDE_", "GEMINI_", "GOOGLE_")
+    with joch_server(tmp_path, getattr(request, "param", "auto"), drop_env) as joch:
         yield joch
-    finally:
-        stop_server(server)
-    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def setup_claude(joch: Joch, base_url: str, *extra: dict[str, Any], retry_limit: int = 0, **parameters: str) -> str:
@@ -297,24 +217,34 @@ def kill_runner_mid_turn(joch: Joch, name: str, asked: Callable[[], list[Any]], 
     return session
 
 
+def resumed_after_kill(joch: Joch, fake: FakeAnthropic | FakeGemini, setup: Callable[..., str], name: str,
+                       transcript: str) -> tuple[str, list[Recorded]]:
+    """Run ``name`` with an Agent ``setup`` points at ``fake`` (holding turn 2) and one retry; kill
+    its runner mid-turn, let the retry resume the session and end with only the edit. The session
+    id and the agent turns the fake was asked."""
+    with fake:
+        agent = setup(joch, fake.url, retry_limit=1)
+        joch.start(name, agent)
+        session = kill_runner_mid_turn(joch, name, fake.agent_requests, transcript)
+        fake.release()
+        status = joch.wait_ended(name, seconds=120)
+        asked = fake.agent_requests()
+    assert_only_the_edit(joch, name, status)
+    assert status["attempt"] == 2, status
+    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
+    argv = status["invocation"]["argv"]
+    assert argv[argv.index("--resume") + 1] == session, argv
+    return session, asked
+
+
 @pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_claude_code_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     """The runner is killed (-9) while Claude Code waits for its second answer, its Write done; the
     retry runs ``claude --resume <the same session>`` in the same worktree, and the conversation
     goes on from the tool result instead of starting over."""
     require_agent("claude")
-    with FakeAnthropic(api_key=KEY, hold_turn=2) as fake:
-        agent = setup_claude(joch, fake.url, retry_limit=1)
-        joch.start("claude-resume", agent)
-        session = kill_runner_mid_turn(joch, "claude-resume", fake.agent_requests, ".claude/projects/*/*.jsonl")
-        fake.release()
-        status = joch.wait_ended("claude-resume", seconds=120)
-        asked = fake.agent_requests()
-    assert_only_the_edit(joch, "claude-resume", status)
-    assert status["attempt"] == 2, status
-    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
-    argv = status["invocation"]["argv"]
-    assert argv[argv.index("--resume") + 1] == session, argv
+    session, asked = resumed_after_kill(joch, FakeAnthropic(api_key=KEY, hold_turn=2), setup_claude, "claude-resume",
+                                        ".claude/projects/*/*.jsonl")
     resumed = asked[-1]
     assert resumed.headers["x-claude-code-session-id"] == session
     # The resumed conversation holds attempt 1's Write call and its result: nothing was redone.
@@ -384,18 +314,8 @@ def test_gemini_refused_by_the_model_fails_with_its_own_message(joch: Joch) -> N
 @pytest.mark.parametrize("joch", ["auto", "none"], indirect=True)
 def test_gemini_resumes_its_session_after_its_runner_is_killed(joch: Joch) -> None:
     require_agent("gemini")
-    with FakeGemini(api_key=GEMINI_KEY, hold_turn=2) as fake:
-        agent = setup_gemini(joch, fake.url, retry_limit=1)
-        joch.start("gemini-resume", agent)
-        session = kill_runner_mid_turn(joch, "gemini-resume", fake.agent_requests, ".gemini/tmp/*/chats/*.jsonl")
-        fake.release()
-        status = joch.wait_ended("gemini-resume", seconds=120)
-        asked = fake.agent_requests()
-    assert_only_the_edit(joch, "gemini-resume", status)
-    assert status["attempt"] == 2, status
-    assert (status["session"]["id"], status["session"]["resumedFromAttempt"]) == (session, 1), status
-    argv = status["invocation"]["argv"]
-    assert argv[argv.index("--resume") + 1] == session, argv
+    _, asked = resumed_after_kill(joch, FakeGemini(api_key=GEMINI_KEY, hold_turn=2), setup_gemini,
+                                  "gemini-resume", ".gemini/tmp/*/chats/*.jsonl")
     # The resumed conversation holds attempt 1's write_file call: nothing was redone.
     calls = [p["functionCall"]["name"] for c in asked[-1].body["contents"] if c.get("role") == "model"
              for p in c.get("parts") or () if "functionCall" in p]

@@ -14,83 +14,22 @@ import concurrent.futures
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from support import stop_server, wait_ready
-from support.agents import agent_bin_dir, require_agent
+from support.agents import require_agent
 from support.fake_openai import USAGE, FakeOpenAI, Script
+from support.jochserver import RUNS, Joch, joch_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "examples" / "providers"
-JOCH = Path(sys.executable).with_name("joch")
-RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 KEY = "sk-fake-key-for-joch-e2e"
 PRICING = {"inputPerMillionUsd": 1.25, "cachedInputPerMillionUsd": 0.125, "outputPerMillionUsd": 10.0}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd,
-                          capture_output=True, text=True, check=True, timeout=30)
-    return done.stdout
-
-
-@dataclass
-class Joch:
-    base: str
-    log: Path
-    repo: Path
-
-    def apply(self, *documents: str | dict[str, Any]) -> None:
-        body = "\n---\n".join(d if isinstance(d, str) else json.dumps(d) for d in documents)
-        r = httpx.post(f"{self.base}/v1/resources/apply", content=body, headers={"content-type": "application/yaml"},
-                       timeout=30)
-        assert r.status_code == 200, r.text
-
-    def start(self, name: str, agent: str, text: str = "Create hello.txt.") -> None:
-        run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
-               "spec": {"agentRef": {"name": agent}, "implementation": {"inline": {"text": text}},
-                        "execution": {"coordinates": {"git": {"url": str(self.repo)}}}}}
-        r = httpx.post(f"{self.base}{RUNS}", json=run, timeout=10)
-        assert r.status_code in (200, 201), r.text
-
-    def run(self, name: str) -> dict[str, Any]:
-        r = httpx.get(f"{self.base}{RUNS}/{name}", timeout=10)
-        r.raise_for_status()
-        run: dict[str, Any] = r.json()
-        return run
-
-    def wait_ended(self, name: str, seconds: float = 90) -> dict[str, Any]:
-        deadline = time.monotonic() + seconds
-        while (status := self.run(name).get("status") or {}).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
-            assert time.monotonic() < deadline, (status, self.log.read_text()[-3000:])
-            time.sleep(0.2)
-        return status
-
-    def artifact(self, name: str, artifact: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/artifacts/{artifact}", timeout=10)
-        assert r.status_code == 200, (artifact, r.text)
-        return r.text
-
-    def logs(self, name: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/log", timeout=10)
-        return r.text if r.status_code == 200 else f"(no logs: {r.status_code})"
 
 
 @pytest.fixture
@@ -99,27 +38,8 @@ def joch(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Joch]:
     runs to change. Its ``--sandbox`` is the default, ``auto`` (bwrap where it works, as another user
     when the server runs as root), unless a test asks for another mode with
     ``@pytest.mark.parametrize("joch", ["none"], indirect=True)``."""
-    sandbox = getattr(request, "param", "auto")
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    (repo / "README.md").write_text("# a repository\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "--quiet", "-m", "first")
-    port = free_port()
-    log = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "OPENAI_", "CODEX_"))}
-    env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
-    server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", sandbox], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp_path)
-    joch = Joch(f"http://127.0.0.1:{port}", log, repo)
-    try:
-        wait_ready(joch.base, server)
+    with joch_server(tmp_path, getattr(request, "param", "auto"), ("OPENAI_", "CODEX_")) as joch:
         yield joch
-    finally:
-        stop_server(server)
-    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def setup(joch: Joch, preset: str, fake: FakeOpenAI, *, retry_limit: int = 0, **parameters: str) -> str:
@@ -298,6 +218,19 @@ def test_opencode_edits_through_joch_and_reports_usage(joch: Joch) -> None:
     assert (status.get("session") or {}).get("id", "").startswith("ses_"), status
 
 
+def kill_runner_when_held(joch: Joch, name: str, fake: FakeOpenAI) -> str:
+    """Once the fake holds the run's call after its edit (attempt 1 made it and asks the model again)
+    and the run's session is known, kill (-9) its runner; the session id."""
+    assert fake.held.wait(60), joch.logs(name)
+    deadline = time.monotonic() + 30
+    while not ((run := joch.run(name))["status"].get("session") or {}).get("id"):
+        assert time.monotonic() < deadline, run["status"]
+        time.sleep(0.1)
+    os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+    session: str = run["status"]["session"]["id"]
+    return session
+
+
 # --- resuming -------------------------------------------------------------------------------------
 
 @pytest.mark.timeout(240)
@@ -310,13 +243,7 @@ def test_codex_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> Non
     with FakeOpenAI(hold=True) as fake:
         agent = setup(joch, "codex", fake, retry_limit=1, retries="0")
         joch.start("resumed", agent)
-        assert fake.held.wait(60), joch.logs("resumed")  # attempt 1 made its edit and asks the model again
-        deadline = time.monotonic() + 30
-        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
-            assert time.monotonic() < deadline, run["status"]
-            time.sleep(0.1)
-        thread = run["status"]["session"]["id"]
-        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        thread = kill_runner_when_held(joch, "resumed", fake)
         status = joch.wait_ended("resumed", seconds=120)
         fake.release()
     assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))
@@ -362,13 +289,7 @@ def test_opencode_resumes_its_session_after_the_runner_is_killed(joch: Joch) -> 
     with FakeOpenAI(hold=True) as fake:
         agent = setup(joch, "opencode", fake, retry_limit=1)
         joch.start("resumed", agent)
-        assert fake.held.wait(60), joch.logs("resumed")
-        deadline = time.monotonic() + 30
-        while not ((run := joch.run("resumed"))["status"].get("session") or {}).get("id"):
-            assert time.monotonic() < deadline, run["status"]
-            time.sleep(0.1)
-        session = run["status"]["session"]["id"]
-        os.kill(int(run["status"]["runtimeRef"]["runnerPid"]), 9)
+        session = kill_runner_when_held(joch, "resumed", fake)
         status = joch.wait_ended("resumed", seconds=120)
         fake.release()
     assert status["phase"] == "Succeeded", (status, joch.logs("resumed"))

@@ -21,94 +21,40 @@ body) and ``:streamGenerateContent?alt=sse`` (server-sent events, one ``data:`` 
 
 Each answer reports ``usageMetadata`` (``promptTokenCount``/``candidatesTokenCount`` from the
 constructor; the sums of all answers in ``reported``). Every request is recorded (method, path,
-headers without the key, JSON body) in ``requests``. ``python tests/support/fake_gemini.py --port 8775``
+headers without the key, JSON body) in ``requests``. ``PYTHONPATH=tests python -m support.fake_gemini --port 8775``
 runs one by hand.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import re
-import sys
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import PurePosixPath
 from typing import Any
+
+from support.fake_model import FakeHandler, Recorded, ScriptedAgentModel, serve_by_hand, text_of
 
 SECRET_HEADERS = frozenset({"x-goog-api-key", "authorization"})
 CWD = re.compile(r"(?:current working directory|working directory)[^/\n]*?(/\S*[^\s.,:;'\"`)])", re.IGNORECASE)
 WRITE = "write_file"
+TEXT = ("text", "parts")
+"""Where a request's text stands (the keys of its JSON objects)."""
 
 
 @dataclass
-class Recorded:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
+class FakeGemini(ScriptedAgentModel):
+    """The script's fields are ``ScriptedAgentModel``'s; ``cached_tokens`` is reported as
+    ``cachedContentTokenCount``, a wrong ``x-goog-api-key`` gets a 400 ``API_KEY_INVALID``."""
 
-
-@dataclass
-class FakeGemini:
-    edits: list[tuple[str, str]] = field(default_factory=lambda: [("hello.txt", "hello from the fake model\n")])
-    final_text: str = "I wrote the file."
-    mode: str = "ok"  # ok | error | down
-    loop: bool = False
-    input_tokens: int = 1200
-    output_tokens: int = 300
-    cached_tokens: int = 0  # reported as cachedContentTokenCount on the agent's turns
     thought_tokens: int = 0  # reported as thoughtsTokenCount on the agent's turns (billed as output)
-    delay: float = 0.0  # seconds to wait before each agent turn's answer
-    hold_turn: int | None = None  # this agent turn (1 = the first) waits for release(): a run to kill mid-way
-    api_key: str | None = None  # when set, any other x-goog-api-key gets a 400 API_KEY_INVALID
-    max_loop: int = 200  # a looping script still ends after this many calls
-    port: int = 0
-    requests: list[Recorded] = field(default_factory=list)
     reported: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cached": 0, "thoughts": 0})
     """The usage the fake reported in all its answers."""
 
-    def __post_init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._wake = threading.Event()
-        self._released = threading.Event()
-        self._turns = 0
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "the fake is not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> FakeGemini:
-        self._server = _Server(("127.0.0.1", self.port), _handler(self))
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def release(self) -> None:
-        """Let the held turn (``hold_turn``) be answered."""
-        self._released.set()
-
-    def stop(self) -> None:
-        self._wake.set()
-        self._released.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeGemini:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def record(self, recorded: Recorded) -> None:
-        with self._lock:
-            self.requests.append(recorded)
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _handler(self)
 
     def agent_requests(self) -> list[Recorded]:
         """The recorded generate requests that were agent turns (they declared the tools)."""
@@ -123,16 +69,10 @@ class FakeGemini:
             return self._response(model, [{"text": json.dumps(_example(schema))}], 50, 10)
         if not _is_agent_turn(body):
             return self._response(model, [{"text": "Fake answer."}], 20, 5)
-        with self._lock:
-            self._turns += 1
-            turn = self._turns
-        if turn == self.hold_turn:
-            self._released.wait()
-        if self.delay:
-            self._wake.wait(self.delay)
         done = _calls(body.get("contents") or [])
-        if (self.loop and done < self.max_loop) or done < len(self.edits):
-            path, content = self.edits[done] if done < len(self.edits) else (f"loop-{done}.txt", f"turn {done}\n")
+        edit = self.next_edit(done)
+        if edit is not None:
+            path, content = edit
             call = {"functionCall": {"name": WRITE, "args": {"file_path": _absolute(path, body), "content": content}}}
             return self._response(model, [{"text": f"I'll write {path}."}, call], self.input_tokens,
                                   self.output_tokens, self.cached_tokens, self.thought_tokens)
@@ -170,18 +110,8 @@ def _calls(contents: list[Any]) -> int:
 def _absolute(path: str, body: dict[str, Any]) -> str:
     if PurePosixPath(path).is_absolute():
         return path
-    found = CWD.search(_text(body.get("contents")) + "\n" + _text(body.get("systemInstruction")))
+    found = CWD.search(text_of(body.get("contents"), TEXT) + "\n" + text_of(body.get("systemInstruction"), TEXT))
     return str(PurePosixPath(found.group(1)) / path) if found else path
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "\n".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return "\n".join(_text(v) for k, v in value.items() if k in ("text", "parts"))
-    return ""
 
 
 def _example(schema: Any) -> Any:
@@ -206,24 +136,13 @@ def _example(schema: Any) -> Any:
     return "fake"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away (a CLI killed while its answer was held) is not an error."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    class Handler(FakeHandler):
+        secret_headers = SECRET_HEADERS
+        json_type = "application/json; charset=UTF-8"
 
         def do_GET(self) -> None:
-            fake.record(Recorded("GET", self.path, self._headers(), None))
+            fake.record(self._recorded(None))
             if "/models" in self.path:
                 self._json(200, {"models": [{"name": "models/gemini-fake", "supportedGenerationMethods": [
                     "generateContent", "countTokens"]}]})
@@ -231,12 +150,8 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 self._json(404, _error(404, "NOT_FOUND", "not found"))
 
         def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                body = None
-            fake.record(Recorded("POST", self.path, self._headers(), body))
+            body = self._body(empty={})
+            fake.record(self._recorded(body))
             route = self.path.split("?")[0]
             model = route.rsplit("/", 1)[-1].split(":")[0]
             if fake.api_key is not None and self.headers.get("x-goog-api-key") != fake.api_key:
@@ -254,17 +169,6 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             else:
                 self._json(404, _error(404, "NOT_FOUND", f"no route {route}"))
 
-        def _headers(self) -> dict[str, str]:
-            return {k.lower(): ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in self.headers.items()}
-
-        def _json(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def _stream(self, response: dict[str, Any]) -> None:
             # The text first, then the rest with the usage: the real API's chunks come that way.
             parts = response["candidates"][0]["content"]["parts"]
@@ -274,14 +178,7 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                       for p in parts[:-1]]
             chunks.append(dict(response, candidates=[dict(response["candidates"][0],
                                                           content={"role": "model", "parts": parts[-1:]})]))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for chunk in chunks:
-                self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-                self.wfile.flush()
-            self.close_connection = True
+            self._sse(((None, chunk) for chunk in chunks), end="\r\n\r\n")
 
     return Handler
 
@@ -301,19 +198,7 @@ def main() -> None:
     options = parser.parse_args()
     fake = FakeGemini(mode=options.mode, loop=options.loop, port=options.port, cached_tokens=options.cached_tokens,
                       thought_tokens=options.thought_tokens)
-    fake.start()
-    print(f"fake Gemini at {fake.url}", flush=True)
-    seen = 0
-    try:
-        while True:
-            threading.Event().wait(0.5)
-            if options.log and len(fake.requests) > seen:
-                with open(options.log, "a", encoding="utf-8") as out:
-                    for r in fake.requests[seen:]:
-                        out.write(json.dumps(r.__dict__) + "\n")
-                seen = len(fake.requests)
-    except KeyboardInterrupt:
-        fake.stop()
+    serve_by_hand(fake, "Gemini", options.log)
 
 
 if __name__ == "__main__":

@@ -31,27 +31,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from support.fake_model import FakeHandler, FakeModel, Recorded
 
 USAGE = {"input": 1200, "cached": 200, "output": 80}
 """The tokens every model answer reports: input (of which cached) and output."""
-
-
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-    @property
-    def model(self) -> str | None:
-        return self.body.get("model") if isinstance(self.body, dict) else None
-
-    def bearer(self) -> str | None:
-        value = self.headers.get("authorization", "")
-        return value.removeprefix("Bearer ") if value.startswith("Bearer ") else None
 
 
 @dataclass
@@ -67,7 +53,7 @@ class Script:
 
 
 @dataclass
-class FakeOpenAI:
+class FakeOpenAI(FakeModel):
     script: Script = field(default_factory=Script)
     mode: Literal["ok", "down", "unauthorized"] = "ok"
     hold: bool = False
@@ -77,34 +63,25 @@ class FakeOpenAI:
     requests: list[Recorded] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
+        self._setup()
         self.held = threading.Event()
-        self._released = threading.Event()
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(_Handler):
             server_fake = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
+        return Handler
 
     @property
     def port(self) -> int:
-        port: int = self._server.server_address[1]
-        return port
+        return self.bound_port
 
     @property
     def url(self) -> str:
         """The base URL with ``/v1``, as OpenAI clients take it."""
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def release(self) -> None:
-        self._released.set()
 
     def wait_released(self, seconds: float) -> None:
         self._released.wait(seconds)
@@ -118,19 +95,7 @@ class FakeOpenAI:
             return True
 
     def close(self) -> None:
-        self.release()
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def record(self, entry: Recorded) -> None:
-        with self._lock:
-            self.requests.append(entry)
+        self.stop()
 
     def model_requests(self) -> list[Recorded]:
         with self._lock:
@@ -158,47 +123,12 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeHandler):
     server_fake: FakeOpenAI
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    # --- plumbing --------------------------------------------------------------------------------
-
-    def _body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            return raw.decode(errors="replace")
-
-    def _json(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _sse(self, events: Iterator[tuple[str | None, Any]]) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        for name, data in events:
-            chunk = (f"event: {name}\n" if name else "") + "data: " + (
-                data if isinstance(data, str) else json.dumps(data)) + "\n\n"
-            self.wfile.write(chunk.encode())
-            self.wfile.flush()
 
     def do_GET(self) -> None:
         fake = self.server_fake
-        fake.record(Recorded("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, None))
+        fake.record(self._recorded(None))
         if self.path.split("?")[0].rstrip("/").endswith("/models"):
             self._json(200, {"object": "list", "data": [
                 {"id": "gpt-test", "object": "model", "created": 0, "owned_by": "fake"}], "models": []})
@@ -208,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         fake = self.server_fake
         body = self._body()
-        fake.record(Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        fake.record(self._recorded(body))
         path = self.path.split("?")[0].rstrip("/")
         if fake.mode == "down":
             self._json(500, {"error": {"message": "the fake model is down", "type": "server_error"}})

@@ -28,10 +28,10 @@ is the agent's own verdict that it failed: ``Observation.error``. (Claude Code e
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from joch.runtime.agentoutput import Observation
+from joch.runtime.agentoutput._common import count_in, json_object, money
 
 PRICES: tuple[tuple[str, float, float], ...] = (
     ("opus-4-1", 15.0, 75.0),
@@ -59,7 +59,7 @@ class Parser:
         self.results = 0
 
     def feed(self, line: str) -> Observation | None:
-        event = _json(line)
+        event = json_object(line)
         if event is None:
             return None
         kind = event.get("type")
@@ -86,9 +86,9 @@ class Parser:
         if not isinstance(model, str) or not model or model == SYNTHETIC:
             return None
         self.model = model
-        fresh, cache_read, cache_write = (_count(usage, k) for k in (
+        fresh, cache_read, cache_write = (count_in(usage, k) for k in (
             "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
-        output = _count(usage, "output_tokens")
+        output = count_in(usage, "output_tokens")
         cost = estimate(model, fresh, cache_read, cache_write, output)
         tokens = {"inputTokens": fresh + cache_read + cache_write, "cachedTokens": cache_read, "outputTokens": output}
         if not any(tokens.values()):
@@ -138,17 +138,18 @@ def _totals(event: dict[str, Any], model: str | None) -> dict[str, tuple[dict[st
         for name, figures in per_model.items():
             if not isinstance(figures, dict) or name == SYNTHETIC:
                 continue
-            cache_read = _count(figures, "cacheReadInputTokens")
-            tokens = {"inputTokens": _count(figures, "inputTokens") + cache_read
-                      + _count(figures, "cacheCreationInputTokens"),
-                      "cachedTokens": cache_read, "outputTokens": _count(figures, "outputTokens")}
-            out[str(name)] = (tokens, _money(figures.get("costUSD")))
+            cache_read = count_in(figures, "cacheReadInputTokens")
+            tokens = {"inputTokens": count_in(figures, "inputTokens") + cache_read
+                      + count_in(figures, "cacheCreationInputTokens"),
+                      "cachedTokens": cache_read, "outputTokens": count_in(figures, "outputTokens")}
+            out[str(name)] = (tokens, money(figures.get("costUSD")))
         return out
     usage = event.get("usage") if isinstance(event.get("usage"), dict) else {}
-    cost = _money(event.get("total_cost_usd"))
-    cache_read = _count(usage, "cache_read_input_tokens")
-    tokens = {"inputTokens": _count(usage, "input_tokens") + cache_read + _count(usage, "cache_creation_input_tokens"),
-              "cachedTokens": cache_read, "outputTokens": _count(usage, "output_tokens")}
+    cost = money(event.get("total_cost_usd"))
+    cache_read = count_in(usage, "cache_read_input_tokens")
+    tokens = {"inputTokens": count_in(usage, "input_tokens") + cache_read
+              + count_in(usage, "cache_creation_input_tokens"),
+              "cachedTokens": cache_read, "outputTokens": count_in(usage, "output_tokens")}
     if model and (any(tokens.values()) or cost):
         out[model] = (tokens, cost)
     return out
@@ -167,29 +168,3 @@ def _error(event: dict[str, Any]) -> str:
 def _session(event: dict[str, Any]) -> Observation | None:
     session = event.get("session_id")
     return Observation(session_id=session) if isinstance(session, str) and session else None
-
-
-def _json(line: str) -> dict[str, Any] | None:
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-MAX_COUNT = 10**15
-"""A token count above this is read as this: a line any process of the agent's can forge must not
-make the parser fail (an int too large for a float), which would end its reading of the output,
-and the metering of the run with it."""
-
-
-def _count(figures: Any, key: str) -> int:
-    value = figures.get(key) if isinstance(figures, dict) else None
-    return min(value, MAX_COUNT) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _money(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0

@@ -23,14 +23,10 @@ its tokens would be counted again: Joch resumes only attempts that did not finis
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from joch.runtime.agentoutput import Observation
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+from joch.runtime.agentoutput._common import count, json_object
 
 
 class Parser:
@@ -39,14 +35,8 @@ class Parser:
         self._totals = {"inputTokens": 0, "cachedTokens": 0, "outputTokens": 0}
 
     def feed(self, line: str) -> Observation | None:
-        text = line.strip()
-        if not text.startswith("{"):
-            return None
-        try:
-            event = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(event, dict):
+        event = json_object(line)
+        if event is None:
             return None
         kind = event.get("type")
         if kind == "thread.started" and isinstance(event.get("thread_id"), str) and event["thread_id"]:
@@ -63,9 +53,9 @@ class Parser:
         return None
 
     def _usage(self, usage: dict[str, Any]) -> Observation | None:
-        totals = {"inputTokens": _count(usage.get("input_tokens")),
-                  "cachedTokens": _count(usage.get("cached_input_tokens")),
-                  "outputTokens": _count(usage.get("output_tokens"))}
+        totals = {"inputTokens": count(usage.get("input_tokens")),
+                  "cachedTokens": count(usage.get("cached_input_tokens")),
+                  "outputTokens": count(usage.get("output_tokens"))}
         delta = {key: max(0, totals[key] - self._totals[key]) for key in totals}
         self._totals = {key: max(totals[key], self._totals[key]) for key in totals}
         self._turns += 1

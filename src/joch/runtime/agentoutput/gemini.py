@@ -21,10 +21,10 @@ without ``costUsd`` — Joch prices it with the ``Model`` of that name (or ``spe
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from joch.runtime.agentoutput import Observation
+from joch.runtime.agentoutput._common import count_in, json_object
 
 
 class Parser:
@@ -38,12 +38,12 @@ class Parser:
             self.block.append(line)
             if line.rstrip() == "}":
                 text, self.block = "\n".join(self.block), None
-                return self._whole(_json(text))
+                return self._whole(json_object(text))
             return None
         if line.rstrip() == "{":
             self.block = [line]
             return None
-        event = _json(line)
+        event = json_object(line)
         if event is None:
             return None
         kind = event.get("type")
@@ -90,35 +90,19 @@ def _models(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stream_tokens(figures: Any) -> dict[str, int]:
-    prompt, output, cached, total = (_count(figures, k) for k in ("input_tokens", "output_tokens", "cached",
+    prompt, output, cached, total = (count_in(figures, k) for k in ("input_tokens", "output_tokens", "cached",
                                                                   "total_tokens"))
     output += max(0, total - prompt - output)
     return {"inputTokens": prompt, "cachedTokens": min(cached, prompt), "outputTokens": output}
 
 
 def _json_tokens(figures: Any) -> dict[str, int]:
-    prompt = _count(figures, "prompt") + _count(figures, "tool")
-    cached = min(_count(figures, "cached"), prompt)
+    prompt = count_in(figures, "prompt") + count_in(figures, "tool")
+    cached = min(count_in(figures, "cached"), prompt)
     return {"inputTokens": prompt, "cachedTokens": cached,
-            "outputTokens": _count(figures, "candidates") + _count(figures, "thoughts")}
+            "outputTokens": count_in(figures, "candidates") + count_in(figures, "thoughts")}
 
 
 def _error(error: Any) -> str:
     message = error.get("message") if isinstance(error, dict) else error
     return f"Gemini CLI reported an error: {message}" if message else "Gemini CLI reported an error"
-
-
-def _json(text: str) -> dict[str, Any] | None:
-    text = text.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _count(figures: Any, key: str) -> int:
-    value = figures.get(key) if isinstance(figures, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

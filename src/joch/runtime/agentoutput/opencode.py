@@ -15,14 +15,10 @@ What it reads, as OpenCode 1.18.33 prints it:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from joch.runtime.agentoutput import Observation
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+from joch.runtime.agentoutput._common import count, json_object
 
 
 class Parser:
@@ -31,14 +27,8 @@ class Parser:
         self._steps = 0
 
     def feed(self, line: str) -> Observation | None:
-        text = line.strip()
-        if not text.startswith("{"):
-            return None
-        try:
-            event = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(event, dict):
+        event = json_object(line)
+        if event is None:
             return None
         observation = Observation()
         session = event.get("sessionID")
@@ -63,12 +53,12 @@ class Parser:
         self._steps += 1
         tokens = part["tokens"]
         cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
-        cached = _count(cache.get("read"))
+        cached = count(cache.get("read"))
         event: dict[str, Any] = {
             "id": f"opencode-{part['id']}" if isinstance(part.get("id"), str) else f"opencode-step-{self._steps}",
-            "inputTokens": _count(tokens.get("input")) + cached + _count(cache.get("write")),
+            "inputTokens": count(tokens.get("input")) + cached + count(cache.get("write")),
             "cachedTokens": cached,
-            "outputTokens": _count(tokens.get("output")) + _count(tokens.get("reasoning")),
+            "outputTokens": count(tokens.get("output")) + count(tokens.get("reasoning")),
         }
         cost = part.get("cost")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 < cost < float("inf"):

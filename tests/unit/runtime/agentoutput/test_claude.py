@@ -4,29 +4,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from joch.runtime.agentoutput import Observation, claude, parser_for
+from joch.runtime.agentoutput import Observation, _common, claude
 from joch.runtime.agentoutput.claude import estimate
-
-FIXTURES = Path(__file__).with_name("samples")
+from support.outputsamples import observe as observe_format
+from support.outputsamples import sample as fixture
+from support.outputsamples import usage
 
 
 def observe(lines: list[str]) -> list[Observation]:
-    parser = parser_for("claude-code")
-    assert parser is not None
-    seen = [parser.feed(line) for line in lines]
-    seen.append(parser.finish())
-    return [o for o in seen if o is not None]
-
-
-def fixture(name: str) -> list[str]:
-    return (FIXTURES / name).read_text().splitlines()
-
-
-def usage(observations: list[Observation]) -> list[dict[str, Any]]:
-    return [event for o in observations for event in o.usage]
+    return observe_format("claude-code", lines)
 
 
 def result_line(name: str) -> dict[str, Any]:
@@ -121,5 +109,5 @@ def test_a_forged_count_too_large_for_a_float_does_not_end_the_reading() -> None
     real = ('{"type":"assistant","message":{"id":"m2","model":"claude-sonnet-4-5","usage":{"input_tokens":10,'
             '"output_tokens":2}}}')
     first, second = parser.feed(forged), parser.feed(real)
-    assert first is not None and first.usage[0]["inputTokens"] == claude.MAX_COUNT
+    assert first is not None and first.usage[0]["inputTokens"] == _common.MAX_COUNT
     assert second is not None and second.usage[0]["inputTokens"] == 10

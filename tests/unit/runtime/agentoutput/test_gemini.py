@@ -4,28 +4,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
-from joch.runtime.agentoutput import Observation, parser_for
-
-FIXTURES = Path(__file__).with_name("samples")
+from joch.runtime.agentoutput import Observation
+from support.outputsamples import observe as observe_format
+from support.outputsamples import sample as fixture
+from support.outputsamples import usage
 
 
 def observe(lines: list[str]) -> list[Observation]:
-    parser = parser_for("gemini")
-    assert parser is not None
-    seen = [parser.feed(line) for line in lines]
-    seen.append(parser.finish())
-    return [o for o in seen if o is not None]
-
-
-def fixture(name: str) -> list[str]:
-    return (FIXTURES / name).read_text().splitlines()
-
-
-def usage(observations: list[Observation]) -> list[dict[str, Any]]:
-    return [event for o in observations for event in o.usage]
+    return observe_format("gemini", lines)
 
 
 def test_stream_json_gives_the_session_at_once_and_the_usage_at_the_end() -> None:

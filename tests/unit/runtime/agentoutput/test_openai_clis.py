@@ -5,14 +5,12 @@ output tokens per call)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from joch.runtime.agentoutput import Observation, parser_for
-
-SAMPLES = Path(__file__).with_name("samples")
+from support.outputsamples import sample
 
 
 def read(output_format: str, *samples: str, lines: list[str] | None = None) -> Observation:
@@ -20,7 +18,7 @@ def read(output_format: str, *samples: str, lines: list[str] | None = None) -> O
     parser = parser_for(output_format)
     assert parser is not None
     merged = Observation()
-    feed = [line for sample in samples for line in (SAMPLES / sample).read_text().splitlines()] + (lines or [])
+    feed = [line for name in samples for line in sample(name)] + (lines or [])
     for observation in [parser.feed(line) for line in feed] + [parser.finish()]:
         if observation is None:
             continue
@@ -53,7 +51,7 @@ def test_codex_turn_totals_become_deltas() -> None:
 def test_codex_failed_turn_is_the_agents_error_and_its_retries_are_not() -> None:
     parser = parser_for("codex")
     assert parser is not None
-    lines = (SAMPLES / "codex-model-down.jsonl").read_text().splitlines()
+    lines = sample("codex-model-down.jsonl")
     retries = [line for line in lines if "Reconnecting" in line]
     assert retries and all(parser.feed(line) is None for line in retries)
     seen = read("codex", "codex-model-down.jsonl")
