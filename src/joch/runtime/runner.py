@@ -175,8 +175,10 @@ if TYPE_CHECKING:
     import urllib.error
 
 PATCH = "changes.patch"
-EXECUTABLES = ".executables"
-"""Below the runner's cache directory: what is known of each agent executable (``Runner._known``)."""
+EXECUTABLES = ".executables-2"
+"""Below the runner's cache directory: what is known of each agent executable (``Runner._known``). The
+suffix changes with how a version is read (2: stdout before stderr), so no entry an older runner
+recorded is reused."""
 PASSED_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
