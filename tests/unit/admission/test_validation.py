@@ -277,6 +277,15 @@ def test_yaml_booleans_in_string_fields_are_rejected_with_the_hint(
         f'— quote the value ("{written}")')}
 
 
+@pytest.mark.parametrize(("written", "loaded"), [("on", "true"), ("off", "false")])
+def test_yaml_booleans_in_word_fields_are_rejected_with_the_hint(reader: MemoryReader, written: str,
+                                                                 loaded: str) -> None:
+    exc = rejected(reader, AGENT_YAML + f"  security:\n    network: {{mode: {written}}}\n")
+    assert causes(exc) == {"spec.security.network.mode": (
+        f"must be one of 'on', 'off' or 'limited'; got boolean {loaded}; YAML 1.1 reads unquoted on/off/yes/no "
+        f'as booleans — quote the value ("{written}")')}
+
+
 def test_quoted_and_non_boolean_words_are_fine(reader: MemoryReader) -> None:
     reader.add(AGENT, "coder")
     admitted = admit_yaml(reader, RUN_YAML + '  parameters:\n    mode: "on"\n    a: y\n    b: n\n')
