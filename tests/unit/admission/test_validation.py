@@ -466,6 +466,14 @@ def test_missing_warn_reference_is_accepted_with_a_warning_and_no_status(reader:
     assert admitted.warnings == [
         'spec.providerRef.name: agentprovider "codex" not found in namespace "default"; Agent is accepted '
         "but cannot be used until the agentprovider exists"]
+
+
+def test_a_missing_model_route_warns_of_what_it_costs_not_that_the_agent_is_unusable(reader: MemoryReader) -> None:
+    reader.add(AGENT_PROVIDER, "codex")
+    admitted = admit_yaml(reader, AGENT_YAML + "  modelRoute: gpt-9\n")
+    assert admitted.warnings == [
+        'spec.modelRoute: model "gpt-9" not found in namespace "default"; Agent is accepted but usage its runs '
+        "report without a model of their own is not recorded until the model exists"]
     assert "status" not in admitted.obj  # ReferencesResolved is the Agent controller's
 
 
