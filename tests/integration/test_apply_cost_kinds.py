@@ -72,4 +72,4 @@ def test_the_cost_examples_apply_as_they_are(store: Store) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples" / "cost"
     result = apply_documents(store, load_paths([str(examples)]), dry_run=False)
     assert sorted(item.name or "" for item in result.items) == ["claude-sonnet", "daily", "demo-monthly",
-                                                                "gpt-5-codex"]
+                                                                "gemini-2.5-pro", "gpt-4.1", "gpt-5-codex"]

@@ -161,7 +161,7 @@ def _cause(
     if expected:
         return Cause(field, _type_message(expected, first["input"], raw.values.get(path)),
                      "FieldValueTypeInvalid")
-    return Cause(field, _constraint_message(first), "FieldValueInvalid")
+    return Cause(field, _constraint_message(first, raw.values.get(path)), "FieldValueInvalid")
 
 
 def _expected(errs: list[ErrorDetails]) -> list[str]:
@@ -205,13 +205,15 @@ def _bool_hint(text: str | None, what: str) -> str:
     return f'{_BOOL_HINT} — quote the {what} ("{text}")'
 
 
-def _constraint_message(err: ErrorDetails) -> str:
+def _constraint_message(err: ErrorDetails, text: str | None = None) -> str:
     msg = err["msg"]
     msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if err["type"] == "string_too_short" and (err.get("ctx") or {}).get("min_length") == 1:
         return "must not be empty"
     if err["type"] == "literal_error":
-        return f"must be one of {(err.get('ctx') or {}).get('expected', '')}; got {show(err['input'])}"
+        message = f"must be one of {(err.get('ctx') or {}).get('expected', '')}; got {show(err['input'])}"
+        # network.mode: off — the YAML 1.1 trap, for a field whose values are words such as on/off.
+        return f"{message}; {_bool_hint(text, 'value')}" if isinstance(err["input"], bool) else message
     if err["type"] == "too_short":
         return msg.replace("List should", "must").split(" after validation")[0]
     msg = msg.replace("Input should be", "must be").replace("String should", "must")

@@ -57,8 +57,9 @@ def check_references(
             result.causes.append(Cause(ref.path, f"{message}; create it first or fix {ref.path}",
                                        "FieldValueNotFound"))
         else:
-            result.warnings.append(f"{ref.path}: {message}; {kind.kind} is accepted but cannot "
-                                   f"be used until the {target.singular} exists")
+            lacks = ref.until or "cannot be used"
+            result.warnings.append(f"{ref.path}: {message}; {kind.kind} is accepted but {lacks} until the "
+                                   f"{target.singular} exists")
     return result
 
 

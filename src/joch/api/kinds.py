@@ -920,7 +920,9 @@ AGENT = register(KindInfo(
     group=JOCH, version=V1ALPHA1, kind="Agent", plural="agents", short_names=("ag",),
     spec_model=AgentSpec, status_model=AgentStatus,
     references=(Reference("spec.providerRef.name", "AgentProvider", missing="warn"),
-                Reference("spec.modelRoute", "Model", missing="warn")),
+                # Runs of it work without the Model; only the usage it would price is not recorded.
+                Reference("spec.modelRoute", "Model", missing="warn",
+                          until="usage its runs report without a model of their own is not recorded")),
     columns=(Column("PROVIDER", "spec.providerRef.name"), READY,
              Column("RUNTIME", "spec.runtime.type", wide=True), AGE),
 ))

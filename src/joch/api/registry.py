@@ -45,12 +45,15 @@ class Reference:
     """A field of a kind's spec naming another object in the same namespace.
 
     ``path`` is dotted from the object root, e.g. ``spec.agentRef.name``. ``missing`` says what
-    admission does when the target does not exist: ``reject`` the write, or ``warn`` and accept.
+    admission does when the target does not exist: ``reject`` the write, or ``warn`` and accept;
+    ``until`` is what such a warning says the object lacks until the target exists (by default, it
+    cannot be used).
     """
 
     path: str
     kind: str
     missing: Literal["reject", "warn"] = "reject"
+    until: str | None = None
 
 
 History = Literal["full", "latest"]

@@ -201,7 +201,7 @@ def _what_ran(status: dict[str, Any]) -> list[str]:
         argv = [str(a) for a in invocation.get("argv") or []]
         env = [str(e) for e in invocation.get("env") or []]
         rows = [("Executable", invocation.get("executable")), ("Version", invocation.get("version")),
-                ("SHA256", invocation.get("sha256")), ("Argv", shlex.join(argv) if argv else None),
+                ("SHA256", invocation.get("sha256")), ("Argv", " ".join(_quoted(a) for a in argv) if argv else None),
                 ("Env", ", ".join(env) if env else None)]
         lines += ["Invocation:", *(f"{INDENT}{(k + ':').ljust(12)}{_text(v)}" for k, v in rows)]
     else:
@@ -229,12 +229,30 @@ def _sandbox(box: Any) -> str:
     return f"{box['mode']}" + (f" ({', '.join(said)})" if said else "")
 
 
+def _quoted(arg: str) -> str:
+    """``arg`` as a shell reads it, on one line: a prompt's line breaks as ``$'…\\n…'`` (bash's
+    ANSI-C quoting), so a multi-line argument does not break the page's indentation."""
+    if arg.isprintable():
+        return shlex.quote(arg)
+    escaped = "".join(_ESCAPES.get(c, c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100
+                                   else f"\\u{ord(c):04x}") for c in arg)
+    return f"$'{escaped}'"
+
+
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _session(session: Any) -> str:
     if not isinstance(session, dict) or not (session.get("id") or session.get("resumedFromAttempt")):
         return columns.NONE
     name = _text(session.get("id"))
     earlier = session.get("resumedFromAttempt")
-    return f"{name} (resumed from attempt {earlier})" if earlier else f"{name} (started over)"
+    if earlier:
+        return f"{name} (resumed from attempt {earlier})"
+    # A first attempt has nothing to resume; a later one that did not resume started over.
+    attempt = session.get("attempt")
+    later = isinstance(attempt, int) and attempt > 1
+    return f"{name} (started over)" if later else f"{name} (new session)"
 
 
 def _events(events: Sequence[dict[str, Any]], now: dt.datetime) -> list[str]:

@@ -22,7 +22,9 @@ and enforced the same way.
   outputPerMillionUsd) / 1e6`` from the ``Model`` whose name, else whose ``spec.modelId``, is
   ``model`` (the Agent's ``spec.modelRoute`` when the event names none) in the run's namespace,
   else in ``joch-system``. An event no Model prices is a 422 naming it, and nothing of the
-  request is recorded.
+  request is recorded; as nobody but the agent sees that answer, the run says so too, where its
+  user looks (``joch describe run``): its ``UsageRecorded`` condition turns False (reason
+  ``UsageNotPriced``, the 422's message) with a Warning Event, once per message.
 * **Exactly once.** Each event is a row keyed by (run uid, event id) in the store's usage table,
   inserted in the transaction that adds it to the run's ``status.costUsd`` and ``status.usage``: a
   retried request (the first one's answer lost) records nothing twice and answers the same totals.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 import weakref
 from collections.abc import Callable
@@ -69,6 +72,10 @@ MAX_EVENT_COST_USD = 1_000_000
 # ``GET /v1/cost`` a 500 for everyone.
 MAX_EVENT_TOKENS = 1_000_000_000
 COMPONENT = "joch-metering"
+RECORDED = "UsageRecorded"
+"""The run's condition that turns False when usage it reported could not be priced (``UsageNotPriced``)."""
+UNPRICED = "UsageNotPriced"
+_EVENT_INDEX = re.compile(r"^events\[\d+\]\.")  # the index says nothing once the message is on the run
 
 _keys: weakref.WeakKeyDictionary[Store, bytes] = weakref.WeakKeyDictionary()
 
@@ -201,7 +208,13 @@ def report(store: Store, namespace: str, name: str, token: str | None, body: Any
         agent = _agent(w, current)
         scope = budgets.RunScope.of(current, agent)
         route = ((agent or {}).get("spec") or {}).get("modelRoute")
-        priced = [_priced(w, namespace, event, route, i) for i, event in enumerate(parsed)]
+        try:
+            priced = [_priced(w, namespace, event, route, i) for i, event in enumerate(parsed)]
+        except errors.Invalid as exc:
+            unpriced: errors.Invalid | None = exc
+            priced = []
+        else:
+            unpriced = None
         now = clock()
         accepted = 0
         status = dict(current.get("status") or {})
@@ -235,6 +248,9 @@ def report(store: Store, namespace: str, name: str, token: str | None, body: Any
                 who = run_user(namespace, name)
                 w.audit(AuditEntry(verb="run", kind="AgentRun", namespace=namespace, name=name, decision="denied",
                                    reason=f"{EXCEEDED}: {stop}", actor=who.name, groups=who.groups))
+    if unpriced is not None:
+        _say_unpriced(store, namespace, name, unpriced.message)
+        raise unpriced
     return Report(accepted=accepted, duplicates=len(priced) - accepted, cost_usd=round(cost, 6), usage=totals,
                   exceeded=stop or already)
 
@@ -310,6 +326,26 @@ def _priced(reader: Writer, namespace: str, event: UsageEvent, route: Any, index
                    f'"{budgets.SYSTEM_NAMESPACE}" to price it: create one with its pricing, or give costUsd')
         raise errors.Invalid(f"{field}: {message}", causes=[Cause(field, message, "FieldValueNotFound")])
     return event, str(model["metadata"]["name"]), price(event, model)
+
+
+def _say_unpriced(store: Store, namespace: str, name: str, message: str) -> None:
+    """Set the run's ``UsageRecorded`` condition False with ``message`` and record a Warning Event,
+    unless it already says exactly that (an agent reports again and again)."""
+    text = f"usage the agent reported was not recorded: an event's {_EVENT_INDEX.sub('', message)}"
+    with store.transaction() as w:
+        try:
+            current = w.get(kinds.AGENT_RUN, namespace, name)
+        except errors.NotFound:
+            return
+        status = dict(current.get("status") or {})
+        conditions = list(status.get("conditions") or [])
+        if any(c.get("type") == RECORDED and c.get("status") == "False" and c.get("message") == text
+               for c in conditions):
+            return
+        status["conditions"] = set_condition(conditions, {"type": RECORDED, "status": "False", "reason": UNPRICED,
+                                                          "message": text})
+        out = w.update_status(kinds.AGENT_RUN, {**current, "status": status})
+        events.record(w, out, reason=UNPRICED, message=text, type="Warning", component=COMPONENT)
 
 
 def _denied(store: Store, namespace: str, name: str) -> None:

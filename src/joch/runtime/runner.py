@@ -176,8 +176,10 @@ if TYPE_CHECKING:
     import urllib.error
 
 PATCH = "changes.patch"
-EXECUTABLES = ".executables"
-"""Below the runner's cache directory: what is known of each agent executable (``Runner._known``)."""
+EXECUTABLES = ".executables-2"
+"""Below the runner's cache directory: what is known of each agent executable (``Runner._known``). The
+suffix changes with how a version is read (2: stdout before stderr), so no entry an older runner
+recorded is reused."""
 PASSED_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
@@ -870,18 +872,20 @@ class Runner:
                 temporary.unlink()
 
     def _version(self, command: list[str], env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
-        """The first line ``executable *version_args`` prints within ``VERSION_TIMEOUT`` seconds (redacted);
-        None when it is not asked, fails or takes longer. Never a reason for the run to fail."""
+        """The first line ``executable *version_args`` prints on stdout within ``VERSION_TIMEOUT`` seconds
+        (redacted), or on stderr when stdout is empty (a CLI that warns on stderr first, as Codex does
+        about its CODEX_HOME, still has its version); None when it is not asked, fails or takes
+        longer. Never a reason for the run to fail."""
         if not self.spec.version_args:
             return None
         try:
             proc = subprocess.Popen(command, cwd=cwd, env=dict(env),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     start_new_session=True, close_fds=True)
         except OSError:
             return None
         try:
-            out, _ = proc.communicate(timeout=VERSION_TIMEOUT)
+            out, err = proc.communicate(timeout=VERSION_TIMEOUT)
         except subprocess.TimeoutExpired:
             signal_group(proc.pid, signal.SIGKILL)
             proc.communicate()
@@ -893,8 +897,11 @@ class Runner:
             signal_group(proc.pid, signal.SIGKILL)  # nothing it started lives on
         if proc.returncode != 0:
             return None
-        line = next((line.strip() for line in _redacted(out, secrets).splitlines() if line.strip()), b"")
-        return _printable(line[:200].decode(errors="replace")) or None
+        for said in (out, err):
+            line = next((line.strip() for line in _redacted(said, secrets).splitlines() if line.strip()), b"")
+            if line:
+                return _printable(line[:200].decode(errors="replace")) or None
+        return None
 
     def _supervise(self, agent: subprocess.Popen[bytes], log: LogSink) -> _Ending:
         """Copy output to the log until the agent and its group are gone; stop them when asked."""

@@ -277,6 +277,13 @@ def test_cost_is_computed_from_the_models_prices(make_env: Callable[..., Env]) -
     bad = env.callback("r", {"events": [{"id": "4", "costUsd": 1}, {"id": "5", "model": "gpt-9"}]}, token)
     assert bad.status_code == 422 and 'no Model "gpt-9"' in bad.json()["message"]
     assert bad.json()["details"]["causes"][0]["field"] == "events[1].model"
+    # Only the agent sees that answer: the run says it too (condition and Warning Event), once.
+    assert env.callback("r", {"id": "5", "model": "gpt-9"}, token).status_code == 422
+    said = next(c for c in status(env.run("r"))["conditions"] if c["type"] == "UsageRecorded")
+    assert (said["status"], said["reason"]) == ("False", "UsageNotPriced")
+    assert said["message"].startswith('usage the agent reported was not recorded: an event\'s model: no Model "gpt-9"')
+    warnings = [e["spec"] for e in env.store.list(kinds.EVENT).items if e["spec"]["reason"] == "UsageNotPriced"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and warnings[0]["message"] == said["message"]
     broken = env.callback("r", {"id": "6", "inputTokens": -1, "cachedTokens": 5}, token)
     assert broken.status_code == 422 and "inputTokens" in broken.text
     assert status(env.run("r"))["costUsd"] == pytest.approx(1.7375)

@@ -122,6 +122,8 @@ def test_a_config_file_must_stay_inside_home(make_run: Callable[..., RunnerRun],
 FAKE_CLI = """#!/bin/sh
 case "$1" in
   --version) echo; echo "  fake-cli 1.2.3 (key $FAKE_KEY)"; echo "second line"; exit 0 ;;
+  --warned) echo "WARNING: cannot create PATH aliases" >&2; echo "fake-cli 1.2.3"; exit 0 ;;
+  --on-stderr) echo "fake-cli 4.5.6" >&2; exit 0 ;;
   --broken) exit 3 ;;
   --slow) sleep 30; exit 0 ;;
 esac
@@ -169,6 +171,13 @@ def test_the_record_says_what_ran(make_run: Callable[..., RunnerRun], tmp_path: 
         code, state = r.run()
         assert (code, state.phase) == (0, "Succeeded") and state.invocation is not None
         assert state.invocation.version is None and state.invocation.sha256 is not None
+    # A warning on stderr is not the version; a CLI that says its version only on stderr has one.
+    for args, version in ((("--warned",), "fake-cli 1.2.3"), (("--on-stderr",), "fake-cli 4.5.6")):
+        r = make_run(spec(["fake-cli"], version_args=args, env={"STATE": "/dev/null", "COPY": str(tmp_path / "copy")}),
+                     env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+        code, state = r.run()
+        assert (code, state.phase) == (0, "Succeeded") and state.invocation is not None
+        assert state.invocation.version == version
     r = make_run(spec([sys.executable, "-c", "pass"], version_args=()))
     _, state = r.run()
     assert state.invocation is not None and state.invocation.version is None  # not asked

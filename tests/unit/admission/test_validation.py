@@ -277,6 +277,15 @@ def test_yaml_booleans_in_string_fields_are_rejected_with_the_hint(
         f'— quote the value ("{written}")')}
 
 
+@pytest.mark.parametrize(("written", "loaded"), [("on", "true"), ("off", "false")])
+def test_yaml_booleans_in_word_fields_are_rejected_with_the_hint(reader: MemoryReader, written: str,
+                                                                 loaded: str) -> None:
+    exc = rejected(reader, AGENT_YAML + f"  security:\n    network: {{mode: {written}}}\n")
+    assert causes(exc) == {"spec.security.network.mode": (
+        f"must be one of 'on', 'off' or 'limited'; got boolean {loaded}; YAML 1.1 reads unquoted on/off/yes/no "
+        f'as booleans — quote the value ("{written}")')}
+
+
 def test_quoted_and_non_boolean_words_are_fine(reader: MemoryReader) -> None:
     reader.add(AGENT, "coder")
     admitted = admit_yaml(reader, RUN_YAML + '  parameters:\n    mode: "on"\n    a: y\n    b: n\n')
@@ -457,6 +466,14 @@ def test_missing_warn_reference_is_accepted_with_a_warning_and_no_status(reader:
     assert admitted.warnings == [
         'spec.providerRef.name: agentprovider "codex" not found in namespace "default"; Agent is accepted '
         "but cannot be used until the agentprovider exists"]
+
+
+def test_a_missing_model_route_warns_of_what_it_costs_not_that_the_agent_is_unusable(reader: MemoryReader) -> None:
+    reader.add(AGENT_PROVIDER, "codex")
+    admitted = admit_yaml(reader, AGENT_YAML + "  modelRoute: gpt-9\n")
+    assert admitted.warnings == [
+        'spec.modelRoute: model "gpt-9" not found in namespace "default"; Agent is accepted but usage its runs '
+        "report without a model of their own is not recorded until the model exists"]
     assert "status" not in admitted.obj  # ReferencesResolved is the Agent controller's
 
 

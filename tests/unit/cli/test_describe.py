@@ -147,3 +147,9 @@ def test_a_run_shows_what_ran_and_never_an_env_value() -> None:
     page = describe.describe(run, RUNS, events=[], now=NOW)
     assert "Sandbox:        none (bwrap is not installed)\n" in page
     assert "Session:        s-2 (started over)\n" in page
+    # A first attempt's session is new, not "started over"; a multi-line prompt stays on the Argv line.
+    run["status"].update(session={"id": "s-3", "attempt": 1},
+                         invocation={"argv": ["claude", "-p", "--", "Fix it.\n\nIt's\tbroken \\ now"]})
+    page = describe.describe(run, RUNS, events=[], now=NOW)
+    assert "Session:        s-3 (new session)\n" in page
+    assert "  Argv:       claude -p -- $'Fix it.\\n\\nIt\\'s\\tbroken \\\\ now'\n" in page
