@@ -481,6 +481,9 @@ class LocalRuntime(Runtime):
         run = _run_of(files)
         spec = _spec_of(files)
         workspace.remove(cache=self.mirrors, git=spec.git if spec else None, root=self._root_of(files))
+        # The attempt's HOME goes with its worktree: CLIs keep what they were given there (Codex's
+        # shell snapshots hold its API key), and a later attempt that resumes copied it already.
+        shutil.rmtree(files.home, ignore_errors=True)
         if not keep_records:
             # The run is going away: every attempt's records go with it (earlier attempts of a
             # retried run are not named by the latest reference).

@@ -71,8 +71,10 @@ def test_a_run_from_submit_to_artifacts(local: LocalRuntime, repo: Repo, tmp_pat
     wait_for(lambda: changed.count(s.run) >= 2)  # running, then finished (or both in one poll)
     wait_for(lambda: not pid_alive(ref["runnerPid"]) and not Path(f"/proc/{ref['runnerPid']}").exists())  # reaped
 
+    assert Path(ws.home).is_dir()
     local.cleanup(ref)
     assert not Path(ws.root).exists() and (tmp_path / "data/runs/u-1/1/state.json").exists()
+    assert not Path(ws.home).exists()  # what the CLI kept there (keys in Codex's shell snapshots) goes too
     local.cleanup(ref, keep_records=False)
     assert not (tmp_path / "data/runs/u-1").exists()
 
