@@ -9,14 +9,17 @@ instead of a model:
 * the agent's turns (requests that offer the CLI's ``Write`` tool) are answered, in order, with
   a sentence and one ``Write`` tool call per scripted edit (the file path made absolute against the working
   directory the CLI states in its system prompt), then with the final text;
-* ``loop=True`` never gives the final text: it keeps writing ``loop-<n>.txt`` (a budget test's
-  agent that keeps spending);
+* ``loop=True`` keeps writing ``loop-<n>.txt`` instead of giving the final text (a budget test's
+  agent that keeps spending; ``max_loop`` calls at most);
+* ``hold_turn=n`` holds the n-th agent turn until ``release()`` (a run to kill mid-way);
+* ``api_key`` set: a request with another ``x-api-key`` gets a 401;
 * requests without the tool (a title, a quota probe) get a short text answer;
 * ``mode="error"`` answers every request with an HTTP 400 ``invalid_request_error`` (Claude Code
   ends with ``"is_error": true``), ``mode="down"`` with HTTP 500s, ``stop()`` refuses connections.
 
-Each answer reports ``usage`` (``input_tokens``/``output_tokens`` from the constructor). Every
-request is recorded (method, path, headers without the key, JSON body) in ``requests``.
+Each answer reports ``usage`` (``input_tokens``/``output_tokens`` from the constructor; the sums of
+all answers in ``reported``). Every request is recorded (method, path, headers without the key,
+JSON body) in ``requests``.
 ``python tests/support/fake_anthropic.py --port 8765`` runs one by hand.
 """
 
@@ -26,6 +29,7 @@ import argparse
 import itertools
 import json
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,9 +57,14 @@ class FakeAnthropic:
     input_tokens: int = 1200
     output_tokens: int = 300
     cached_tokens: int = 0  # reported as cache_read_input_tokens on the agent's turns
-    delay: float = 0.0  # seconds to wait before each agent turn's answer (a run to kill mid-way)
+    delay: float = 0.0  # seconds to wait before each agent turn's answer
+    hold_turn: int | None = None  # this agent turn (1 = the first) waits for release(): a run to kill mid-way
+    api_key: str | None = None  # when set, any other x-api-key gets a 401 authentication_error
+    max_loop: int = 200  # a looping script still ends after this many tool calls
     port: int = 0
     requests: list[Recorded] = field(default_factory=list)
+    reported: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cached": 0})
+    """The usage the fake reported in all its answers (input_tokens, output_tokens, cache reads)."""
 
     def __post_init__(self) -> None:
         self._ids = itertools.count(1)
@@ -63,6 +72,8 @@ class FakeAnthropic:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        self._released = threading.Event()
+        self._turns = 0
 
     @property
     def url(self) -> str:
@@ -70,14 +81,18 @@ class FakeAnthropic:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> FakeAnthropic:
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", self.port), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
 
+    def release(self) -> None:
+        """Let the held turn (``hold_turn``) be answered."""
+        self._released.set()
+
     def stop(self) -> None:
         self._wake.set()
+        self._released.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -105,10 +120,15 @@ class FakeAnthropic:
         model = str(body.get("model") or "claude-fake")
         if not _is_agent_turn(body):
             return self._message(model, [{"type": "text", "text": "Fake title"}], "end_turn", 20, 5)
+        with self._lock:
+            self._turns += 1
+            turn = self._turns
+        if turn == self.hold_turn:
+            self._released.wait()
         if self.delay:
             self._wake.wait(self.delay)
         done = _tool_uses(body.get("messages") or [])
-        if self.loop or done < len(self.edits):
+        if (self.loop and done < self.max_loop) or done < len(self.edits):
             path, content = self.edits[done] if done < len(self.edits) else (f"loop-{done}.txt", f"turn {done}\n")
             tool = {"type": "tool_use", "id": f"toolu_fake{next(self._ids):06d}", "name": "Write",
                     "input": {"file_path": _absolute(path, body), "content": content}}
@@ -120,6 +140,10 @@ class FakeAnthropic:
 
     def _message(self, model: str, content: list[dict[str, Any]], stop: str, tokens_in: int,
                  tokens_out: int, cached: int = 0) -> dict[str, Any]:
+        with self._lock:
+            self.reported["input"] += tokens_in
+            self.reported["output"] += tokens_out
+            self.reported["cached"] += cached
         return {"id": f"msg_fake{next(self._ids):06d}", "type": "message", "role": "assistant", "model": model,
                 "content": content, "stop_reason": stop, "stop_sequence": None,
                 "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out,
@@ -181,6 +205,15 @@ def _sse(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a CLI killed while its answer was held) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -204,7 +237,10 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 body = None
             fake.record(Recorded("POST", self.path, self._headers(), body))
             path = self.path.split("?")[0]
-            if fake.mode == "down":
+            if fake.api_key is not None and self.headers.get("x-api-key") != fake.api_key:
+                self._json(401, {"type": "error", "error": {"type": "authentication_error",
+                                                            "message": "invalid x-api-key"}})
+            elif fake.mode == "down":
                 self._json(500, {"type": "error", "error": {"type": "api_error", "message": "the fake is down"}})
             elif fake.mode == "error" or not isinstance(body, dict):
                 self._json(400, {"type": "error", "error": {"type": "invalid_request_error",

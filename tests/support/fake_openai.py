@@ -56,19 +56,30 @@ class Recorded:
 
 @dataclass
 class Script:
+    """The scripted turn: write ``content`` to ``path``, then say ``final``. With ``command``, a CLI
+    that offers a shell tool (Codex) runs that shell command instead (to show what the agent's
+    process sees, say ``printf %s "$HOME" > home.txt``)."""
+
     path: str = "hello.txt"
     content: str = "hello from the fake model\n"
     final: str = "I wrote hello.txt."
+    command: str | None = None
 
 
 @dataclass
 class FakeOpenAI:
     script: Script = field(default_factory=Script)
     mode: Literal["ok", "down", "unauthorized"] = "ok"
+    hold: bool = False
+    """The first request that carries a tool's output (the agent is mid-task, its edit made) waits
+    until ``release()``, then answers 500; ``held`` is set while it waits. For stopping an agent
+    mid-run (killing its runner, going over a budget)."""
     requests: list[Recorded] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self.held = threading.Event()
+        self._released = threading.Event()
         fake = self
 
         class Handler(_Handler):
@@ -92,7 +103,22 @@ class FakeOpenAI:
         self._thread.start()
         return self
 
+    def release(self) -> None:
+        self._released.set()
+
+    def wait_released(self, seconds: float) -> None:
+        self._released.wait(seconds)
+
+    def take_hold(self) -> bool:
+        """Whether this request is the one to hold (the first to ask, once)."""
+        with self._lock:
+            if not self.hold or self.held.is_set():
+                return False
+            self.held.set()
+            return True
+
     def close(self) -> None:
+        self.release()
         self._server.shutdown()
         self._server.server_close()
 
@@ -207,6 +233,10 @@ class _Handler(BaseHTTPRequestHandler):
         script = self.server_fake.script
         items = body.get("input") if isinstance(body.get("input"), list) else []
         answered = any(isinstance(i, dict) and str(i.get("type", "")).endswith("_output") for i in items)
+        if answered and self.server_fake.take_hold():
+            self.server_fake.wait_released(120)
+            self._json(500, {"error": {"message": "held, then released", "type": "server_error"}})
+            return
         tools = {str(t.get("name") or t.get("type")): t for t in body.get("tools") or [] if isinstance(t, dict)}
         output: dict[str, Any]
         if answered or not tools:
@@ -257,6 +287,10 @@ class _Handler(BaseHTTPRequestHandler):
                  if isinstance(t, dict)}
         content: str | None = None
         call: dict[str, Any] | None = None
+        if any(m.get("role") == "tool" for m in messages) and self.server_fake.take_hold():
+            self.server_fake.wait_released(120)
+            self._json(500, {"error": {"message": "held, then released", "type": "server_error"}})
+            return
         if tools:
             if any(m.get("role") == "tool" for m in messages):
                 content = script.final
@@ -314,12 +348,14 @@ def _patch(script: Script) -> str:
 
 
 def _shell_command(script: Script) -> str:
+    if script.command is not None:
+        return script.command
     return f"printf %s {shlex.quote(script.content)} > {shlex.quote(script.path)}"
 
 
 def _responses_edit(tools: dict[str, dict[str, Any]], script: Script) -> dict[str, Any]:
     call_id = _id("call")
-    patch = tools.get("apply_patch")
+    patch = None if script.command is not None else tools.get("apply_patch")
     if patch is not None and patch.get("type") == "custom":
         return {"type": "custom_tool_call", "id": _id("ctc"), "call_id": call_id, "name": "apply_patch",
                 "input": _patch(script), "status": "completed"}

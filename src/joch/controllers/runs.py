@@ -42,8 +42,9 @@ lost update. What the controller decides and why:
 * **Cancellation and deletion** both go through the runtime's cancel and wait for the runner to
   record the end; a finalizer keeps a deleted run until its process is gone and its files removed.
 * Retries (``Agent.spec.defaults.retryLimit``) apply to failures that another attempt might not
-  repeat: the agent's non-zero exit and a lost runner. A missed deadline, a bad checkout, a
-  binary that cannot start or a full disk (``DiskFull``) fail at once.
+  repeat: the agent's non-zero exit, its CLI's own error (``AgentReportedError``) and a lost
+  runner. A missed deadline, a bad checkout, a binary that cannot start or a full disk
+  (``DiskFull``) fail at once.
 * **Resume, or start over.** An attempt retried after its runner was lost (``RunnerLost``: the
   runner, or the whole server, killed) continues the agent CLI's session when the provider is
   ``resumable`` and the runner recorded the session id (``RunState.session``): the decision is made
@@ -108,7 +109,7 @@ logger = logging.getLogger("joch.controllers.runs")
 
 FINALIZER = "runtime.joch.dev/cleanup"
 TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
-RETRYABLE = frozenset({"AgentFailed", "RunnerLost"})
+RETRYABLE = frozenset({"AgentFailed", "AgentReportedError", "RunnerLost"})
 BACKSTOP_SLACK = 30.0  # seconds past deadline + grace before the controller cancels on its own
 COMPONENT = "joch-run-controller"
 

@@ -93,6 +93,8 @@ to start on a directory that has one: a run attempt is executed once.
 * **The success policy** (``spec.success``) judges only an agent that exited 0 with nothing else
   wrong: the CLI's own error (``AgentReportedError``), a failure pattern's line (``FailurePattern``),
   a required artifact not stored (``MissingOutput``), an empty patch (``NoChanges``), in that order.
+  An agent that exited non-zero after its CLI reported an error (Claude Code's ``is_error`` result
+  exits 1) ends ``AgentReportedError`` too, with the exit code and the CLI's own words.
 * **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
   (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
   never checks out afresh), from that attempt's base commit, with a copy of the HOME (links kept as
@@ -174,6 +176,8 @@ if TYPE_CHECKING:
     import urllib.error
 
 PATCH = "changes.patch"
+EXECUTABLES = ".executables"
+"""Below the runner's cache directory: what is known of each agent executable (``Runner._known``)."""
 PASSED_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
@@ -808,13 +812,62 @@ class Runner:
         followed) and what it says its version is (``None`` when it would not say)."""
         secrets = self.secrets()
         real = os.path.realpath(executable)
-        try:
-            digest: str | None = _hashed("", Path(real), "").sha256
-        except OSError:
-            digest = None
+        known = self._known(real)
+        if known is not None:
+            digest, version = known.get("sha256"), known.get("version")
+            if isinstance(version, str):
+                version = _redacted(version.encode(), secrets).decode(errors="replace")
+        else:
+            try:
+                digest = _hashed("", Path(real), "").sha256
+            except OSError:
+                digest = None
+            version = self._version(version_command, env, cwd, secrets)
+            if digest is not None and (version is not None or not self.spec.version_args):
+                self._remember(real, {"sha256": digest, "version": version})
         return Invocation(argv=tuple(_recorded_arg(arg, secrets) for arg in argv), env=tuple(sorted(env)),
-                          executable=os.path.abspath(executable), sha256=digest,
-                          version=self._version(version_command, env, cwd, secrets))
+                          executable=os.path.abspath(executable), sha256=digest if isinstance(digest, str) else None,
+                          version=version if isinstance(version, str) else None)
+
+    # Hashing a CLI of a few hundred MB (Claude Code's, OpenCode's) and asking a Node.js CLI its version
+    # takes seconds, every run. Both are kept per file in the runner's cache directory, which agents
+    # never see, keyed like git's index keys a file: by its device, inode, size and modification and
+    # change times (a change time cannot be set back by anyone writing the file) and the version
+    # arguments and confinement it was asked under.
+
+    def _known_key(self, real: str) -> str | None:
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        who = self.agent_user.uid if self.agent_user is not None else os.getuid()
+        key = json.dumps([real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                          list(self.spec.version_args), self.sandbox, who])
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def _known(self, real: str) -> dict[str, Any] | None:
+        key = self._known_key(real)
+        if key is None:
+            return None
+        try:
+            known = json.loads((self.cache / EXECUTABLES / f"{key}.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return known if isinstance(known, dict) else None
+
+    def _remember(self, real: str, known: dict[str, Any]) -> None:
+        key = self._known_key(real)
+        if key is None:
+            return
+        directory = self.cache / EXECUTABLES
+        temporary = directory / f".{key}.{os.getpid()}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(known))
+            os.replace(temporary, directory / f"{key}.json")
+        except OSError:  # only a cache: the next run asks again
+            with contextlib.suppress(OSError):
+                temporary.unlink()
 
     def _version(self, command: list[str], env: Mapping[str, str], cwd: Path, secrets: list[bytes]) -> str | None:
         """The first line ``executable *version_args`` prints within ``VERSION_TIMEOUT`` seconds (redacted);
@@ -990,6 +1043,10 @@ class Runner:
             if full is not None:  # the agent most likely failed for want of space: say that
                 message = f"{ending.describe()}; {disks.describe(full, doing='no room in')}"
                 return end("Failed", disks.REASON, message)
+            if self.spec.success.agent_result and self._watch.error is not None:
+                # The CLI said why (Claude Code's is_error result, Gemini CLI's error status): its words
+                # say more than the exit code it ended with.
+                return end("Failed", "AgentReportedError", f"{ending.describe()}: {_shortened(self._watch.error)}")
             return end("Failed", "AgentFailed", ending.describe())
         too_large = [f'"{r.name}" ({r.path}: {r.message})' for r in refused
                      if any(o.name == r.name and not o.optional for o in self.spec.outputs)]

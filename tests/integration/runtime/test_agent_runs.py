@@ -331,6 +331,11 @@ def test_the_success_policy_judges_an_agent_that_exited_0(make_run: Callable[...
     assert (state.reason, state.message) == ("AgentReportedError", "agent exited with code 0 but reported an error: "
                                                                    "the model could not be reached")
     assert judged("print('ERROR ignored')", fmt=True, agent_result=False).reason == "Completed"
+    # A CLI that says why it failed and exits non-zero (Claude Code's is_error result exits 1): its
+    # words are the reason, not only the exit code.
+    state = judged("print('ERROR API Error: 400 refused'); raise SystemExit(1)", fmt=True)
+    assert (state.reason, state.message) == ("AgentReportedError", "agent exited with code 1: API Error: 400 refused")
+    assert judged("print('ERROR x'); raise SystemExit(1)", fmt=True, agent_result=False).reason == "AgentFailed"
 
     state = judged("pass", required_artifacts=("summary",))
     assert (state.reason, state.message) == ("MissingOutput", 'agent exited with code 0 but its required output '
@@ -605,3 +610,32 @@ def test_the_patch_leaves_nothing_of_the_run_in_the_shared_mirror(repo: Repo, tm
                               check=True).stdout.strip()
         found = subprocess.run(["git", "--git-dir", str(checkout.mirror), "cat-file", "-e", blob], check=False)
         assert found.returncode != 0, f"{content!r} was stored in the shared mirror"
+
+
+COUNTING_CLI = """#!/bin/sh
+if [ "$1" = --version ]; then echo x >> "$ASKED"; echo "counting-cli $(wc -l < "$ASKED" | tr -d ' ') VARIANT"; fi
+exit 0
+"""
+
+
+def test_the_executables_hash_and_version_are_kept_until_the_file_changes(make_run: Callable[..., RunnerRun],
+                                                                           tmp_path: Path) -> None:
+    cli = tmp_path / "bin" / "counting-cli"
+    cli.parent.mkdir()
+    cli.write_text(COUNTING_CLI.replace("VARIANT", "a"))
+    cli.chmod(0o755)
+    asked = tmp_path / "asked"
+    env = {"PATH": f"{cli.parent}{os.pathsep}{os.environ['PATH']}", "ASKED": str(asked)}
+
+    def invocation() -> Any:
+        _, state = make_run(spec(["counting-cli"], env={"ASKED": str(asked)}), env=env).run()
+        assert state.phase == "Succeeded" and state.invocation is not None, state
+        return state.invocation
+
+    first, second = invocation(), invocation()
+    assert first.version == second.version == "counting-cli 1 a"
+    assert first.sha256 == second.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()
+    assert asked.read_text().count("x") == 1  # asked once: the second run knew it
+    cli.write_text(COUNTING_CLI.replace("VARIANT", "b"))  # an upgrade (or a tampered file): asked again
+    third = invocation()
+    assert third.version == "counting-cli 2 b" and third.sha256 == hashlib.sha256(cli.read_bytes()).hexdigest()

@@ -14,8 +14,11 @@ What it reads, as Codex CLI 0.169.0 prints it:
   before it ("Reconnecting... 2/5 …") are retries in progress and say nothing on their own.
 
 Anything else — other events, Codex's log lines on stderr, a line that is not JSON — tells nothing.
-Known limit: an attempt that resumes a thread (``codex exec resume``) starts from the totals of the
-attempts before it, which were reported then; its first event counts them again.
+
+Resuming: ``codex exec`` runs one turn and reports usage only when it ends, so an attempt that was
+cut short (its runner lost) reported nothing; the attempt that resumes its thread reports the
+thread's total, which is exactly what both used. (Were a turn to end before an attempt is resumed,
+its tokens would be counted again: Joch resumes only attempts that did not finish.)
 """
 
 from __future__ import annotations

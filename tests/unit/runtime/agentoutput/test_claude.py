@@ -10,7 +10,7 @@ from typing import Any
 from joch.runtime.agentoutput import Observation, claude, parser_for
 from joch.runtime.agentoutput.claude import estimate
 
-FIXTURES = Path(__file__).with_name("fixtures")
+FIXTURES = Path(__file__).with_name("samples")
 
 
 def observe(lines: list[str]) -> list[Observation]:
