@@ -2,12 +2,12 @@
 
 The agent is ``/bin/true``, so what is measured is Joch's own cost: admission, the controller's
 transitions (each a store write and a watch event), the scheduler, the runtime starting ``joch
-runner``, the runner's checkout (a git worktree of a cached mirror), the spawn, the record, the
+runner``, the runner's checkout (a ``git clone --shared`` of a cached mirror), the spawn, the record, the
 artifacts (``changes.patch``) and the cleanup.
 
 * **Baseline** — in this process, a loop that for each run takes the same workspace code the
-  runner uses (``joch.runtime.workspace.prepare``: lock and fetch the mirror, ``git worktree
-  add``), spawns ``/bin/true`` there, waits for it and removes the worktree. Serial, no store, no
+  runner uses (``joch.runtime.workspace.prepare``: lock and fetch the mirror, ``git clone
+  --shared``), spawns ``/bin/true`` there, waits for it and removes the checkout. Serial, no store, no
   HTTP: the floor for one run at a time.
 * **Dispatch latency** — on an idle ``joch server`` (a subprocess, SQLite in a fresh data dir), one
   run at a time: from just before the client's ``POST`` to the moment the runner spawned the agent

@@ -74,7 +74,8 @@ class Output:
 class Workspace:
     """Where a run's files are, as the agent sees them (template context ``workspace``)."""
 
-    root: str      # the checkout (git worktree) or an empty directory when the run names no repository
+    root: str      # the checkout (its own repository, borrowing the mirror's objects) or an empty directory
+    #                when the run names no repository
     path: str      # root joined with ``execution.coordinates.git.path``: the agent's working directory
     inputs: str    # input files are written here
     outputs: str   # the agent writes its output artifacts here

@@ -50,9 +50,10 @@ to start on a directory that has one: a run attempt is executed once.
   they come from the runner's environment. A secret whose name cannot be an environment variable
   (empty, or with ``=`` or NUL in it) fails the run with ``StartError`` naming it.
 * **The sandbox** (``--sandbox bwrap``): the agent runs under bubblewrap in new PID, IPC and UTS
-  namespaces with the root file system read-only, its worktree (and its repository's mirror, which
-  its commits go into), outputs and its HOME and a private /tmp writable (what the agent runs from, if
-  under the host's /tmp, is mounted back read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
+  namespaces with the root file system read-only, its checkout (a repository of its own, which its
+  commits go into; the mirror's objects it borrows are there read-only), outputs and its HOME and a
+  private /tmp writable (what the agent runs from, if under the host's /tmp, is mounted back
+  read-only: ``installed_under_tmp``), and the ``--hide`` paths (the
   data directory: every other run's files, other repositories' mirrors, the SQLite store) empty: it
   sees no ancestor process, so no environment or command line but its own (``sandboxed``).
   A root runner's agent runs as ``--agent-user`` (default nobody), with what it writes chowned to
@@ -96,7 +97,7 @@ to start on a directory that has one: a run attempt is executed once.
   An agent that exited non-zero after its CLI reported an error (Claude Code's ``is_error`` result
   exits 1) ends ``AgentReportedError`` too, with the exit code and the CLI's own words.
 * **Resuming** (``spec.resume``): the attempt runs in attempt ``resume.attempt``'s worktree
-  (``--workspace`` names it; ``workspace.reuse`` checks it is still that repository's worktree and
+  (``--workspace`` names it; ``workspace.reuse`` checks it is still a checkout of that repository and
   never checks out afresh), from that attempt's base commit, with a copy of the HOME (links kept as
   links) of the latest attempt that worked on the session, once what is left of the earlier agents
   is killed; ``RunState.session`` says which attempt it continued.

@@ -41,9 +41,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
 
     New PID (and IPC, UTS) namespaces: the agent is not shown a single process outside its own tree,
     so no ancestor's environment or command line (the runner's, the fork server's, the server's). The
-    root file system is read-only; writable are the worktree (and of the mirror it commits into, the
-    objects, refs and its worktree's git directory, but no other worktree's: not what configures the
-    runners' git), the
+    root file system is read-only; writable are the worktree (with its own repository, ``.git``, which
+    the agent's commits go to; of the mirror it borrows objects from, only ``objects`` is there, read-only), the
     run's outputs, a per-run HOME and an empty /tmp; each ``hide`` directory (the data dir: other
     runs' files, the store) is an empty tmpfs, with this run's own directories mounted back on top,
     and each ``hide`` file (the store URL's file, a ``.pgpass``) reads as empty.
@@ -89,6 +88,8 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
         # with what the agent needs of it mounted back as it is: its installations here, the run's
         # own directories below.
         needed: list[str | Path] = [*installations(executable), checkout.root, files.outputs, files.inputs, home]
+        if checkout.mirror is not None:
+            needed.append(checkout.mirror / "objects")
         for directory in closed_to(user, needed, fresh=fresh):
             mount(directory, "--perms", "0755", "--tmpfs")
             fresh.append(directory)
@@ -99,20 +100,10 @@ def sandboxed(executable: str, args: list[str], *, checkout: workspace.Checkout,
     for path in (checkout.root, files.outputs, home):
         mount(path, "--bind", path)
     if checkout.mirror is not None:
-        # The mirror is every run's of this repository, and runners run git in it outside any
-        # sandbox (the next run's fetch, this run's diff): what configures that git (config, a
-        # commondir file naming another repository's, hooks, info/) is the agent's to read, not to
-        # write. Writable are what its commits need: objects, refs and their logs, and the worktree's
-        # own git directory (HEAD, index).
-        # Of the other worktrees' git directories (other runs' index and HEAD), none is there.
-        mount(checkout.mirror, "--ro-bind", checkout.mirror)
-        for part in ("objects", "refs", "logs"):
-            (checkout.mirror / part).mkdir(exist_ok=True)
-            mount(checkout.mirror / part, "--bind", checkout.mirror / part)
-        if (checkout.mirror / "worktrees").is_dir():
-            mount(checkout.mirror / "worktrees", "--tmpfs")
-        if checkout.git_dir is not None and checkout.git_dir.is_relative_to(checkout.mirror):
-            mount(checkout.git_dir, "--bind", checkout.git_dir)
+        # The run's repository (root/.git, mounted with the worktree) borrows the mirror's objects:
+        # those, and nothing else of the mirror, are there, read-only. The mirror is every run's of
+        # this repository: an object replaced there would be what the next run checks out.
+        mount(checkout.mirror / "objects", "--ro-bind", checkout.mirror / "objects")
     if proxy_socket is not None:
         mount(PROXY_SOCKET, "--bind", proxy_socket)
     mount(files.inputs, "--ro-bind", files.inputs)
@@ -241,8 +232,8 @@ class AgentUser:
     mounted back (``closed_to``), and the run's worktrees and mirrors are 0700 on the host, so no
     other process of that uid (the host's own ``nobody``) reaches them there.
 
-    What the agent writes (its worktree, the mirror's objects, refs and logs and the worktree's git
-    directory, outputs and HOME) is chowned to it before it starts; the runner, root, still runs git
+    What the agent writes (its worktree with its repository, outputs and HOME) is chowned to it before
+    it starts (the mirror's objects it borrows are made readable to it, not its); the runner, root, still runs git
     there afterwards (``safe.directory`` is ``*`` for the runner's git: ``joch.runtime.workspace``).
     Without the sandbox the agent is not dropped (it could not reach its outputs and HOME, which are
     in the 0700 run directory): ``--sandbox none`` on a root server runs agents as root, and the
@@ -310,9 +301,9 @@ def give(user: AgentUser, *paths: Path) -> None:
 
 
 def readable(top: Path, *, skip: Iterable[str] = ()) -> None:
-    """Let everyone read ``top`` and what is below it but ``skip`` (the mirror's config, HEAD and
-    packed-refs, which the agent's git reads, written under whatever umask the server has; the
-    mirrors directory itself is 0700 on the host)."""
+    """Let everyone read ``top`` and what is below it but ``skip`` (the mirror's objects, which the
+    agent's repository borrows, written under whatever umask the server has; the mirrors directory
+    itself is 0700 on the host)."""
     skipped = set(skip)
     for base, dirs, names in os.walk(top):
         if base == str(top):
@@ -407,15 +398,9 @@ def enter(executable: str, args: list[str], *, env: dict[str, str], checkout: wo
         if shutil.which(SETPRIV) is None:
             raise SandboxError("setpriv is not installed (Debian/Ubuntu: apt-get install util-linux): without it the "
                                "agent cannot run as --agent-user; install it, or give --agent-user root")
-        writable = [checkout.root, files.outputs, files.inputs, home]
-        if checkout.git_dir is not None:
-            writable.append(checkout.git_dir)
         if checkout.mirror is not None:
-            writable += [checkout.mirror / part for part in ("objects", "refs", "logs")]
-            for part in ("objects", "refs", "logs"):
-                (checkout.mirror / part).mkdir(exist_ok=True)
-            readable(checkout.mirror, skip=("objects", "refs", "logs", "worktrees"))
-        give(user, *writable)
+            readable(checkout.mirror / "objects")  # borrowed, read-only; the root's own repository is in root
+        give(user, checkout.root, files.outputs, files.inputs, home)
     if network.mode == "limited":
         from joch.runtime import netbridge  # only for limited runs: start-up time matters
 

@@ -1,22 +1,27 @@
-"""Workspaces: a git worktree per run attempt, checked out from a cached bare mirror per repository.
+"""Workspaces: a repository per run attempt, borrowing the objects of a cached bare mirror per repository.
 
 Every repository URL (a local path, ``file://``, https or ssh: all take the same path through git)
 gets one bare mirror below the cache directory, ``<cache>/<sha256(url)[:16]>.git``. The first run
 clones it (``git clone --mirror``, into a temporary name renamed into place, so a clone that dies
 halfway never leaves a mirror that looks complete); later runs ``git fetch --prune`` it, and a
-failed fetch falls back to what the mirror already has. Each run attempt then gets its own
-``git worktree add --detach`` at the requested ref: the worktrees share the mirror's objects, so a
-checkout costs the files written, not another clone.
+failed fetch falls back to what the mirror already has. Each run attempt then gets a repository of
+its own, ``git clone --shared --no-checkout`` of the mirror (the mirror's branches are its
+``origin/*``, its tags its tags), with the requested commit checked out as a detached HEAD. The
+clone borrows the mirror's objects (``objects/info/alternates``) rather than copying them, so a
+checkout costs the files written and the refs copied, not another clone; what the agent commits
+goes to the clone's own ``.git/objects``. The mirror is never the agent's to write (``sandbox``
+mounts only its objects, read-only): it is every run's of the repository, and an object replaced
+there would be what the next run checks out. Its garbage collection never deletes an object
+(``gc.pruneExpire=never``): a base commit a force-push left unreachable stays for the clones that
+borrow it.
 
 A flock on ``<cache>/<key>.lock`` serializes what changes a mirror across runner processes: clone,
-fetch (and the garbage collection git may start after one), resolving the ref together with
-registering the run's worktree (``git worktree add --no-checkout``: git's list of worktrees is not
-safe to change concurrently), pruning that list, and config writes. Writing the worktree's files
-(the ``git reset --hard`` that ``worktree add`` would run) happens after the lock is released: the
-files are the run's own, and the worktree's HEAD already keeps its commit from being collected.
-Removing a workspace deletes its files first, unlocked, then prunes git's record of it. flock
-cannot wait with a timeout, so waiters poll, from 1 ms apart up to 10 ms: often enough that the
-longest waiter is not the one left behind. Two shortcuts skip the fetch:
+fetch (and the garbage collection git may start after one), and resolving the ref. The run's clone
+and its files are made after the lock is released: they only read the mirror. Removing a
+workspace deletes its directory (a worktree of the mirror, as earlier versions made, also has its
+record in the mirror pruned). flock cannot wait with a timeout, so waiters poll, from 1 ms apart up
+to 10 ms: often enough that the longest waiter is not the one left behind. Two shortcuts skip the
+fetch:
 
 * A run whose ref is a full commit sha the mirror has already does not fetch: nothing a fetch
   brings can change what that sha names.
@@ -27,13 +32,13 @@ longest waiter is not the one left behind. Two shortcuts skip the fetch:
 
 The requested ref is resolved in the mirror (``refs/heads``, ``refs/tags``, any fetched ref, or a
 commit sha) to the run's base commit; ``changes.patch`` is later taken against it. The agent works
-in ``GitSource.path`` inside the worktree, which must exist at that commit and may not leave it.
+in ``GitSource.path`` inside the checkout, which must exist at that commit and may not leave it.
 
 Git runs with options and environment that user configuration cannot turn against us: no hooks, no
 fsmonitor daemon, no pager or colour, no terminal prompt (a credential that is not configured fails
 instead of waiting for a person), an explicit transport allow-list (``ALLOWED_PROTOCOLS``: no
 ``ext::``), and none of the ``GIT_DIR``-like variables that would point git at another repository.
-Agents commit, so a worktree whose git has no identity gets a neutral one in the mirror's config.
+Agents commit, so a checkout whose git has no identity gets a neutral one in its own config.
 A repository is a URL, an scp-style ``[user@]host:path`` or an absolute path (``url_problem``).
 
 A run without a repository gets an empty directory as its workspace root.
@@ -42,7 +47,6 @@ A run without a repository gets an empty directory as its workspace root.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import os
@@ -69,11 +73,15 @@ _CONFIG = (
     "core.pager=cat",
     "color.ui=false",
     "advice.detachedHead=false",
-    # A root runner's agent runs as another uid (sandbox.AgentUser) and owns its worktree and git
-    # directory: git would refuse them as of "dubious ownership". What that check guards against (a
-    # repository of another user's configuring commands) is kept out otherwise: the runner names the
-    # repository itself (GIT_DIR, GIT_COMMON_DIR), and the mirror's config is read-only to the agent.
+    # A root runner's agent runs as another uid (sandbox.AgentUser) and owns its checkout and its
+    # repository: git would refuse them as of "dubious ownership". What that check guards against (a
+    # repository of another user's configuring commands) is kept out otherwise: the runner's git
+    # after the agent (write_changes) runs in a scratch repository of its own, not the agent's.
     "safe.directory=*",
+    # Runs' repositories borrow a mirror's objects (``prepare``), their base commits among them, which
+    # a force-push leaves unreachable in the mirror: the garbage collection a fetch may start (which
+    # gets these options through git's environment) never deletes an object.
+    "gc.pruneExpire=never",
 )
 # Variables that make git operate on another repository or index than the one we name.
 LOCATION_VARS = (
@@ -91,11 +99,11 @@ class WorkspaceError(Exception):
 
 @dataclass(frozen=True)
 class Checkout:
-    root: Path            # the worktree, or the empty directory of a run without a repository
+    root: Path            # the run's checkout (work tree), or the empty directory of a run without a repository
     path: Path            # root joined with GitSource.path: the agent's working directory
-    base: str | None      # the commit the worktree was created at
-    mirror: Path | None
-    git_dir: Path | None = None  # the worktree's own git directory (in the mirror), as it was made
+    base: str | None      # the commit checked out (detached HEAD) when the checkout was made
+    mirror: Path | None   # the shared mirror whose objects the run's repository borrows (read-only)
+    git_dir: Path | None = None  # the run's own repository, root/.git, as it was made (the agent's to write)
 
 
 def mirror_path(cache: Path, url: str) -> Path:
@@ -146,7 +154,8 @@ def scp_like(url: str) -> bool:
 
 
 def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float | None = None) -> Checkout:
-    """Create the run's workspace at ``root``: a worktree of ``git`` or an empty directory.
+    """Create the run's workspace at ``root``: a checkout of ``git`` (its own repository, borrowing the
+    mirror's objects) or an empty directory.
 
     ``deadline`` (``time.monotonic()``) bounds waiting for the mirror lock and every git command."""
     if root.exists() and any(root.iterdir()):
@@ -164,29 +173,32 @@ def prepare(*, cache: Path, git: GitSource | None, root: Path, deadline: float |
     base = None
     if _FULL_SHA.fullmatch(git.ref) and (mirror / "HEAD").is_file():  # a commit fetched before: no fetch
         with _locked(mirror, deadline):
-            base = _add_worktree(mirror, git, root, deadline, missing_ok=True)
+            base = _resolve(mirror, git, deadline, missing_ok=True)
     if base is None:
         asked = _fetches(mirror)[0]
         with _locked(mirror, deadline, unless=lambda: _fetched_since(mirror, asked)) as held:
             if held:
                 _sync(git.url, mirror, deadline, asked)
-                base = _add_worktree(mirror, git, root, deadline)
+                base = _resolve(mirror, git, deadline)
         if base is None:  # a fetch that began after this run asked served it
             with _locked(mirror, deadline):
-                base = _add_worktree(mirror, git, root, deadline)
-    checkout = Checkout(root=root, path=path, base=base, mirror=mirror)
+                base = _resolve(mirror, git, deadline)
+    if base is None:  # _resolve raises instead, unless missing_ok
+        raise WorkspaceError(f'ref "{git.ref}" not found in {git.url}')
+    checkout = Checkout(root=root, path=path, base=base, mirror=mirror, git_dir=root / ".git")
     try:
-        # What ``git worktree add`` would run itself, outside the lock: the files are this worktree's
-        # own, and its HEAD keeps the commit from being collected meanwhile.
+        # The run's own repository, outside the lock: it only reads the mirror (its refs, to copy
+        # them as origin's, and its objects, which it borrows through objects/info/alternates),
+        # and the mirror's fetches never prune an object (``_sync``).
+        root.parent.mkdir(parents=True, exist_ok=True)
+        _git("clone", "--shared", "--no-checkout", "--quiet", "--", str(mirror), str(root), cwd=root.parent,
+             deadline=deadline, what=f"could not check out {git.url} at {git.ref}")
+        _git("update-ref", "--no-deref", "-m", "joch: the run's base commit", "HEAD", base, cwd=root,
+             deadline=deadline, what=f"could not check out {git.url} at {git.ref}")
         _git("reset", "--hard", "--no-recurse-submodules", "--quiet", cwd=root, deadline=deadline,
              what=f"could not check out {git.url} at {git.ref}")
         _check_path(checkout, git)
         _ensure_identity(checkout, deadline)
-        # Found now, while root/.git is still ours: the agent can rewrite that file to name a
-        # repository of its own, whose config git run for the runner would obey.
-        git_dir = Path(_git("rev-parse", "--absolute-git-dir", cwd=root, deadline=deadline,
-                            what="could not find the worktree's git directory").strip())
-        checkout = dataclasses.replace(checkout, git_dir=git_dir)
     except WorkspaceError:
         remove(cache=cache, git=git, root=root)
         raise
@@ -197,8 +209,9 @@ def reuse(*, cache: Path, git: GitSource | None, root: Path, base: str | None) -
     """An earlier attempt's workspace at ``root``, to continue in (a resumed attempt): checked, not
     made. ``base`` is the commit that attempt started from (its record's ``base_commit``).
 
-    The worktree's git directory is found in the mirror's own list of worktrees, not through
-    ``root/.git``: that file was the earlier agent's to rewrite (``prepare`` says why that matters)."""
+    The checkout must be a repository of its own (``root/.git`` a directory, not a link) that
+    borrows the mirror's objects; a worktree of the mirror (what earlier versions made) is not
+    resumed in."""
     if not root.is_dir():
         raise WorkspaceError(f"cannot resume: the workspace {root} of the attempt to continue is gone")
     if git is None:
@@ -207,10 +220,10 @@ def reuse(*, cache: Path, git: GitSource | None, root: Path, base: str | None) -
     mirror = mirror_path(cache, git.url)
     if base is None:
         raise WorkspaceError(f"cannot resume in {root}: the attempt to continue recorded no base commit")
-    git_dir = _registered_worktree(mirror, root)
-    if git_dir is None:
-        raise WorkspaceError(f"cannot resume: {root} is not a worktree of {git.url} (its mirror {mirror} does "
-                             "not list it)")
+    git_dir = root / ".git"
+    if git_dir.is_symlink() or not git_dir.is_dir() or not _borrows(git_dir, mirror):
+        raise WorkspaceError(f"cannot resume: {root} is not a checkout of {git.url} (its repository does not "
+                             f"borrow the objects of the mirror {mirror})")
     if _run(["cat-file", "-e", f"{base}^{{commit}}"], cwd=mirror, timeout=None).returncode != 0:
         raise WorkspaceError(f"cannot resume in {root}: its base commit {base} is not in the mirror of {git.url}")
     checkout = Checkout(root=root, path=path, base=base, mirror=mirror, git_dir=git_dir)
@@ -218,31 +231,27 @@ def reuse(*, cache: Path, git: GitSource | None, root: Path, base: str | None) -
     return checkout
 
 
-def _registered_worktree(mirror: Path, root: Path) -> Path | None:
-    """The git directory (``<mirror>/worktrees/<name>``) of the worktree at ``root``, as the mirror
-    records it (the ``gitdir`` file there names ``root/.git``); None when the mirror has none."""
-    want = os.path.realpath(root / ".git")
+def _borrows(git_dir: Path, mirror: Path) -> bool:
+    """Whether the repository ``git_dir`` names the mirror's objects in its ``objects/info/alternates``
+    (what ``prepare``'s clone wrote; the agent could have rewritten it, so this only tells a checkout of
+    this repository from another directory, and nothing the runner does relies on the file)."""
     try:
-        entries = sorted((mirror / "worktrees").iterdir())
-    except OSError:
-        return None
-    for entry in entries:
-        try:
-            named = (entry / "gitdir").read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if os.path.realpath(named) == want:
-            return entry
-    return None
+        lines = (git_dir / "objects" / "info" / "alternates").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    want = os.path.realpath(mirror / "objects")
+    return any(os.path.realpath(line.strip()) == want for line in lines if line.strip())
 
 
 def remove(*, cache: Path, git: GitSource | None, root: Path) -> None:
-    """Remove a workspace made by ``prepare`` (a missing one is fine): its files, then git's record
-    of the worktree (``prune`` drops the records of worktrees whose directory is gone)."""
+    """Remove a workspace made by ``prepare`` (a missing one is fine): its files and repository.
+    A worktree of the mirror (what earlier versions made) also leaves a record in the mirror, which
+    ``git worktree prune`` drops once the directory is gone."""
+    old_style = (root / ".git").is_file() and not (root / ".git").is_symlink()
     if root.exists():
         shutil.rmtree(root, ignore_errors=True)
     mirror = mirror_path(cache, git.url) if git is not None else None
-    if mirror is not None and mirror.is_dir():
+    if old_style and mirror is not None and (mirror / "worktrees").is_dir():
         with _locked(mirror, None):
             _run(["worktree", "prune"], cwd=mirror, timeout=None)
 
@@ -273,29 +282,37 @@ def write_changes(root: Path, base: str, dest: Path, *, limit: int | None = None
     diff is of that index against ``base`` (``diff --cached``): the same as of a tree written from
     it, without writing the tree.
 
-    ``git_dir`` and ``common_dir`` (the worktree's git directory and its mirror, ``Checkout.git_dir``
-    and ``.mirror``) name the repository rather than letting git find it from ``root/.git`` and the
-    ``commondir`` file next to the index: both are the agent's to rewrite, and a repository of its
-    choosing could configure a command (a clean filter) that git would run here, outside the sandbox."""
+    ``git_dir`` is the run's repository (``Checkout.git_dir``, ``root/.git`` as ``prepare`` made it) and
+    ``common_dir`` the mirror whose objects it borrows (``Checkout.mirror``). Everything in ``git_dir``
+    is the agent's to rewrite, its config too, where a command (a clean filter) git would run here,
+    outside the sandbox, could be configured; so git runs in a scratch repository of its own, with
+    ``root`` as its work tree, the agent's index copied, and the agent's objects (its commits, what it
+    staged) and the mirror's borrowed. Without ``git_dir`` git finds the repository from ``root``."""
+    own = git_dir is not None and git_dir.is_dir() and not git_dir.is_symlink()
     index = git_dir / "index" if git_dir is not None else _index_file(root)
     with tempfile.TemporaryDirectory(prefix="joch-patch-") as tmp:
         scratch = Path(tmp) / "index"
         # The agent's to rewrite: a link there (to /dev/zero, to a root-only file) is not followed,
         # nor is anything but a regular file read; git then stages from no index, the same diff.
-        if index.is_file() and not index.is_symlink():
+        if (own or git_dir is None) and index.is_file() and not index.is_symlink():
             shutil.copyfile(index, scratch, follow_symlinks=False)
         env = {"GIT_INDEX_FILE": str(scratch)}
+        # What staging hashes goes into a scratch object directory, not the repository's: this run's
+        # files (untracked ones too) are not left in the agent's repository (or a mirror) by this.
         if git_dir is not None:
-            env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
+            repo = Path(tmp) / "repo"
+            _git("init", "--quiet", "--bare", "--", str(repo), cwd=Path(tmp),
+                 what="could not make a scratch repository")
+            borrowed = [str(git_dir / "objects")] if own and (git_dir / "objects").is_dir() else []
             if common_dir is not None:
-                env["GIT_COMMON_DIR"] = str(common_dir)
-        # What staging hashes goes into a scratch object directory, not the repository's: the mirror
-        # is every run's of this repository (other runs' agents read its objects), and this run's
-        # files (untracked ones too) must not be left there for them.
-        shared = _git("rev-parse", "--path-format=absolute", "--git-path", "objects", cwd=root, env=env,
-                      what="could not find the repository's objects").strip()
-        (Path(tmp) / "objects").mkdir()
-        env.update(GIT_OBJECT_DIRECTORY=str(Path(tmp) / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES=shared)
+                borrowed.append(str(common_dir / "objects"))
+            env.update(GIT_DIR=str(repo), GIT_WORK_TREE=str(root), GIT_OBJECT_DIRECTORY=str(repo / "objects"),
+                       GIT_ALTERNATE_OBJECT_DIRECTORIES=os.pathsep.join(borrowed))
+        else:
+            shared = _git("rev-parse", "--path-format=absolute", "--git-path", "objects", cwd=root, env=env,
+                          what="could not find the repository's objects").strip()
+            (Path(tmp) / "objects").mkdir()
+            env.update(GIT_OBJECT_DIRECTORY=str(Path(tmp) / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES=shared)
         pathspec = [".", *(f":(exclude,glob){pattern}" for pattern in exclude)]
         _git("add", "--all", "--", *pathspec, cwd=root, env=env, what="could not stage the workspace's changes")
         omitted = _over_size(root, base, pathspec, env, max_file_bytes) if max_file_bytes is not None else []
@@ -514,19 +531,6 @@ def _record_fetches(mirror: Path, begun: int, done: int) -> None:
     os.replace(tmp, path)  # read without the lock: whole or not at all
 
 
-def _add_worktree(mirror: Path, git: GitSource, root: Path, deadline: float | None, *,
-                  missing_ok: bool = False) -> str | None:
-    """Resolve the ref and register a worktree at it, files not checked out yet (holding the lock).
-    The resolved commit, or None when ``missing_ok`` and the mirror does not have the ref."""
-    base = _resolve(mirror, git, deadline, missing_ok=missing_ok)
-    if base is None:
-        return None
-    root.parent.mkdir(parents=True, exist_ok=True)
-    _git("worktree", "add", "--no-checkout", "--detach", "--", str(root), base, cwd=mirror, deadline=deadline,
-         what=f"could not check out {git.url} at {git.ref}")
-    return base
-
-
 def _resolve(mirror: Path, git: GitSource, deadline: float | None, *, missing_ok: bool = False) -> str | None:
     found = _run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{git.ref}^{{commit}}"], cwd=mirror,
                  timeout=_left(deadline))
@@ -549,12 +553,9 @@ def _ensure_identity(checkout: Checkout, deadline: float | None) -> None:
     found = _run(["config", "--get-regexp", r"^user\.(name|email)$"], cwd=checkout.root, timeout=_left(deadline))
     present = {key for key, _, value in (line.partition(" ") for line in found.stdout.splitlines()) if value.strip()}
     missing = [key for key in ("user.name", "user.email") if key not in present]
-    if not missing or checkout.mirror is None:
-        return
-    with _locked(checkout.mirror, deadline):
-        for key in missing:
-            value = IDENTITY[0] if key == "user.name" else IDENTITY[1]
-            _git("config", key, value, cwd=checkout.mirror, deadline=deadline, what="could not set a git identity")
+    for key in missing:  # in the run's own repository's config
+        value = IDENTITY[0] if key == "user.name" else IDENTITY[1]
+        _git("config", key, value, cwd=checkout.root, deadline=deadline, what="could not set a git identity")
 
 
 def copy_identity(root: Path, config: Path) -> None:

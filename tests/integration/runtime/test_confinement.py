@@ -176,26 +176,32 @@ def test_the_agent_commits_under_a_server_with_a_strict_umask(tmp_path: Path, re
     assert log_of(ref) == "umask\n"
 
 
-# Replaces the object of README.md's content in the repository's mirror with other content.
+# Replaces the object of README.md's content with other content: in the agent's repository and in
+# every object directory it borrows from (its alternates: the repository's mirror).
 TAMPER = """
 import os, subprocess, zlib
 common = subprocess.run(["git", "rev-parse", "--git-common-dir"], capture_output=True, text=True).stdout.strip()
 blob = subprocess.run(["git", "rev-parse", "HEAD:README.md"], capture_output=True, text=True).stdout.strip()
-obj = os.path.join(common, "objects", blob[:2], blob[2:])
-data = b"tampered\\n"
+dirs = [os.path.join(common, "objects")]
 try:
-    os.chmod(obj, 0o644)
-    with open(obj + ".new", "wb") as f:
-        f.write(zlib.compress(b"blob %d\\0" % len(data) + data))
-    os.replace(obj + ".new", obj)
-except OSError as exc:
-    print("refused:", exc.strerror)
+    with open(os.path.join(common, "objects", "info", "alternates")) as f:
+        dirs += [line.strip() for line in f if line.strip()]
+except OSError:
+    pass
+assert len(dirs) > 1, dirs
+data = b"tampered\\n"
+for objects in dirs:
+    obj = os.path.join(objects, blob[:2], blob[2:])
+    try:
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        with open(obj + ".new", "wb") as f:
+            f.write(zlib.compress(b"blob %d\\0" % len(data) + data))
+        os.replace(obj + ".new", obj)
+    except OSError as exc:
+        print("refused:", exc.strerror)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known hole (hostile review of issue 9): the mirror's objects are writable "
-                   "to every sandboxed agent of the repository; read-only objects need the agent's own objects "
-                   "somewhere else without breaking fetches on worktree HEADs that point at them")
 def test_an_agent_cannot_change_the_objects_the_next_run_checks_out(sandboxed: LocalRuntime, repo: Repo) -> None:
     base = repo.commit({"README.md": "genuine\n"}, "loose objects")
     source = dataclasses.replace(git_source(repo), ref=base)

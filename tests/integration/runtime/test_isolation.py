@@ -281,9 +281,9 @@ def test_a_sandboxed_agent_installed_under_tmp_still_runs(sandboxed: LocalRuntim
 
 
 # A sandboxed agent turning git against its runner, which runs git outside the sandbox (the diff after
-# the agent ends, the next run's fetch): a clean filter and an upload-pack command in the repository's
-# shared mirror config, a commondir file making the mirror take another repository's config, and the
-# worktree's .git pointed at a repository of its own with such a filter.
+# the agent ends, the next run's fetch): a clean filter and an upload-pack command in its repository's
+# config (the run's own; the mirror's is not even there), a commondir file naming another repository's
+# config, and the checkout's .git replaced by a file pointing at a repository of its own with such a filter.
 # Each command writes a marker where only a process outside the sandbox can (its /tmp is its own).
 ESCAPE = """
 set -e
@@ -299,6 +299,7 @@ echo '* filter=evil' > .gitattributes
 echo changed >> README.md
 git init --quiet "$HOME/own"
 git -C "$HOME/own" config filter.evil.clean "touch $marker.gitfile; cat"
+mv .git "$HOME/moved"
 echo "gitdir: $HOME/own/.git" > .git
 """
 

@@ -1,10 +1,11 @@
-"""How runs share a mirror: fetches skipped or shared when that changes nothing, worktrees added and
+"""How runs share a mirror: fetches skipped or shared when that changes nothing, checkouts added and
 removed side by side, nothing left behind in git's records."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -100,3 +101,28 @@ def test_removed_worktrees_leave_nothing_in_gits_records(tmp_path: Path, repo: R
     listed = git(mirror, "worktree", "list", "--porcelain")
     assert listed.count("worktree ") == 1 and not any(c.root.exists() for c in checkouts)
     assert not (mirror / "worktrees").exists() or list((mirror / "worktrees").iterdir()) == []
+
+
+def test_a_runs_commits_go_to_its_own_repository_not_the_mirror(tmp_path: Path, repo: Repo) -> None:
+    cache = tmp_path / "mirrors"
+    mirror = workspace.mirror_path(cache, repo.url)
+    checkout = prepare(tmp_path, git_source(repo), "ws")
+    assert checkout.git_dir == checkout.root / ".git" and checkout.git_dir.is_dir()
+    assert git(checkout.root, "rev-parse", "HEAD") == checkout.base
+    assert git(checkout.root, "rev-parse", "--abbrev-ref", "HEAD") == "HEAD"  # detached, as before
+    (checkout.root / "README.md").write_text("committed\n")
+    git(checkout.root, "commit", "--quiet", "-am", "agent work")
+    (checkout.root / "untracked.txt").write_text("new\n")
+    commit = git(checkout.root, "rev-parse", "HEAD")
+    assert subprocess.run(["git", "--git-dir", str(mirror), "cat-file", "-e", commit], check=False).returncode != 0
+    patch = tmp_path / "changes.patch"
+    workspace.write_changes(checkout.root, str(checkout.base), patch, git_dir=checkout.git_dir,
+                            common_dir=checkout.mirror)
+    assert "+committed" in patch.read_text() and "+new" in patch.read_text()
+    # An attempt continuing there finds it by the mirror its repository borrows from.
+    assert workspace.reuse(cache=cache, git=git_source(repo), root=checkout.root, base=checkout.base) == checkout
+    other = prepare(tmp_path, git_source(repo, "feature"), "elsewhere")
+    with pytest.raises(workspace.WorkspaceError, match="is not a checkout of"):
+        workspace.reuse(cache=tmp_path / "other-cache", git=git_source(repo), root=other.root, base=other.base)
+    workspace.remove(cache=cache, git=git_source(repo), root=checkout.root)
+    assert not checkout.root.exists() and (mirror / "HEAD").is_file()
