@@ -58,9 +58,9 @@ lost update. What the controller decides and why:
   same way, retry limit or not — the user asked for more time; each attempt gets the whole timeout.
 * **What ran is recorded.** The runner's record (``RunState``: ``invocation``, ``base_commit``,
   ``sandbox``, ``session``, ``omitted``) is copied into the run's status while it runs and when the
-  attempt ends (``note_runtime_facts``); the provider's policies, config files and version
+  attempt ends (``invocations.note_runtime_facts``); the provider's policies, config files and version
   arguments, the Agent's network and the manifest hash go the other way, into the ``RunnerSpec``
-  (``runner_fields``).
+  (``invocations.runner_fields``).
 * **Budgets** (``budgets``): before a run is queued, and again before it takes a slot, its
   reservation is checked against every Budget that applies; a run that does not fit ends
   ``Failed/BudgetExceeded`` (``onExceed: deny``) or waits ``Queued`` with reason ``BudgetExceeded``
@@ -81,7 +81,6 @@ import base64
 import datetime as dt
 import hashlib
 import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,12 +96,12 @@ from joch.compiler import manifest as compiler
 from joch.compiler import render
 from joch.controllers import approvals, budgets, events, metering, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
+from joch.controllers.invocations import git_source, note_runtime_facts, resume_of, runner_fields
 from joch.controllers.options import ControllerOptions
 from joch.policy import decisions
 from joch.policy.rules import Outcome
 from joch.runtime import agentoutput, disks
 from joch.runtime import base as rt
-from joch.runtime.workspace import scp_like
 from joch.store.base import ListOptions, Obj
 
 logger = logging.getLogger("joch.controllers.runs")
@@ -355,7 +354,7 @@ class RunController(Controller):
 
     def _trial_render(self, run: Obj, plan: Plan) -> None:
         run_id = _run_id(run, 1)
-        self._invocation(run, plan, self._workspace(run_id, _git(run)), run_id)
+        self._invocation(run, plan, self._workspace(run_id, git_source(run)), run_id)
 
     def _invocation(self, run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunId,
                     resume: rt.Resume | None = None) -> render.Invocation:
@@ -598,8 +597,8 @@ class RunController(Controller):
             plan = self._plan(run)
             attempt = int((run.get("status") or {}).get("attempt") or 1)
             run_id = _run_id(run, attempt)
-            git = _git(run)
-            resumed = _resume_of(run, attempt, plan)
+            git = git_source(run)
+            resumed = resume_of(run, attempt, plan.compiled.manifest or {})
             workspace = self._workspace(run_id, git, resumed)
             invocation = self._invocation(run, plan, workspace, run_id, resumed)
             secrets = self._secret_values(run, invocation, plan.agent["metadata"]["name"])
@@ -1011,65 +1010,8 @@ def invocation_of(run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunI
         raise InvalidSpec("UnknownParameter", str(exc)) from None
 
 
-def runner_fields(invocation: render.Invocation, compiled: compiler.Compiled) -> dict[str, Any]:
-    """The ``RunnerSpec`` fields that come from the provider's policies and the Agent's network."""
-    success, patch = invocation.success, invocation.patch
-    network = (((compiled.manifest or {}).get("spec") or {}).get("security") or {}).get("network") or {}
-    max_file = patch.get("maxFileBytes")
-    return {
-        "config_files": tuple(rt.ConfigFile(path, content, mode) for path, content, mode in invocation.config_files),
-        "output_format": invocation.output_format,
-        "success": rt.SuccessPolicy(require_changes=bool(success.get("requireChanges", False)),
-                                    failure_patterns=tuple(success.get("failurePatterns") or ()),
-                                    required_artifacts=tuple(success.get("requiredArtifacts") or ()),
-                                    agent_result=bool(success.get("agentResult", True))),
-        "patch": rt.PatchPolicy(exclude=tuple(patch.get("exclude") or ()),
-                                max_file_bytes=int(max_file) if isinstance(max_file, int) else None),
-        "version_args": tuple(invocation.version_args),
-        "network": rt.Network(mode=network.get("mode") or "on", allow=tuple(network.get("allow") or ())),
-        "manifest_hash": compiled.hash,
-    }
 
 
-def note_runtime_facts(status: dict[str, Any], state: rt.RunState) -> None:
-    """What the runner recorded of the attempt — ``invocation``, ``baseCommit``, ``sandbox``,
-    ``session``, ``omitted`` — into ``status`` (those it has not recorded yet are left as they are).
-    None of it holds a secret value: the runner redacts argv and records only env names."""
-    attempt = status.get("attempt")
-    if state.invocation is not None:
-        inv = state.invocation
-        status["invocation"] = _present({"argv": list(inv.argv), "env": list(inv.env), "executable": inv.executable,
-                                         "version": inv.version, "sha256": inv.sha256})
-    if state.base_commit:
-        status["baseCommit"] = state.base_commit
-    if state.sandbox is not None:
-        box = state.sandbox
-        status["sandbox"] = _present({"mode": box.mode, "user": box.user, "network": box.network,
-                                      "reason": box.reason})
-    if state.session is not None and (state.session.id or state.session.resumed_from):
-        before = status.get("session") or {}
-        resumed = state.session.resumed_from
-        if resumed is None and before.get("attempt") == attempt:
-            resumed = before.get("resumedFromAttempt")  # decided here when the attempt was queued
-        status["session"] = _present({"id": state.session.id, "attempt": attempt, "resumedFromAttempt": resumed})
-    if state.omitted:
-        status["omitted"] = [{"path": o.path, "size": o.size, "message": o.message} for o in state.omitted]
-
-
-def _present(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def _resume_of(run: Obj, attempt: int, plan: Plan) -> rt.Resume | None:
-    """The ``Resume`` of the attempt about to start, as decided when the previous one ended
-    (``status.session`` names this attempt and the one it resumes), while the provider is resumable."""
-    session = (run.get("status") or {}).get("session") or {}
-    provider = ((plan.compiled.manifest or {}).get("spec") or {}).get("provider") or {}
-    earlier = session.get("resumedFromAttempt")
-    if (attempt > 1 and provider.get("resumable") and session.get("attempt") == attempt and session.get("id")
-            and isinstance(earlier, int) and 1 <= earlier < attempt):
-        return rt.Resume(attempt=earlier, session_id=str(session["id"]))
-    return None
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -1084,20 +1026,6 @@ def _run_id(run: Obj, attempt: int) -> rt.RunId:
     return rt.RunId(namespace=m.get("namespace") or "", name=m["name"], uid=m["uid"], attempt=attempt)
 
 
-def _git(run: Obj) -> rt.GitSource | None:
-    git = (((run["spec"].get("execution") or {}).get("coordinates") or {}).get("git"))
-    if not git:
-        return None
-    return rt.GitSource(url=_local_url(git["url"]), ref=git.get("ref") or "HEAD", path=git.get("path") or ".")
-
-
-def _local_url(url: str) -> str:
-    """A relative repository path names a directory relative to the controller's working directory
-    (the quickstart's ``url: .``); URLs, scp-style ``[user@]host:path`` (git's rule, user or not) and
-    ``transport::address`` are left alone, for the runner to use or refuse."""
-    if "://" in url or os.path.isabs(url) or scp_like(url) or "::" in url:
-        return url
-    return os.path.abspath(url)
 
 
 def _asked_why(asked: Outcome) -> str:

@@ -106,7 +106,8 @@ from joch.api.secrets import key_names as secret_keys
 from joch.compiler import manifest as compiler
 from joch.compiler import render as rendering
 from joch.controllers import approvals
-from joch.runtime.base import GitSource, RunId, Runtime, Workspace, is_own_ref
+from joch.controllers.invocations import git_source
+from joch.runtime.base import RunId, Runtime, Workspace, is_own_ref
 from joch.runtime.workspace import WorkspaceError, subpath
 from joch.server import limits, resources, wire
 from joch.server import watch as watching
@@ -370,8 +371,7 @@ class RunRoutes:
         return admit(self.store, body, old=None, options=self.admission).obj
 
     def _workspace(self, run: Obj) -> Workspace:
-        git = ((run["spec"].get("execution") or {}).get("coordinates") or {}).get("git")
-        source = GitSource(url=git["url"], ref=git.get("ref") or "HEAD", path=git.get("path") or ".") if git else None
+        source = git_source(run)  # as the run controller hands it to the runtime
         runtime: Runtime | None = getattr(self.state, "runtime", None)
         if runtime is None:
             try:  # what a runtime's workspace refuses (the run would fail InvalidPath), placeholders or not

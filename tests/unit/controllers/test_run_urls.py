@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from joch.controllers.runs import _local_url
+from joch.controllers.invocations import local_url as _local_url
 
 
 @pytest.mark.parametrize("url", ["github.invalid:org/repo.git", "git@h:o/r.git", "https://h/o/r.git", "/srv/r.git",

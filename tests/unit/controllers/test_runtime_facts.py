@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from joch.api.kinds import AgentRunStatus
-from joch.controllers.runs import note_runtime_facts
+from joch.controllers.invocations import note_runtime_facts
 from joch.runtime.base import Invocation, RefusedArtifact, RunState, Sandbox, Session
 
 
