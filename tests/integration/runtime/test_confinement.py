@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from integration.runtime.helpers import Repo, RunnerRun, git_source, python_agent, spec, wait_for
+from integration.runtime.helpers import PYTHON, Repo, RunnerRun, git_source, python_agent, spec, wait_for
 from joch.runtime import sandbox
 from joch.runtime.base import Network, Output, RunId, RunState, Sandbox
 from joch.runtime.local import LocalRuntime
@@ -436,4 +436,4 @@ def test_the_version_is_asked_in_the_sandbox_as_the_agent_user(sandboxed: LocalR
     state = finished(sandboxed, ref)
     assert state.phase == "Succeeded", (state, log_of(ref))
     assert state.invocation is not None and state.invocation.version == "uid 65534 no-net False", state.invocation
-    assert state.invocation.executable == sys.executable or Path(state.invocation.executable or "").exists()
+    assert state.invocation.executable == PYTHON
