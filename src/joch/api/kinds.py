@@ -53,6 +53,7 @@ from joch.api.meta import (
     parse_time,
 )
 from joch.api.registry import REGISTRY, Column, KindInfo, Reference, register
+from joch.api.writeback import RunWriteBack, WriteBack
 
 JOCH = "joch.dev"
 RUNTIME = "runtime.joch.dev"
@@ -180,6 +181,8 @@ class AgentSpec(CheckedSpec):
     approvalTimeoutSeconds: PositiveInt | None = None
     approvalSeparationOfDuties: Bool | None = None
     maxConcurrentRuns: PositiveInt | None = None
+    # What runs of this agent write back to the issue they came from (a TriggerRule's writeBack wins).
+    writeBack: WriteBack | None = None
 
     def problems(self) -> Iterator[Problem]:
         for i, env in enumerate(self.env):
@@ -421,7 +424,8 @@ class PolicySelector(Model):
 
 class PolicyRule(Model):
     name: Str = Field(min_length=1)
-    phase: Literal["admission", "dispatch"] = "admission"
+    # writeBack: evaluated before each WriteIntent is sent (``object`` is the intent, ``run`` its run).
+    phase: Literal["admission", "dispatch", "writeBack"] = "admission"
     expression: Str = Field(min_length=1)
     action: Literal["deny", "requireApproval", "warn"] = "deny"
     message: Str | None = None
@@ -439,10 +443,10 @@ class PolicySpec(CheckedSpec):
     def problems(self) -> Iterator[Problem]:
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
-            if rule.action == "requireApproval" and rule.phase != "dispatch":
+            if rule.action == "requireApproval" and rule.phase == "admission":
                 yield (("rules", i, "action"), f'rule "{rule.name}": requireApproval only applies when a run is '
-                       "dispatched (a human approves the run, not a write): set phase: dispatch, or use action "
-                       "deny or warn at admission", "FieldValueNotSupported")
+                       "dispatched or writes back (a human approves the run, not a write): set phase: dispatch "
+                       "or writeBack, or use action deny or warn at admission", "FieldValueNotSupported")
             if rule.name in first:
                 yield (("rules", i, "name"), f'duplicate rule name "{rule.name}" (spec.rules[{first[rule.name]}] '
                        "has it already): rule names must be unique within a Policy", "FieldValueDuplicate")
@@ -636,6 +640,7 @@ class AgentRunStatus(ConditionedStatus):
     sandbox: RunSandbox | None = None
     session: RunSession | None = None
     omitted: list[OmittedFile] = Field(default_factory=list)
+    writeBack: RunWriteBack | None = None
 
 
 # --- runtime.joch.dev/Approval -------------------------------------------------------------------

@@ -40,7 +40,7 @@ from joch.policy.expressions import (
 )
 
 SYSTEM_NAMESPACE = "joch-system"
-Phase = Literal["admission", "dispatch"]
+Phase = Literal["admission", "dispatch", "writeBack"]
 Action = Literal["deny", "requireApproval", "warn"]
 CACHE_SIZE = 1024
 
