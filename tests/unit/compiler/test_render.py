@@ -306,7 +306,7 @@ def test_check_templates_finds_what_can_be_known_before_a_run() -> None:
         ("AgentProvider/codex spec.argsTemplate[4]", 'undefined variable "agent.sytemPrompt"; agent has '
          "approvalSeparationOfDuties, approvalTimeoutSeconds, defaults, description, env, maxConcurrentRuns, "
          "mcpServers, memoryRef, modelRoute, name, namespace, "
-         'policies, provider, requiresApproval, resources, runtime, security, systemPrompt, tools (did you mean '
+         'policies, provider, requiresApproval, resources, runtime, security, systemPrompt, tools, writeBack (did you mean '
          '"systemPrompt"?)'),
         ("AgentProvider/codex spec.argsTemplate[5]", "templates cannot extend, include or import other templates: "
                                                      "there is no template loader"),
