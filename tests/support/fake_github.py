@@ -46,12 +46,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import httpx
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from support.fake_model import FakeHandler, FakeModel, Recorded
 
+TOKEN = "ghp_fake_token"
+"""The personal access token a new fake accepts."""
 DOCS = "https://docs.github.com/rest"
 ASSOCIATIONS = ("COLLABORATOR", "CONTRIBUTOR", "FIRST_TIMER", "FIRST_TIME_CONTRIBUTOR", "MANNEQUIN", "MEMBER",
                 "NONE", "OWNER")
@@ -78,6 +81,10 @@ class Delivery:
     @property
     def payload(self) -> Any:
         return json.loads(self.body)
+
+    def send(self, url: str, *, timeout: float = 10.0) -> httpx.Response:
+        """POST it to ``url`` (Joch's ``/v1/webhooks/github``) as GitHub would."""
+        return httpx.post(url, content=self.body, headers=self.headers, timeout=timeout)
 
 
 @dataclass
@@ -108,7 +115,7 @@ class FakeGitHub(FakeModel):
     one App installation it knows (``app_private_key_pem`` signs its JWTs). ``html_base``: where
     ``html_url``s point. ``per_page_default``: GitHub's 30."""
 
-    tokens: set[str] = field(default_factory=lambda: {"ghp_fake_token"})
+    tokens: set[str] = field(default_factory=lambda: {TOKEN})
     app_id: int = 4242
     installation_id: int = 777
     token_lifetime: float = 3600.0
@@ -859,4 +866,4 @@ def started(**kwargs: Any) -> Iterator[FakeGitHub]:
         yield fake
 
 
-__all__ = ["Delivery", "FakeClock", "FakeGitHub", "installation_jwt", "iso", "started"]
+__all__ = ["TOKEN", "Delivery", "FakeClock", "FakeGitHub", "installation_jwt", "iso", "started"]
