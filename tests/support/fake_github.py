@@ -29,6 +29,7 @@ Every other request needs ``Authorization: token <t>`` or ``Bearer <t>`` with a 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import itertools
@@ -304,11 +305,11 @@ class FakeGitHub(FakeModel):
                 "timeline_url": f"{api}/timeline", "performed_via_github_app": None, "state_reason": None,
             }
             r.issues[number] = issue
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def issue(self, repo: str, number: int) -> dict[str, Any]:
         with self.lock:
-            return json.loads(json.dumps(self._repo(repo).issues[number]))
+            return copy.deepcopy(self._repo(repo).issues[number])
 
     def _touch(self, repo: str, number: int) -> dict[str, Any]:
         issue = self._repo(repo).issues[number]
@@ -323,32 +324,32 @@ class FakeGitHub(FakeModel):
                 issue["title"] = title
             if body is not None:
                 issue["body"] = body
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def add_label(self, repo: str, number: int, name: str) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             if name not in [lb["name"] for lb in issue["labels"]]:
                 issue["labels"].append(self.label(repo, name))
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def remove_label(self, repo: str, number: int, name: str) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             issue["labels"] = [lb for lb in issue["labels"] if lb["name"] != name]
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def close_issue(self, repo: str, number: int, *, reason: str = "completed", by: str = "octocat") -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             issue.update(state="closed", closed_at=issue["updated_at"], state_reason=reason, closed_by=self.user(by))
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def reopen_issue(self, repo: str, number: int) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             issue.update(state="open", closed_at=None, state_reason="reopened", closed_by=None)
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def delete_issue(self, repo: str, number: int) -> None:
         """Gone: ``GET`` answers 410 and lists leave it out."""
@@ -378,14 +379,14 @@ class FakeGitHub(FakeModel):
             }
             r.comments[cid] = comment
             issue["comments"] += 1
-            return json.loads(json.dumps(comment))
+            return copy.deepcopy(comment)
 
     def comments(self, repo: str, number: int) -> list[dict[str, Any]]:
         """The comments on issue ``number``, oldest first."""
         with self.lock:
             r = self._repo(repo)
             url = r.issues[number]["url"] if number in r.issues else ""
-            return json.loads(json.dumps([c for c in r.comments.values() if c["issue_url"] == url]))
+            return copy.deepcopy([c for c in r.comments.values() if c["issue_url"] == url])
 
     def _edit_comment(self, repo: str, cid: int, body: str) -> dict[str, Any]:
         r = self._repo(repo)
@@ -455,12 +456,12 @@ class FakeGitHub(FakeModel):
                 "commits": 1, "additions": 0, "deletions": 0, "changed_files": 0,
             }
             r.pulls[number] = pr
-            return json.loads(json.dumps(pr))
+            return copy.deepcopy(pr)
 
     def pulls(self, repo: str) -> list[dict[str, Any]]:
         """Every pull request of the repository, oldest first."""
         with self.lock:
-            return json.loads(json.dumps(list(self._repo(repo).pulls.values())))
+            return copy.deepcopy(list(self._repo(repo).pulls.values()))
 
     # --- rate limits and failures --------------------------------------------------------------------
 
@@ -535,14 +536,14 @@ class FakeGitHub(FakeModel):
 
     def issue_comment_event(self, repo: str, number: int, comment_id: int, action: str = "created") -> dict[str, Any]:
         with self.lock:
-            comment = json.loads(json.dumps(self._repo(repo).comments[comment_id]))
+            comment = copy.deepcopy(self._repo(repo).comments[comment_id])
             return {"action": action, "issue": self.issue(repo, number), "comment": comment,
                     "repository": self.repository(repo), "sender": comment["user"]}
 
     def pull_request_event(self, repo: str, number: int, action: str = "opened", *,
                            sender: str = "joch[bot]") -> dict[str, Any]:
         with self.lock:
-            pr = json.loads(json.dumps(self._repo(repo).pulls[number]))
+            pr = copy.deepcopy(self._repo(repo).pulls[number])
             return {"action": action, "number": number, "pull_request": pr, "repository": self.repository(repo),
                     "sender": self.user(sender)}
 
