@@ -143,6 +143,7 @@ class LinearTracker:
             after = page.get("endCursor")
             if not page.get("hasNextPage") or not after:
                 break
+        issues.sort(key=lambda i: _instant(i.updated_at))  # oldest first, as GitHub's are
         if not issues:
             self.check()  # an empty answer for a team that does not exist is an error, not "no issues"
         cursor = since
