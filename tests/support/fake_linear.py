@@ -171,7 +171,7 @@ class FakeLinear:
             owner = fake
 
         self._server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, name="fake-linear", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-linear", daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -122,6 +122,12 @@ class LinearTracker:
         self._clock = clock
         self._timeout = timeout
         self._key: str | None = None
+        self._http: httpx.Client | None = None
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     # --- Tracker ---------------------------------------------------------------------------------
 
@@ -223,8 +229,10 @@ class LinearTracker:
         headers = {"Authorization": self._api_key(), "Content-Type": "application/json",
                    "User-Agent": "joch-linear"}
         try:
-            response = httpx.post(url, json={"query": query, "variables": variables, "operationName": operation},
-                                  headers=headers, timeout=self._timeout)
+            if self._http is None:  # one client per tracker: its connections are reused across pages
+                self._http = httpx.Client(timeout=self._timeout, follow_redirects=False)
+            response = self._http.post(url, json={"query": query, "variables": variables, "operationName": operation},
+                                       headers=headers)
         except httpx.HTTPError as exc:
             raise TrackerError("Unavailable", f"Linear at {url} is unreachable: {type(exc).__name__}: {exc}") from None
         try:
