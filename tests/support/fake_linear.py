@@ -40,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 import graphql
+import httpx
 
 SCHEMA_SDL = """
 scalar DateTime
@@ -131,6 +132,10 @@ class Delivery:
     @property
     def delivery_id(self) -> str:
         return self.headers["Linear-Delivery"]
+
+    def post(self, url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> httpx.Response:
+        """Deliver it (``headers`` override or add some: a bad signature, say)."""
+        return httpx.post(url, content=self.body, headers={**self.headers, **(headers or {})}, timeout=timeout)
 
 
 @dataclass
