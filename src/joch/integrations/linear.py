@@ -241,13 +241,14 @@ class LinearTracker:
             answer = None
         errors = answer.get("errors") if isinstance(answer, dict) else None
         if errors:
-            raise self._error(errors, response)
+            raise self._error(errors if isinstance(errors, list) else [{"message": str(errors)}], response)
         if response.status_code == 429:
             raise TrackerError("RateLimited", f"Linear rate limit reached{self._until(response)}",
                                retry_at=self._reset(response))
+        if response.status_code == 401:
+            raise self._error([{"extensions": {"code": "AUTHENTICATION_ERROR"}, "message": "HTTP 401"}], response)
         if response.status_code >= 500 or not isinstance(answer, dict):
-            raise TrackerError("Unavailable", f"Linear at {url} answered HTTP {response.status_code} "
-                                              f"to {operation}; it is retried")
+            raise TrackerError("Unavailable", f"Linear at {url} answered HTTP {response.status_code} to {operation}")
         if response.status_code >= 400:
             raise TrackerError("Invalid", f"Linear refused {operation} with HTTP {response.status_code}")
         data = answer.get("data")

@@ -210,6 +210,24 @@ def test_rate_limited_until_the_announced_reset(fake: FakeLinear) -> None:
     assert len(client.list_issues(since=None, etag=None).issues) == 1  # the limit has passed
 
 
+def test_outages_and_bare_http_errors(fake: FakeLinear) -> None:
+    client = tracker(fake)
+    fake.fail(502)
+    with pytest.raises(TrackerError) as outage:
+        client.check()
+    assert (outage.value.reason, outage.value.retryable) == ("Unavailable", True)
+    assert "answered HTTP 502 to JochCheck" in outage.value.message
+    fake.fail(429, headers={"X-RateLimit-Requests-Reset": "1900000000000"})
+    with pytest.raises(TrackerError) as limited:
+        client.check()
+    assert (limited.value.reason, limited.value.retry_at) == ("RateLimited", 1_900_000_000.0)
+    fake.fail(401, body="Unauthorized")
+    with pytest.raises(TrackerError) as refused:
+        client.check()
+    assert refused.value.reason == "BadCredentials"
+    client.check()  # and then it answers again
+
+
 def test_unreachable_linear_is_unavailable() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
