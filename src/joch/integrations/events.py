@@ -25,11 +25,12 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from joch.integrations.base import Issue, Repository
 from joch.integrations.linear import linear_issue
 
+_T = TypeVar("_T")
 Provider = Literal["github", "linear", "generic"]
 Kind = Literal["issue", "comment", "pull_request", "ping", "webhook", "other"]
 
@@ -78,9 +79,9 @@ class TrackerEvent:
             delivery_id=data.get("delivery_id") or "",
             issue=_issue_from(issue) if isinstance(issue, Mapping) else None,
             label=data.get("label"),
-            comment=CommentEvent(**comment) if isinstance(comment, Mapping) else None,
+            comment=_known(CommentEvent, comment) if isinstance(comment, Mapping) else None,
             actor=data.get("actor"),
-            repository=Repository(**repository) if isinstance(repository, Mapping) else None,
+            repository=_known(Repository, repository) if isinstance(repository, Mapping) else None,
             team_key=data.get("team_key"),
             pull_request=dict(data["pull_request"]) if isinstance(data.get("pull_request"), Mapping) else None,
             payload=dict(data.get("payload") or {}),
@@ -265,8 +266,14 @@ def _issue_from(data: Mapping[str, Any]) -> Issue:
     values = dict(data)
     values["labels"] = tuple(values.get("labels") or ())
     repository = values.get("repository")
-    values["repository"] = Repository(**repository) if isinstance(repository, Mapping) else None
-    return Issue(**values)
+    values["repository"] = _known(Repository, repository) if isinstance(repository, Mapping) else None
+    return _known(Issue, values)
+
+
+def _known(cls: type[_T], data: Mapping[str, Any]) -> _T:
+    """``cls`` from the fields it has (a payload stored by another version may carry more or fewer)."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def _jsonable(value: Any) -> Any:

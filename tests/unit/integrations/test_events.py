@@ -250,3 +250,16 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | _text,
                  payload=st.dictionaries(_text, _json, max_size=3), headers=st.dictionaries(_text, _text, max_size=3)))
 def test_round_trip_of_any_event(event: TrackerEvent) -> None:
     round_trip(event)
+
+
+def test_from_payload_tolerates_fields_it_does_not_know_or_miss() -> None:
+    event = parse_github("issues", "d", issues_delivery("labeled", label=LABEL))
+    stored = event.to_payload()
+    stored["future"] = 1
+    stored["issue"]["future"] = 2
+    stored["repository"]["future"] = 3
+    del stored["headers"]
+    del stored["issue"]["version"]
+    read = TrackerEvent.from_payload(stored)
+    assert read.issue is not None and read.issue.version == "" and read.issue.key == "acme/web#12"
+    assert read.repository == event.repository and read.headers == {}
