@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from joch.integrations.base import Issue, Repository
+from joch.integrations.github import github_issue, github_repository
 from joch.integrations.linear import linear_issue
 
 _T = TypeVar("_T")
@@ -98,7 +99,8 @@ class TrackerEvent:
 
 def parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
     """``event``: the ``X-GitHub-Event`` header; ``body``: the delivery's JSON."""
-    repository = _github_repository(body.get("repository"))
+    raw_repository = body.get("repository")
+    repository = github_repository(raw_repository) if isinstance(raw_repository, Mapping) else None
     actor = _login(body.get("sender"))
     action = body.get("action") if isinstance(body.get("action"), str) else None
     common: dict[str, Any] = {"provider": "github", "delivery_id": delivery_id, "actor": actor,
@@ -106,7 +108,7 @@ def parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> Track
     if event == "ping":
         return TrackerEvent(kind="ping", action=None, **common)
     if event == "issues" and isinstance(body.get("issue"), Mapping):
-        issue = _github_issue(body["issue"], repository)
+        issue = github_issue(body["issue"], repository)
         if action in ("deleted", "transferred"):
             issue = dataclasses.replace(issue, deleted=True)
         label = (body.get("label") or {}).get("name") if action in ("labeled", "unlabeled") else None
@@ -117,48 +119,13 @@ def parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> Track
         comment = CommentEvent(id=str(raw.get("id", "")), body=str(raw.get("body") or ""),
                                author=_login(raw.get("user")), association=raw.get("author_association"))
         pull = body["issue"].get("pull_request")
-        return TrackerEvent(kind="comment", action=action, issue=_github_issue(body["issue"], repository),
+        return TrackerEvent(kind="comment", action=action, issue=github_issue(body["issue"], repository),
                             comment=comment, pull_request=dict(pull) if isinstance(pull, Mapping) else None,
                             **common)
     if event == "pull_request" and isinstance(body.get("pull_request"), Mapping):
         return TrackerEvent(kind="pull_request", action=action, pull_request=_pull_request(body["pull_request"]),
                             **common)
     return TrackerEvent(kind="other", action=action or event, **common)
-
-
-def _github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue:
-    # TODO(merge): use joch.integrations.github.github_issue (H1) instead; this mirrors its behaviour.
-    number = int(obj.get("number") or 0)
-    if repository is not None:
-        owner, name = repository.owner, repository.name
-    else:
-        owner, _, name = str(obj.get("repository_url") or "").rsplit("/repos/", 1)[-1].partition("/")
-    labels = tuple(str(label["name"] if isinstance(label, Mapping) else label)
-                   for label in obj.get("labels") or ())
-    updated = str(obj.get("updated_at") or "")
-    return Issue(
-        provider="github",
-        id=str(number),
-        key=f"{owner}/{name}#{number}",
-        title=str(obj.get("title") or ""),
-        body=str(obj.get("body") or ""),
-        url=str(obj.get("html_url") or ""),
-        state="closed" if obj.get("state") == "closed" else "open",
-        labels=labels,
-        updated_at=updated,
-        number=number,
-        author=_login(obj.get("user")),
-        repository=repository,
-        version=updated,
-    )
-
-
-def _github_repository(obj: Any) -> Repository | None:
-    if not isinstance(obj, Mapping):
-        return None
-    return Repository(owner=str(_login(obj.get("owner")) or ""), name=str(obj.get("name") or ""),
-                      clone_url=str(obj.get("clone_url") or ""), default_branch=str(obj.get("default_branch") or ""),
-                      html_url=str(obj.get("html_url") or ""))
 
 
 def _pull_request(obj: Mapping[str, Any]) -> dict[str, Any]:
