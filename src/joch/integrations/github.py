@@ -92,6 +92,11 @@ def github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue
                  version=updated)
 
 
+def _header_safe(token: str) -> bool:
+    """Whether ``token`` is visible ASCII only, as every GitHub token is (and so safe in a header)."""
+    return all("!" <= c <= "~" for c in token)
+
+
 def _epoch(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -163,6 +168,11 @@ class GitHubTracker:
             if not token:
                 raise TrackerError("MissingSecret", f"the key {auth.tokenSecretRef.key} of Secret "
                                    f"{auth.tokenSecretRef.name} is empty: put a GitHub token in it")
+            if not _header_safe(token):
+                # an HTTP client refusing such a header quotes it in its error: never let it get that far
+                raise TrackerError("BadCredentials", f"the key {auth.tokenSecretRef.key} of Secret "
+                                   f"{auth.tokenSecretRef.name} holds characters no GitHub token has (a line break, "
+                                   "a space, a control or non-ASCII character): put the token alone in it")
             return token
         if (self._installation_token is None or self.token_expires_at is None
                 or self._clock() >= self.token_expires_at - REFRESH_BEFORE):

@@ -221,7 +221,16 @@ class LinearTracker:
     def _api_key(self) -> str:
         if self._key is None:
             ref = self.source.auth.apiKeySecretRef
-            self._key = self._secrets(ref.name, ref.key).strip()
+            key = self._secrets(ref.name, ref.key).strip()
+            if not key:
+                raise TrackerError("MissingSecret", f"the key {ref.key} of Secret {ref.name} is empty: put a "
+                                   "Linear API key in it")
+            if not all("!" <= c <= "~" for c in key):
+                # an HTTP client refusing such a header quotes it in its error: never let it get that far
+                raise TrackerError("BadCredentials", f"the key {ref.key} of Secret {ref.name} holds characters no "
+                                   "Linear API key has (a line break, a space, a control or non-ASCII character): "
+                                   "put the key alone in it")
+            self._key = key
         return self._key
 
     def _call(self, operation: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
