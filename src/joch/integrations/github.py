@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
@@ -53,6 +54,8 @@ from joch.integrations.base import (
 REFRESH_BEFORE = 300.0
 """An installation token is bought again this many seconds before it expires."""
 PER_PAGE = 100
+MAX_PAGES = 1000
+"""A listing that has not ended after this many pages is refused (a ``Link`` loop never ends)."""
 TIMEOUT = 30.0
 _JWT_LIFETIME = 540  # GitHub accepts at most 10 minutes; iat is backdated a minute for clock drift
 
@@ -119,6 +122,35 @@ def _next_link(header: str | None) -> str | None:
         if 'rel="next"' in params.replace(" ", ""):
             return url.strip().strip("<>")
     return None
+
+
+class _Pages:
+    """The URLs of a listing's further pages: ``Link: rel="next"`` while it stays under the API URL (the
+    token goes with every request), never a page twice, at most ``MAX_PAGES``."""
+
+    def __init__(self, api_url: str, what: str) -> None:
+        base = urlsplit(api_url.rstrip("/") + "/")
+        self._origin, self._path = (base.scheme, base.netloc.lower()), base.path
+        self._api_url, self._what = api_url, what
+        self._seen: set[str] = set()
+
+    def next(self, link: str | None) -> str | None:
+        url = _next_link(link)
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme or parts.netloc:
+            if (parts.scheme, parts.netloc.lower()) != self._origin or not parts.path.startswith(self._path):
+                raise TrackerError("Unavailable", f"GitHub's next page of {self._what} is not under {self._api_url} "
+                                   "(its Link header points elsewhere): not sending the token there")
+        if url in self._seen:
+            raise TrackerError("Unavailable", f"GitHub's Link header for {self._what} points back to a page "
+                               "already read: the listing would never end")
+        self._seen.add(url)
+        if len(self._seen) >= MAX_PAGES:
+            raise TrackerError("Unavailable", f"GitHub's listing of {self._what} did not end within {MAX_PAGES} "
+                               "pages")
+        return url
 
 
 def _github_message(response: httpx.Response) -> str:
@@ -328,6 +360,7 @@ class GitHubTracker:
         first_etag: str | None = None
         url: str | None = f"repos/{self.owner}/{self.repo}/issues"
         first = True
+        pages = _Pages(self.source.apiUrl, f"the issues of {self.full_name}")
         with self._asking("the issues"):
             while url is not None:
                 response = client.request("GET", url, params=params if first else None,
@@ -343,7 +376,7 @@ class GitHubTracker:
                     raise TrackerError("Unavailable", f"GitHub answered the issues of {self.full_name} with "
                                        "something other than a list")
                 items.extend(page)
-                url = _next_link(raw.headers.get("link"))
+                url = pages.next(raw.headers.get("link"))
                 first = False
         cursor = since
         for item in items:
@@ -383,13 +416,14 @@ class GitHubTracker:
         url: str | None = f"repos/{owner}/{repo}/issues/{number}/comments"
         first = True
         missing = f"issue {owner}/{repo}#{number} not found, or {self._credential()} cannot see it"
+        pages = _Pages(self.source.apiUrl, f"the comments of issue {owner}/{repo}#{number}")
         with self._asking(f"the comments of issue #{number}", missing=missing):
             while url is not None:
                 response = client.request("GET", url, params={"per_page": PER_PAGE} if first else None)
                 for obj in response.json():
                     if marker in str(obj.get("body") or ""):
                         return self._comment(obj)
-                url = _next_link(response.headers.get("link"))
+                url = pages.next(response.headers.get("link"))
                 first = False
         return None
 

@@ -26,6 +26,8 @@ from joch.api.integrations import LinearSource, WriteTarget
 from joch.integrations.base import Clock, Issue, RemoteComment, SecretLookup, SyncPage, TrackerError
 
 PAGE_SIZE = 50
+MAX_PAGES = 1000
+"""A listing that has not ended after this many pages is refused (an ``endCursor`` loop never ends)."""
 _CLOSED_STATE_TYPES = ("completed", "canceled")
 
 ISSUE_FIELDS = """
@@ -141,6 +143,7 @@ class LinearTracker:
         issue_filter = self._filter(since)
         issues: list[Issue] = []
         after: str | None = None
+        seen: set[str] = set()
         while True:
             data = self._call("JochIssues", ISSUES, {"filter": issue_filter, "first": PAGE_SIZE, "after": after})
             connection = data.get("issues") or {}
@@ -149,6 +152,7 @@ class LinearTracker:
             after = page.get("endCursor")
             if not page.get("hasNextPage") or not after:
                 break
+            _next_page(seen, after, f'the issues of team "{self.source.teamKey}"')
         issues.sort(key=lambda i: _instant(i.updated_at))  # oldest first, as GitHub's are
         if not issues:
             self.check()  # an empty answer for a team that does not exist is an error, not "no issues"
@@ -174,6 +178,7 @@ class LinearTracker:
     def find_comment(self, target: WriteTarget, marker: str) -> RemoteComment | None:
         issue = _issue_ref(target)
         after: str | None = None
+        seen: set[str] = set()
         while True:
             data = self._call("JochComments", COMMENTS, {"id": issue, "first": PAGE_SIZE, "after": after})
             node = data.get("issue")
@@ -187,6 +192,7 @@ class LinearTracker:
             after = page.get("endCursor")
             if not page.get("hasNextPage") or not after:
                 return None
+            _next_page(seen, after, f"the comments of Linear issue {issue}")
 
     def create_comment(self, target: WriteTarget, body: str) -> RemoteComment:
         data = self._call("JochCommentCreate", COMMENT_CREATE,
@@ -295,6 +301,16 @@ class LinearTracker:
 
     def _until(self, response: httpx.Response) -> str:
         return f" until {datetime.fromtimestamp(self._reset(response), UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def _next_page(seen: set[str], cursor: str, what: str) -> None:
+    """Refuses a cursor already followed (the listing would never end) and a listing past ``MAX_PAGES``."""
+    if cursor in seen:
+        raise TrackerError("Unavailable", f"Linear answered {what} with an endCursor already followed: the "
+                                          "listing would never end")
+    seen.add(cursor)
+    if len(seen) >= MAX_PAGES:
+        raise TrackerError("Unavailable", f"Linear's listing of {what} did not end within {MAX_PAGES} pages")
 
 
 def _issue_ref(target: WriteTarget) -> str:

@@ -1,0 +1,170 @@
+"""The GitHub and Linear clients against servers that misbehave on purpose (a real HTTP server on
+127.0.0.1 answering what each test scripts): pagination that never ends, a next page on another host,
+rate-limit resets in the past or absurdly far ahead. Every one must end in a ``TrackerError``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from joch.api.integrations import GitHubSource, LinearSource, WriteTarget
+from joch.integrations import github, linear
+from joch.integrations.base import TrackerError
+from joch.integrations.github import GitHubTracker
+from joch.integrations.linear import LinearTracker
+
+NOW = 1_790_000_000.0
+Answer = tuple[int, dict[str, str], Any]
+
+
+@dataclass
+class Scripted:
+    """A server whose every answer is ``answer(method, path, headers, body)``; it records requests."""
+
+    answer: Callable[[str, str, dict[str, str], Any], Answer]
+    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    url: str = ""
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[str, str, dict[str, str], Any], Answer]], Scripted]]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(answer: Callable[[str, str, dict[str, str], Any], Answer]) -> Scripted:
+        scripted = Scripted(answer)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._reply("GET")
+
+            def do_POST(self) -> None:
+                self._reply("POST")
+
+            def _reply(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                scripted.requests.append((method, self.path, headers))
+                status, extra, payload = scripted.answer(method, self.path, headers, json.loads(raw) if raw else None)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        scripted.url = f"http://127.0.0.1:{server.server_address[1]}"
+        return scripted
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def gh(url: str) -> GitHubTracker:
+    spec = GitHubSource.model_validate({"owner": "acme", "repo": "web", "apiUrl": url,
+                                        "auth": {"tokenSecretRef": {"name": "gh", "key": "token"}}})
+    return GitHubTracker(spec, lambda name, key: "ghp_token", clock=lambda: NOW, timeout=5.0)
+
+
+def lin(url: str) -> LinearTracker:
+    spec = LinearSource.model_validate({"teamKey": "ENG", "apiUrl": url + "/graphql",
+                                        "auth": {"apiKeySecretRef": {"name": "linear", "key": "apiKey"}}})
+    return LinearTracker(spec, lambda name, key: "lin_api_key", clock=lambda: NOW, timeout=5.0)
+
+
+GH_TARGET = WriteTarget.model_validate({"provider": "github", "sourceRef": {"name": "web"}, "owner": "acme",
+                                        "repo": "web", "number": 1})
+LIN_TARGET = WriteTarget.model_validate({"provider": "linear", "sourceRef": {"name": "linear"}, "issueId": "i-1"})
+REPO = {"name": "web", "full_name": "acme/web", "owner": {"login": "acme"}, "default_branch": "main"}
+
+
+# --- pagination that never ends -----------------------------------------------------------------
+
+def test_a_github_link_to_the_same_page_forever_ends(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(github, "MAX_PAGES", 20)
+
+    def answer(method: str, path: str, headers: dict[str, str], body: Any) -> Answer:
+        if path.startswith("/repos/acme/web/issues"):
+            link = f'<{server.url}/repos/acme/web/issues?page=2>; rel="next"'
+            return 200, {"Link": link}, [{"number": 1, "title": "x", "updated_at": "2026-01-01T00:00:00Z",
+                                          "comments_url": "", "body": "no marker"}]
+        return 200, {}, REPO
+
+    server = serve(answer)
+    with pytest.raises(TrackerError) as caught:
+        gh(server.url).list_issues(since=None, etag=None)
+    assert caught.value.reason == "Unavailable" and "already read" in caught.value.message
+    with pytest.raises(TrackerError):
+        gh(server.url).find_comment(GH_TARGET, "<!-- joch -->")
+    assert len(server.requests) < 10
+
+
+def test_github_pages_that_never_end_stop_at_the_cap(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(github, "MAX_PAGES", 20)
+
+    def answer(method: str, path: str, headers: dict[str, str], body: Any) -> Answer:
+        page = int(path.rpartition("page=")[2]) if "page=" in path else 1
+        return 200, {"Link": f'<{server.url}/repos/acme/web/issues?page={page + 1}>; rel="next"'}, []
+
+    server = serve(answer)
+    with pytest.raises(TrackerError) as caught:
+        gh(server.url).list_issues(since=None, etag=None)
+    assert caught.value.reason == "Unavailable" and "did not end within 20 pages" in caught.value.message
+    assert len(server.requests) <= 20
+
+
+def test_a_github_next_page_on_another_host_gets_no_token(serve: Any) -> None:
+    elsewhere = serve(lambda method, path, headers, body: (200, {}, []))
+    server = serve(lambda method, path, headers, body: (
+        200, {"Link": f'<{elsewhere.url}/steal?page=2>; rel="next"'}, []))
+    for call in (lambda: gh(server.url).list_issues(since=None, etag=None),
+                 lambda: gh(server.url).find_comment(GH_TARGET, "<!-- joch -->")):
+        with pytest.raises(TrackerError) as caught:
+            call()
+        assert caught.value.reason == "Unavailable" and "not sending the token there" in caught.value.message
+    assert elsewhere.requests == []
+
+
+def test_a_linear_end_cursor_that_never_moves_ends(serve: Any) -> None:
+    def answer(method: str, path: str, headers: dict[str, str], body: Any) -> Answer:
+        connection = {"nodes": [], "pageInfo": {"hasNextPage": True, "endCursor": "same"}}
+        if body["operationName"] == "JochComments":
+            return 200, {}, {"data": {"issue": {"id": "i-1", "comments": connection}}}
+        return 200, {}, {"data": {"issues": connection}}
+
+    server = serve(answer)
+    for call in (lambda: lin(server.url).list_issues(since=None, etag=None),
+                 lambda: lin(server.url).find_comment(LIN_TARGET, "<!-- joch -->")):
+        with pytest.raises(TrackerError) as caught:
+            call()
+        assert caught.value.reason == "Unavailable" and "endCursor already followed" in caught.value.message
+    assert len(server.requests) == 4
+
+
+def test_linear_pages_that_never_end_stop_at_the_cap(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(linear, "MAX_PAGES", 20)
+
+    def answer(method: str, path: str, headers: dict[str, str], body: Any) -> Answer:
+        cursor = f"c{len(server.requests)}"
+        return 200, {}, {"data": {"issues": {"nodes": [], "pageInfo": {"hasNextPage": True, "endCursor": cursor}}}}
+
+    server = serve(answer)
+    with pytest.raises(TrackerError) as caught:
+        lin(server.url).list_issues(since=None, etag=None)
+    assert "did not end within 20 pages" in caught.value.message and len(server.requests) <= 20
