@@ -24,6 +24,7 @@ alike) into the tracker values of ``joch.integrations.base``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -37,7 +38,6 @@ import jwt
 from githubkit import GitHub, TokenAuthStrategy, UnauthAuthStrategy
 from githubkit.exception import GitHubException, RequestError, RequestFailed, RequestTimeout
 from githubkit.versions import LATEST_VERSION
-from pydantic import ValidationError
 
 from joch.api.integrations import GitHubSource, WriteTarget
 from joch.integrations.base import (
@@ -56,6 +56,8 @@ REFRESH_BEFORE = 300.0
 PER_PAGE = 100
 MAX_PAGES = 1000
 """A listing that has not ended after this many pages is refused (a ``Link`` loop never ends)."""
+MAX_WAIT = 3600.0
+"""A rate limit's reset is believed up to this far ahead (GitHub's windows are an hour)."""
 TIMEOUT = 30.0
 _JWT_LIFETIME = 540  # GitHub accepts at most 10 minutes; iat is backdated a minute for clock drift
 
@@ -106,6 +108,12 @@ def _epoch(text: str) -> float:
 
 def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(text: str) -> float | None:
+    """A header's whole number of seconds, or None (not digits, or too long to be a time)."""
+    text = text.strip()
+    return float(text) if text.isascii() and text.isdigit() and len(text) <= 15 else None
 
 
 def _http_date(text: str) -> float | None:
@@ -185,6 +193,7 @@ class GitHubTracker:
         self._installation_token: str | None = None
         self._clients: dict[str, GitHub[Any]] = {}
         self._repository: Repository | None = None
+        self._last_response: httpx.Response | None = None
 
     @property
     def full_name(self) -> str:
@@ -230,7 +239,7 @@ class GitHubTracker:
         assert app is not None
         ref = app.privateKeySecretRef
         client: GitHub[Any] = GitHub(UnauthAuthStrategy(), base_url=self._base_url(), auto_retry=False,
-                                     http_cache=False, timeout=self._timeout)
+                                     http_cache=False, timeout=self._timeout, event_hooks={"response": [self._seen]})
         what = f"an installation token for GitHub App {app.appId} (installation {app.installationId})"
         try:
             response = client.rest.apps.create_installation_access_token(
@@ -249,10 +258,10 @@ class GitHubTracker:
                                    "check spec.github.auth.app.installationId (the number in the installation's "
                                    "settings URL)") from exc
             raise self._failure(exc, what) from exc
-        except (ValidationError, ValueError) as exc:
-            raise TrackerError("Unavailable", f"GitHub answered {what} in an unexpected shape: {exc}") from exc
         except GitHubException as exc:
             raise self._failure(exc, what) from exc
+        except (ValueError, OverflowError) as exc:  # pydantic's ValidationError is a ValueError
+            raise self._unreadable(exc, what) from exc
         self._installation_token = answer.token
         self.token_expires_at = expires
 
@@ -267,7 +276,7 @@ class GitHubTracker:
         if client is None:
             self._clients.clear()  # an old installation token's client is of no more use
             client = GitHub(TokenAuthStrategy(token), base_url=self._base_url(), auto_retry=False,
-                            http_cache=False, timeout=self._timeout)
+                            http_cache=False, timeout=self._timeout, event_hooks={"response": [self._seen]})
             self._clients[token] = client
         return client
 
@@ -282,22 +291,9 @@ class GitHubTracker:
         response = exc.response.raw_response
         status = response.status_code
         message = _github_message(response)
-        headers = response.headers
-        retry_after = headers.get("retry-after")
-        limited = (retry_after is not None or headers.get("x-ratelimit-remaining") == "0"
-                   or "rate limit" in message.lower())
-        if status in (403, 429) and limited:
-            now = self._clock()
-            if retry_after is not None and retry_after.strip().isdigit():
-                at = now + int(retry_after)
-            elif retry_after is not None and (when := _http_date(retry_after)) is not None:
-                at = when
-            elif (reset := headers.get("x-ratelimit-reset", "")).strip().isdigit():
-                at = float(reset)
-            else:
-                at = now + 60
-            return TrackerError("RateLimited", f"GitHub's rate limit for {self.full_name} is used up "
-                                f"({message}); asking again after {_rfc3339(at)}", retry_at=at)
+        limited = self._rate_limited(response, message)
+        if limited is not None:
+            return limited
         if status == 401:
             return TrackerError("BadCredentials", f"{self._credential()} was refused by GitHub "
                                 f"({self.source.apiUrl}): {message}; put a valid token in it")
@@ -316,6 +312,44 @@ class GitHubTracker:
                                 f"for {what}: {message}")
         return TrackerError("Invalid", f"GitHub answered {status} to {what} in {self.full_name}: {message}")
 
+    def _rate_limited(self, response: httpx.Response, message: str | None = None) -> TrackerError | None:
+        """``RateLimited`` for a 403/429 that says the rate limit is used up, else None."""
+        status = response.status_code
+        message = _github_message(response) if message is None else message
+        headers = response.headers
+        retry_after = headers.get("retry-after")
+        limited = (retry_after is not None or headers.get("x-ratelimit-remaining") == "0"
+                   or "rate limit" in message.lower())
+        if status in (403, 429) and limited:
+            now = self._clock()
+            if retry_after is not None and (seconds := _seconds(retry_after)) is not None:
+                at = now + min(seconds, MAX_WAIT)
+            elif retry_after is not None and (when := _http_date(retry_after)) is not None:
+                at = when
+            elif (reset := _seconds(headers.get("x-ratelimit-reset", ""))) is not None:
+                at = reset
+            else:
+                at = now + 60
+            if not math.isfinite(at) or at <= now:
+                at = now + 60  # a reset already past (the clocks disagree): wait a minute, as for no reset at all
+            at = min(at, now + MAX_WAIT)  # a reset absurdly far ahead would stop the source for good
+            return TrackerError("RateLimited", f"GitHub's rate limit for {self.full_name} is used up "
+                                f"({message}); asking again after {_rfc3339(at)}", retry_at=at)
+        return None
+
+    def _seen(self, response: httpx.Response) -> None:
+        """httpx's response hook: the last answer, for when githubkit fails reading it (githubkit's own
+        rate-limit check raises ValueError or OverflowError on a reset header it cannot parse)."""
+        self._last_response = response
+
+    def _unreadable(self, exc: Exception, what: str) -> TrackerError:
+        last = self._last_response
+        limited = self._rate_limited(last) if last is not None else None
+        if limited is not None:
+            return limited
+        return TrackerError("Unavailable", f"GitHub answered {what} in {self.full_name} in an unexpected shape: "
+                            f"{type(exc).__name__}: {str(exc)[:200]}")
+
     def _credential(self) -> str:
         auth = self.source.auth
         if auth.tokenSecretRef is not None:
@@ -329,9 +363,8 @@ class GitHubTracker:
             yield
         except GitHubException as exc:
             raise self._failure(exc, what, missing=missing) from exc
-        except ValidationError as exc:
-            raise TrackerError("Unavailable", f"GitHub answered {what} in {self.full_name} in an unexpected "
-                               f"shape: {exc}") from exc
+        except (ValueError, OverflowError) as exc:  # pydantic's ValidationError is a ValueError
+            raise self._unreadable(exc, what) from exc
 
     # --- Tracker ---------------------------------------------------------------------------------
 

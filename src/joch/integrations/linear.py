@@ -15,6 +15,7 @@ found" → None from ``get_issue``, ``NotFound`` elsewhere. The key never appear
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -28,6 +29,8 @@ from joch.integrations.base import Clock, Issue, RemoteComment, SecretLookup, Sy
 PAGE_SIZE = 50
 MAX_PAGES = 1000
 """A listing that has not ended after this many pages is refused (an ``endCursor`` loop never ends)."""
+MAX_WAIT = 3600.0
+"""A rate limit's reset is believed up to this far ahead (Linear's windows are an hour)."""
 _CLOSED_STATE_TYPES = ("completed", "canceled")
 
 ISSUE_FIELDS = """
@@ -294,10 +297,14 @@ class LinearTracker:
     def _reset(self, response: httpx.Response) -> float:
         raw = response.headers.get("x-ratelimit-requests-reset") or response.headers.get(
             "x-ratelimit-complexity-reset")
+        now = self._clock()
         try:
-            return float(raw) / 1000.0 if raw else self._clock() + 60.0
+            at = float(raw) / 1000.0 if raw else math.nan
         except ValueError:
-            return self._clock() + 60.0
+            at = math.nan
+        if not math.isfinite(at) or at <= now:
+            return now + 60.0  # none, not a number ("nan", "inf"), or already past (seconds, or clock skew)
+        return min(at, now + MAX_WAIT)
 
     def _until(self, response: httpx.Response) -> str:
         return f" until {datetime.fromtimestamp(self._reset(response), UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"

@@ -168,3 +168,37 @@ def test_linear_pages_that_never_end_stop_at_the_cap(serve: Any, monkeypatch: py
     with pytest.raises(TrackerError) as caught:
         lin(server.url).list_issues(since=None, etag=None)
     assert "did not end within 20 pages" in caught.value.message and len(server.requests) <= 20
+
+
+# --- rate limits whose reset cannot be believed ---------------------------------------------------
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(NOW) - 3600)}, NOW + 60),  # past: skew
+    ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": "99999999999"}, NOW + 3600),  # the year 5138
+    ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": "9" * 30}, NOW + 60),  # beyond any clock
+    ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": "9" * 5000}, NOW + 60),  # not a time at all
+    ({"Retry-After": "99999999"}, NOW + 3600),
+    ({"Retry-After": "9" * 400}, NOW + 60),
+    ({"Retry-After": "\u00b2"}, NOW + 60),  # a digit to str.isdigit, not to float
+    ({"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, NOW + 3600),
+])
+def test_a_github_reset_past_or_absurd_is_bounded(serve: Any, headers: dict[str, str], expected: float) -> None:
+    server = serve(lambda method, path, h, body: (403, headers, {"message": "API rate limit exceeded"}))
+    with pytest.raises(TrackerError) as caught:
+        gh(server.url).check()
+    assert caught.value.reason == "RateLimited" and caught.value.retry_at == expected
+
+
+@pytest.mark.parametrize(("reset", "expected"), [
+    (str(int(NOW) * 1000 - 3_600_000), NOW + 60),  # past
+    (str(int(NOW)), NOW + 60),  # seconds where milliseconds belong: 1970
+    ("nan", NOW + 60), ("inf", NOW + 60), ("1e999", NOW + 60),
+    (str(int(NOW) * 1000 * 1000), NOW + 3600),  # absurd future
+])
+def test_a_linear_reset_past_or_absurd_is_bounded(serve: Any, reset: str, expected: float) -> None:
+    server = serve(lambda method, path, h, body: (
+        400, {"X-RateLimit-Requests-Reset": reset},
+        {"errors": [{"message": "Rate limit exceeded", "extensions": {"code": "RATELIMITED"}}]}))
+    with pytest.raises(TrackerError) as caught:
+        lin(server.url).check()
+    assert caught.value.reason == "RateLimited" and caught.value.retry_at == expected
