@@ -62,8 +62,25 @@ TIMEOUT = 30.0
 _JWT_LIFETIME = 540  # GitHub accepts at most 10 minutes; iat is backdated a minute for clock drift
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError)
+"""What reading a JSON object of the wrong shape raises (a missing key, a string where an object was)."""
+
+
+def _malformed(what: str, exc: Exception) -> TrackerError:
+    return TrackerError("Invalid", f"{what} is not shaped as GitHub sends it ({type(exc).__name__}: "
+                        f"{str(exc)[:120]})")
+
+
 def github_repository(obj: Mapping[str, Any]) -> Repository:
-    """A repository object (``GET /repos/{o}/{r}``, a webhook's ``repository``) as a ``Repository``."""
+    """A repository object (``GET /repos/{o}/{r}``, a webhook's ``repository``) as a ``Repository``;
+    ``TrackerError("Invalid")`` when it is not shaped like one."""
+    try:
+        return _github_repository(obj)
+    except _MALFORMED as exc:
+        raise _malformed("the repository object", exc) from None
+
+
+def _github_repository(obj: Mapping[str, Any]) -> Repository:
     owner = obj.get("owner") or {}
     full_name = str(obj.get("full_name") or "")
     owner_login = str(owner.get("login") or full_name.partition("/")[0])
@@ -84,22 +101,38 @@ def _owner_repo(obj: Mapping[str, Any], repository: Repository | None) -> tuple[
 
 def github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue:
     """A GitHub issue object (REST or webhook) as an ``Issue``: key ``owner/repo#N``, version
-    ``updated_at``, label names, open or closed, the author's login."""
-    number = int(obj["number"])
+    ``updated_at``, label names, open or closed, the author's login. ``TrackerError("Invalid")`` when
+    it is not shaped like one."""
+    try:
+        return _github_issue(obj, repository)
+    except _MALFORMED as exc:
+        raise _malformed("the issue object", exc) from None
+
+
+def _github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue:
+    number = obj["number"]
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise ValueError(f"number is {number!r}, not a whole number")
     owner, repo = _owner_repo(obj, repository)
     labels = tuple(str(lb["name"]) if isinstance(lb, Mapping) else str(lb) for lb in obj.get("labels") or ())
     state: Literal["open", "closed"] = "closed" if obj.get("state") == "closed" else "open"
     user = obj.get("user") or {}
     updated = str(obj.get("updated_at") or "")
+    if not isinstance(user, Mapping):
+        raise TypeError("user is not an object")
     return Issue(provider="github", id=str(number), key=f"{owner}/{repo}#{number}", title=str(obj.get("title") or ""),
                  body=str(obj.get("body") or ""), url=str(obj.get("html_url") or ""), state=state, labels=labels,
-                 updated_at=updated, number=number, author=user.get("login"), repository=repository,
+                 updated_at=updated, number=number, author=_text(user.get("login")), repository=repository,
                  version=updated)
 
 
 def _header_safe(token: str) -> bool:
     """Whether ``token`` is visible ASCII only, as every GitHub token is (and so safe in a header)."""
     return all("!" <= c <= "~" for c in token)
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value is not None else None
 
 
 def _epoch(text: str) -> float:
@@ -405,17 +438,21 @@ class GitHubTracker:
                     if raw.status_code == 304:
                         return SyncPage(cursor=since, etag=etag, not_modified=True)
                 page = raw.json()
-                if not isinstance(page, list):
+                if not isinstance(page, list) or not all(isinstance(item, dict) for item in page):
                     raise TrackerError("Unavailable", f"GitHub answered the issues of {self.full_name} with "
-                                       "something other than a list")
+                                       "something other than a list of objects")
                 items.extend(page)
                 url = pages.next(raw.headers.get("link"))
                 first = False
         cursor = since
         for item in items:
             updated = item.get("updated_at")
-            if isinstance(updated, str) and (cursor is None or _epoch(updated) > _epoch(cursor)):
-                cursor = updated
+            try:
+                if isinstance(updated, str) and (cursor is None or _epoch(updated) > _epoch(cursor)):
+                    cursor = updated
+            except ValueError:
+                raise TrackerError("Unavailable", f"GitHub answered an issue of {self.full_name} updated at "
+                                   f"{str(updated)[:40]!r} (or the cursor {since!r}), which is not a time") from None
         repository = self.repository() if items else self._repository
         issues = [github_issue(item, repository) for item in items if "pull_request" not in item]
         return SyncPage(issues=issues, cursor=cursor, etag=first_etag, not_modified=False)

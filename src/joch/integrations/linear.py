@@ -83,7 +83,15 @@ ATTACHMENT_CREATE = """mutation JochAttachmentCreate($input: AttachmentCreateInp
 def linear_issue(node: Mapping[str, Any]) -> Issue:
     """An issue as the GraphQL API answers it (``labels.nodes``) or as a webhook carries it (``labels``
     a list, ``labelIds``), normalised. Completed and canceled states and archived issues are closed;
-    a trashed issue is deleted."""
+    a trashed issue is deleted. ``TrackerError("Invalid")`` when it is not shaped like one."""
+    try:
+        return _linear_issue(node)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TrackerError("Invalid", f"the Linear issue object is not shaped as Linear sends it "
+                           f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _linear_issue(node: Mapping[str, Any]) -> Issue:
     labels_field = node.get("labels")
     if isinstance(labels_field, Mapping):
         labels_field = labels_field.get("nodes")

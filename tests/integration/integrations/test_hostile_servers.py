@@ -202,3 +202,23 @@ def test_a_linear_reset_past_or_absurd_is_bounded(serve: Any, reset: str, expect
     with pytest.raises(TrackerError) as caught:
         lin(server.url).check()
     assert caught.value.reason == "RateLimited" and caught.value.retry_at == expected
+
+
+# --- answers of the wrong shape ------------------------------------------------------------------
+
+@pytest.mark.parametrize("items", [["not an object"], [{"number": "12"}], [{"number": 1, "user": "mona"}],
+                                   [{"number": 1, "updated_at": "yesterday"}], [{"number": 1, "labels": [{}]}]])
+def test_github_issues_of_the_wrong_shape_are_a_tracker_error(serve: Any, items: list[Any]) -> None:
+    server = serve(lambda method, path, h, body: (200, {}, items if "/issues" in path else REPO))
+    with pytest.raises(TrackerError):
+        gh(server.url).list_issues(since=None, etag=None)
+
+
+@pytest.mark.parametrize("node", [{"id": "i-1", "state": "Todo"}, {"id": "i-1", "team": "ENG"},
+                                  {"id": "i-1", "creator": "mona"}])
+def test_linear_issues_of_the_wrong_shape_are_a_tracker_error(serve: Any, node: dict[str, Any]) -> None:
+    server = serve(lambda method, path, h, body: (200, {}, {"data": {"issues": {
+        "nodes": [node], "pageInfo": {"hasNextPage": False, "endCursor": None}}}}))
+    with pytest.raises(TrackerError) as caught:
+        lin(server.url).list_issues(since=None, etag=None)
+    assert caught.value.reason == "Invalid"

@@ -7,10 +7,11 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from joch.integrations.base import Issue, Repository
+from joch.integrations.base import Issue, Repository, TrackerError
 from joch.integrations.events import CommentEvent, TrackerEvent, generic, parse_github, parse_linear
 from support.fake_linear import FakeLinear
 
@@ -265,3 +266,46 @@ def test_from_payload_tolerates_fields_it_does_not_know_or_miss() -> None:
     read = TrackerEvent.from_payload(stored)
     assert read.issue is not None and read.issue.version == "" and read.issue.key == "acme/web#12"
     assert read.repository == event.repository and read.headers == {}
+
+
+# --- hostile and malformed deliveries --------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+_KEYS = st.sampled_from(["issue", "comment", "repository", "sender", "label", "pull_request", "action", "number",
+                         "user", "labels", "owner", "head", "data", "type", "updatedFrom", "state", "team", "creator",
+                         "labelIds", "actor", "name", "login", "id", "identifier", "url", "title", "body"])
+# objects keyed like real deliveries, nested, with any JSON at the leaves
+_SHAPED = st.recursive(_JSON, lambda inner: st.dictionaries(_KEYS, inner, max_size=6), max_leaves=20)
+
+
+def _only_clear_errors(call: Any) -> None:
+    try:
+        call()
+    except TrackerError as exc:
+        assert exc.reason == "Invalid" and "delivery" in exc.message
+
+
+@given(event=st.sampled_from(["issues", "issue_comment", "pull_request", "ping", "push"]), body=_SHAPED)
+def test_parse_github_raises_nothing_but_invalid_on_any_json(event: str, body: Any) -> None:
+    _only_clear_errors(lambda: parse_github(event, "d-x", body))
+
+
+@given(kind=st.sampled_from(["Issue", "Comment", "Project"]), action=st.sampled_from(["create", "update", "remove"]),
+       data=_SHAPED, before=_SHAPED)
+def test_parse_linear_raises_nothing_but_invalid_on_any_json(kind: str, action: str, data: Any, before: Any) -> None:
+    _only_clear_errors(lambda: parse_linear("d-x", {"type": kind, "action": action, "data": data,
+                                                    "updatedFrom": before}))
+    _only_clear_errors(lambda: parse_linear("d-x", data))
+
+
+@pytest.mark.parametrize("body", [[], "text", 12, None, [{"action": "opened"}]])
+def test_a_body_that_is_not_an_object_is_invalid(body: Any) -> None:
+    for call in (lambda: parse_github("issues", "d-1", body), lambda: parse_linear("d-1", body),
+                 lambda: generic("d-1", body, {})):
+        with pytest.raises(TrackerError) as caught:
+            call()
+        assert caught.value.reason == "Invalid" and "d-1" in caught.value.message
+
