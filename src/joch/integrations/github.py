@@ -448,7 +448,7 @@ class GitHubTracker:
         for item in items:
             updated = item.get("updated_at")
             try:
-                if isinstance(updated, str) and (_epoch(updated) > _epoch(cursor) if cursor else True):
+                if isinstance(updated, str) and (_epoch(updated) > (_epoch(cursor) if cursor else -math.inf)):
                     cursor = updated
             except ValueError:
                 raise TrackerError("Unavailable", f"GitHub answered an issue of {self.full_name} updated at "
