@@ -215,11 +215,12 @@ def _linear_issue_action(action: str, data: Mapping[str, Any],
     if "labelIds" in before:
         old = list(before.get("labelIds") or ())
         new = list(data.get("labelIds") or ())
-        added = [i for i in new if i not in old]
+        old_set, new_set = set(map(str, old)), set(map(str, new))  # lists of 10k ids: no list membership
+        added = [i for i in new if str(i) not in old_set]
         if added:
             added_names = tuple(names[str(i)] for i in added if str(i) in names)
             return "labeled", names.get(str(added[0])), added_names
-        removed = [i for i in old if i not in new]
+        removed = [i for i in old if str(i) not in new_set]
         if removed:
             return "unlabeled", names.get(str(removed[0])), ()
     if "stateId" in before or "completedAt" in before or "canceledAt" in before:

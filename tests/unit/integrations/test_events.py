@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from typing import Any
 
 import pytest
@@ -309,3 +310,13 @@ def test_a_body_that_is_not_an_object_is_invalid(body: Any) -> None:
             call()
         assert caught.value.reason == "Invalid" and "d-1" in caught.value.message
 
+
+def test_ten_thousand_labels_are_read_quickly() -> None:
+    ids = [f"{i:08d}-0000-4000-8000-000000000000" for i in range(10_000)]
+    body = {"type": "Issue", "action": "update", "updatedFrom": {"labelIds": ids[1:]},
+            "data": {"id": "i-1", "identifier": "ENG-1", "labelIds": ids[::-1],
+                     "labels": [{"id": i, "name": f"l{n}"} for n, i in enumerate(ids)]}}
+    started = time.perf_counter()
+    event = parse_linear("d-1", body)
+    assert event.action == "labeled" and event.label == "l0" and len(event.issue.labels) == 10_000  # type: ignore[union-attr]
+    assert time.perf_counter() - started < 0.5  # comparing lists of ids took seconds
