@@ -396,7 +396,8 @@ class GitHubTracker:
             yield
         except GitHubException as exc:
             raise self._failure(exc, what, missing=missing) from exc
-        except (ValueError, OverflowError) as exc:  # pydantic's ValidationError is a ValueError
+        except (ValueError, OverflowError, KeyError, TypeError, AttributeError) as exc:
+            # pydantic's ValidationError is a ValueError; the others: a list where an object was, a key missing
             raise self._unreadable(exc, what) from exc
 
     # --- Tracker ---------------------------------------------------------------------------------
@@ -458,7 +459,10 @@ class GitHubTracker:
         return SyncPage(issues=issues, cursor=cursor, etag=first_etag, not_modified=False)
 
     def get_issue(self, id: str) -> Issue | None:
-        number = int(id.rsplit("#", 1)[-1])
+        tail = id.rsplit("#", 1)[-1]
+        if not (tail.isascii() and tail.isdigit() and len(tail) <= 18):
+            raise TrackerError("Invalid", f'"{id[:80]}" is not a GitHub issue number (12, or acme/web#12)')
+        number = int(tail)
         try:
             with self._asking(f"issue #{number}"):
                 response = self._client().rest.issues.get(self.owner, self.repo, number)
@@ -525,7 +529,7 @@ class GitHubTracker:
             response = self._client().rest.pulls.list(self.owner, self.repo, head=f"{self.owner}:{branch}",
                                                       state="all", per_page=PER_PAGE)
             found = response.json()
-        return self._pull(found[0]) if found else None
+            return self._pull(found[0]) if found else None
 
     def create_pull_request(self, *, head: str, base: str, title: str, body: str, draft: bool) -> RemotePullRequest:
         with self._asking(f"a pull request from {head} into {base}"):

@@ -15,11 +15,12 @@ found" → None from ``get_issue``, ``NotFound`` elsewhere. The key never appear
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import httpx
 
@@ -78,6 +79,23 @@ COMMENT_UPDATE = """mutation JochCommentUpdate($id: String!, $input: CommentUpda
 ATTACHMENT_CREATE = """mutation JochAttachmentCreate($input: AttachmentCreateInput!) {
   attachmentCreate(input: $input) { success attachment { id url title } }
 }"""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _shape_checked(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """An answer of the wrong shape (a list where an object was, a key missing) is ``TrackerError``
+    ``Unavailable``, not a KeyError or AttributeError out of the client."""
+    @functools.wraps(method)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TrackerError("Unavailable", f"Linear answered {method.__name__} in an unexpected shape "
+                               f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    return checked
 
 
 def linear_issue(node: Mapping[str, Any]) -> Issue:
@@ -144,12 +162,14 @@ class LinearTracker:
 
     # --- Tracker ---------------------------------------------------------------------------------
 
+    @_shape_checked
     def check(self) -> None:
         data = self._call("JochCheck", CHECK, {"teamKey": self.source.teamKey})
         if not ((data.get("teams") or {}).get("nodes") or []):
             raise TrackerError("NotFound", f'Linear team "{self.source.teamKey}" not found, or the API key '
                                            "cannot see it: check spec.linear.teamKey")
 
+    @_shape_checked
     def list_issues(self, *, since: str | None, etag: str | None = None) -> SyncPage:
         issue_filter = self._filter(since)
         issues: list[Issue] = []
@@ -173,6 +193,7 @@ class LinearTracker:
                 cursor = issue.updated_at
         return SyncPage(issues=issues, cursor=cursor)
 
+    @_shape_checked
     def get_issue(self, id: str) -> Issue | None:
         try:
             data = self._call("JochIssue", ISSUE, {"id": id})
@@ -186,6 +207,7 @@ class LinearTracker:
         issue = linear_issue(node)
         return None if issue.deleted else issue
 
+    @_shape_checked
     def find_comment(self, target: WriteTarget, marker: str) -> RemoteComment | None:
         issue = _issue_ref(target)
         after: str | None = None
@@ -205,17 +227,20 @@ class LinearTracker:
                 return None
             _next_page(seen, after, f"the comments of Linear issue {issue}")
 
+    @_shape_checked
     def create_comment(self, target: WriteTarget, body: str) -> RemoteComment:
         data = self._call("JochCommentCreate", COMMENT_CREATE,
                           {"input": {"issueId": _issue_ref(target), "body": body}})
         return _comment(_succeeded(data, "commentCreate", "comment"))
 
+    @_shape_checked
     def update_comment(self, target: WriteTarget, comment_id: str, body: str) -> RemoteComment:
         data = self._call("JochCommentUpdate", COMMENT_UPDATE, {"id": comment_id, "input": {"body": body}})
         return _comment(_succeeded(data, "commentUpdate", "comment"))
 
     # --- Linear only -----------------------------------------------------------------------------
 
+    @_shape_checked
     def attach_link(self, target: WriteTarget, url: str, title: str) -> str:
         """Attach ``url`` to the issue; the attachment's id. Linear keeps one attachment per URL and
         issue, so attaching again updates it rather than adding a second."""

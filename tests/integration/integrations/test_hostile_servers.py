@@ -222,3 +222,29 @@ def test_linear_issues_of_the_wrong_shape_are_a_tracker_error(serve: Any, node: 
     with pytest.raises(TrackerError) as caught:
         lin(server.url).list_issues(since=None, etag=None)
     assert caught.value.reason == "Invalid"
+
+
+def test_github_comments_and_pulls_of_the_wrong_shape_are_a_tracker_error(serve: Any) -> None:
+    server = serve(lambda method, path, h, body: (200, {}, {"message": "an object where a list belongs"}))
+    client = gh(server.url)
+    for call in (lambda: client.find_comment(GH_TARGET, "<!-- joch -->"), lambda: client.find_pull_request("x")):
+        with pytest.raises(TrackerError) as caught:
+            call()
+        assert caught.value.reason == "Unavailable" and "unexpected shape" in caught.value.message
+    with pytest.raises(TrackerError) as caught:
+        client.get_issue("acme/web#twelve")
+    assert caught.value.reason == "Invalid" and "not a GitHub issue number" in caught.value.message
+
+
+@pytest.mark.parametrize("data", [{"issues": ["a list"]}, {"issues": {"nodes": [], "pageInfo": "done"}},
+                                  {"issues": {"nodes": [], "pageInfo": {"hasNextPage": True, "endCursor": [1]}}},
+                                  {"issue": "text", "commentCreate": "text", "commentUpdate": {"success": "yes"}}])
+def test_linear_answers_of_the_wrong_shape_are_a_tracker_error(serve: Any, data: dict[str, Any]) -> None:
+    server = serve(lambda method, path, h, body: (200, {}, {"data": {**data, "teams": {"nodes": [{"id": "t"}]}}}))
+    client = lin(server.url)
+    calls = [lambda: client.list_issues(since=None, etag=None)] if "issues" in data else [
+        lambda: client.find_comment(LIN_TARGET, "m"), lambda: client.create_comment(LIN_TARGET, "b"),
+        lambda: client.update_comment(LIN_TARGET, "c-1", "b"), lambda: client.get_issue("ENG-1")]
+    for call in calls:
+        with pytest.raises(TrackerError):
+            call()
