@@ -265,9 +265,19 @@ def generic(delivery_id: str, body: Mapping[str, Any], headers: Mapping[str, str
     if not isinstance(body, Mapping):
         raise TrackerError("Invalid", f"webhook delivery {delivery_id[:80]}: the body is a JSON "
                            f"{type(body).__name__}, not an object")
-    kept = {k.lower(): v for k, v in headers.items() if k.lower() not in _SIGNATURE_HEADERS}
+    kept = {k.lower(): v for k, v in headers.items() if not _credential_header(k)}
     return TrackerEvent(provider="generic", kind="webhook", delivery_id=delivery_id, payload=dict(body),
                         headers=kept)
+
+
+_CREDENTIAL_WORDS = ("auth", "token", "secret", "signature", "password", "key", "cookie", "session")
+
+
+def _credential_header(name: str) -> bool:
+    """Signature and credential headers, named as senders name them (``X-Gitlab-Token``, ``X-Api-Key``,
+    ``Proxy-Authorization``...): never stored with a delivery, which people can read."""
+    lowered = name.lower()
+    return lowered in _SIGNATURE_HEADERS or any(word in lowered for word in _CREDENTIAL_WORDS)
 
 
 # --- payload round trip --------------------------------------------------------------------------

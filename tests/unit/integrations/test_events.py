@@ -311,6 +311,14 @@ def test_a_body_that_is_not_an_object_is_invalid(body: Any) -> None:
         assert caught.value.reason == "Invalid" and "d-1" in caught.value.message
 
 
+def test_generic_drops_every_credential_header() -> None:
+    sent = {"X-Gitlab-Token": "glpat-1", "X-Api-Key": "k-2", "Proxy-Authorization": "Basic 3", "Cookie": "s=4",
+            "X-Auth-Token": "5", "X-Webhook-Secret": "6", "X-Signature": "sha256=7", "Set-Cookie": "8",
+            "X-Request-Id": "r-1", "Content-Type": "application/json"}
+    event = generic("g-1", {"a": 1}, sent)
+    assert event.headers == {"x-request-id": "r-1", "content-type": "application/json"}
+
+
 def test_ten_thousand_labels_are_read_quickly() -> None:
     ids = [f"{i:08d}-0000-4000-8000-000000000000" for i in range(10_000)]
     body = {"type": "Issue", "action": "update", "updatedFrom": {"labelIds": ids[1:]},
