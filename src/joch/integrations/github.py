@@ -49,6 +49,7 @@ from joch.integrations.base import (
     SecretLookup,
     SyncPage,
     TrackerError,
+    checked_api_url,
 )
 
 REFRESH_BEFORE = 300.0
@@ -301,7 +302,7 @@ class GitHubTracker:
     # --- the client and errors -------------------------------------------------------------------
 
     def _base_url(self) -> str:
-        return self.source.apiUrl.rstrip("/") + "/"
+        return checked_api_url(self.source.apiUrl, "spec.github.apiUrl").rstrip("/") + "/"
 
     def _client(self) -> GitHub[Any]:
         token = self.token()

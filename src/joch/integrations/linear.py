@@ -25,7 +25,15 @@ from typing import Any, ParamSpec, TypeVar
 import httpx
 
 from joch.api.integrations import LinearSource, WriteTarget
-from joch.integrations.base import Clock, Issue, RemoteComment, SecretLookup, SyncPage, TrackerError
+from joch.integrations.base import (
+    Clock,
+    Issue,
+    RemoteComment,
+    SecretLookup,
+    SyncPage,
+    TrackerError,
+    checked_api_url,
+)
 
 PAGE_SIZE = 50
 MAX_PAGES = 1000
@@ -276,7 +284,7 @@ class LinearTracker:
         return self._key
 
     def _call(self, operation: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
-        url = self.source.apiUrl
+        url = checked_api_url(self.source.apiUrl, "spec.linear.apiUrl")
         headers = {"Authorization": self._api_key(), "Content-Type": "application/json",
                    "User-Agent": "joch-linear"}
         try:

@@ -248,3 +248,24 @@ def test_linear_answers_of_the_wrong_shape_are_a_tracker_error(serve: Any, data:
     for call in calls:
         with pytest.raises(TrackerError):
             call()
+
+
+# --- where the token may go ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://api.github.com", "unencrypted"), ("http://10.0.0.7:8080/api/v3", "unencrypted"),
+    ("https://bot:ghp_INURL@ghe.example.com/api/v3", "user or password"), ("file:///etc/passwd", "https URL"),
+    ("ghe.example.com", "https URL"),
+])
+def test_an_api_url_a_token_must_not_go_to_is_refused(url: str, says: str) -> None:
+    for call in (lambda: gh(url).check(), lambda: lin(url).check()):
+        with pytest.raises(TrackerError) as caught:
+            call()
+        assert caught.value.reason == "Invalid" and says in caught.value.message and "INURL" not in str(caught.value)
+        assert "apiUrl" in caught.value.message
+
+
+def test_http_to_this_machine_is_allowed(serve: Any) -> None:
+    server = serve(lambda method, path, h, body: (200, {}, REPO))
+    for local in (server.url, server.url.replace("127.0.0.1", "localhost")):
+        assert gh(local).repository().name == "web"
