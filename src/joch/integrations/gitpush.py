@@ -137,6 +137,10 @@ def push_patch(*, git_url: str, base_commit: str, fetch_ref: str, patch: bytes, 
             raise git.failed(f"could not prepare {workdir} for pushing", done)
     if git.run("check-ref-format", f"refs/heads/{branch}").returncode != 0:
         raise TrackerError("Invalid", f'"{branch}" is not a valid branch name: check the writeBack branchPrefix')
+    if fetch_ref.removeprefix("refs/heads/") == branch.removeprefix("refs/heads/"):
+        # the force push would replace the base branch's history with one commit on top of the base
+        raise TrackerError("Invalid", f'branch "{branch}" is the base branch the patch is made on: write-back '
+                           "never force-pushes over it; check the writeBack branchPrefix")
 
     if not git.has_commit(base_commit):
         fetched = git.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", "--", git_url,

@@ -246,3 +246,12 @@ def test_a_patch_that_escapes_the_tree_does_not_apply(remote: tuple[Path, str], 
     with pytest.raises(TrackerError) as caught:
         push(bare, base, patch, tmp_path / "cache")
     assert caught.value.reason == "PatchDoesNotApply" and why in caught.value.message
+
+
+@pytest.mark.parametrize("branch", ["main", "refs/heads/main"])
+def test_the_base_branch_is_never_force_pushed_over(remote: tuple[Path, str], tmp_path: Path, branch: str) -> None:
+    bare, base = remote
+    with pytest.raises(TrackerError) as caught:
+        push(bare, base, make_patch(bare, tmp_path, {"app.py": b"v2\n"}), tmp_path / "cache", branch=branch)
+    assert caught.value.reason == "Invalid" and "never force-pushes over it" in caught.value.message
+    assert git("rev-parse", "refs/heads/main", cwd=bare) == base
