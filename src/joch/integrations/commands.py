@@ -13,6 +13,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from joch.api.meta import DNS1123_SUBDOMAIN
+
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
 
@@ -50,6 +52,10 @@ def parse_command(text: str, command: str = "/joch run") -> Command | None:
                 raise CommandError(f"agent= names no agent: write {syntax(command)}")
             if agent is not None:
                 raise CommandError(f"agent is given twice: write {syntax(command)}")
+            if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
+                # an Agent of the rule's namespace, by name: never a path or another namespace's "ns/name"
+                raise CommandError(f"agent={value[:80]!r} is not an Agent name (lower-case letters, digits, '-' "
+                                   f"and '.'): write {syntax(command)}")
             agent = value
             continue
         if key in parameters:

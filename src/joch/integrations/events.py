@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from joch.integrations.base import Issue, Repository
+from joch.integrations.base import Issue, Repository, TrackerError
 from joch.integrations.github import github_issue, github_repository
 from joch.integrations.linear import linear_issue
 
@@ -97,8 +97,28 @@ class TrackerEvent:
 
 # --- GitHub --------------------------------------------------------------------------------------
 
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError)
+"""What reading a JSON object of the wrong shape raises (a missing key, a string where an object was)."""
+
+
+def _malformed(provider: str, delivery_id: str, exc: Exception) -> TrackerError:
+    if isinstance(exc, TrackerError):
+        return TrackerError("Invalid", f"{provider} delivery {delivery_id[:80]}: {exc.message}")
+    return TrackerError("Invalid", f"{provider} delivery {delivery_id[:80]} is not shaped as {provider} sends it "
+                        f"({type(exc).__name__}: {str(exc)[:120]})")
+
+
 def parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
-    """``event``: the ``X-GitHub-Event`` header; ``body``: the delivery's JSON."""
+    """``event``: the ``X-GitHub-Event`` header; ``body``: the delivery's JSON. A body that is not
+    shaped as GitHub sends it (not an object, a key missing, a string where an object was) is
+    ``TrackerError("Invalid")`` naming the delivery, never another exception."""
+    try:
+        return _parse_github(event, delivery_id, body)
+    except (TrackerError, *_MALFORMED) as exc:
+        raise _malformed("GitHub", delivery_id, exc) from None
+
+
+def _parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
     raw_repository = body.get("repository")
     repository = github_repository(raw_repository) if isinstance(raw_repository, Mapping) else None
     actor = _login(body.get("sender"))
@@ -149,7 +169,15 @@ _IDENTIFIER_IN_URL = re.compile(r"/issue/([A-Za-z0-9_]+-\d+)")
 
 def parse_linear(delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
     """``body``: the delivery's JSON (``action``, ``type``, ``data``, ``updatedFrom``, ``url``,
-    ``actor``, ``webhookTimestamp``...)."""
+    ``actor``, ``webhookTimestamp``...). One not shaped as Linear sends it is ``TrackerError("Invalid")``
+    naming the delivery, never another exception."""
+    try:
+        return _parse_linear(delivery_id, body)
+    except (TrackerError, *_MALFORMED) as exc:
+        raise _malformed("Linear", delivery_id, exc) from None
+
+
+def _parse_linear(delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
     kind = body.get("type")
     raw_action = str(body.get("action") or "")
     data = body.get("data") if isinstance(body.get("data"), Mapping) else {}
@@ -187,11 +215,12 @@ def _linear_issue_action(action: str, data: Mapping[str, Any],
     if "labelIds" in before:
         old = list(before.get("labelIds") or ())
         new = list(data.get("labelIds") or ())
-        added = [i for i in new if i not in old]
+        old_set, new_set = set(map(str, old)), set(map(str, new))  # lists of 10k ids: no list membership
+        added = [i for i in new if str(i) not in old_set]
         if added:
             added_names = tuple(names[str(i)] for i in added if str(i) in names)
             return "labeled", names.get(str(added[0])), added_names
-        removed = [i for i in old if i not in new]
+        removed = [i for i in old if str(i) not in new_set]
         if removed:
             return "unlabeled", names.get(str(removed[0])), ()
     if "stateId" in before or "completedAt" in before or "canceledAt" in before:
@@ -232,10 +261,23 @@ def _linear_user(obj: Any) -> str | None:
 
 def generic(delivery_id: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> TrackerEvent:
     """A TriggerRule's own webhook: the body as sent and the headers (lower-cased names), without the
-    signature and credential headers."""
-    kept = {k.lower(): v for k, v in headers.items() if k.lower() not in _SIGNATURE_HEADERS}
+    signature and credential headers. A body that is not a JSON object is ``TrackerError("Invalid")``."""
+    if not isinstance(body, Mapping):
+        raise TrackerError("Invalid", f"webhook delivery {delivery_id[:80]}: the body is a JSON "
+                           f"{type(body).__name__}, not an object")
+    kept = {k.lower(): v for k, v in headers.items() if not _credential_header(k)}
     return TrackerEvent(provider="generic", kind="webhook", delivery_id=delivery_id, payload=dict(body),
                         headers=kept)
+
+
+_CREDENTIAL_WORDS = ("auth", "token", "secret", "signature", "password", "key", "cookie", "session")
+
+
+def _credential_header(name: str) -> bool:
+    """Signature and credential headers, named as senders name them (``X-Gitlab-Token``, ``X-Api-Key``,
+    ``Proxy-Authorization``...): never stored with a delivery, which people can read."""
+    lowered = name.lower()
+    return lowered in _SIGNATURE_HEADERS or any(word in lowered for word in _CREDENTIAL_WORDS)
 
 
 # --- payload round trip --------------------------------------------------------------------------

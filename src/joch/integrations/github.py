@@ -24,19 +24,20 @@ alike) into the tracker values of ``joch.integrations.base``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
 from githubkit import GitHub, TokenAuthStrategy, UnauthAuthStrategy
 from githubkit.exception import GitHubException, RequestError, RequestFailed, RequestTimeout
 from githubkit.versions import LATEST_VERSION
-from pydantic import ValidationError
 
 from joch.api.integrations import GitHubSource, WriteTarget
 from joch.integrations.base import (
@@ -48,17 +49,39 @@ from joch.integrations.base import (
     SecretLookup,
     SyncPage,
     TrackerError,
+    checked_api_url,
 )
 
 REFRESH_BEFORE = 300.0
 """An installation token is bought again this many seconds before it expires."""
 PER_PAGE = 100
+MAX_PAGES = 1000
+"""A listing that has not ended after this many pages is refused (a ``Link`` loop never ends)."""
+MAX_WAIT = 3600.0
+"""A rate limit's reset is believed up to this far ahead (GitHub's windows are an hour)."""
 TIMEOUT = 30.0
 _JWT_LIFETIME = 540  # GitHub accepts at most 10 minutes; iat is backdated a minute for clock drift
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError)
+"""What reading a JSON object of the wrong shape raises (a missing key, a string where an object was)."""
+
+
+def _malformed(what: str, exc: Exception) -> TrackerError:
+    return TrackerError("Invalid", f"{what} is not shaped as GitHub sends it ({type(exc).__name__}: "
+                        f"{str(exc)[:120]})")
+
+
 def github_repository(obj: Mapping[str, Any]) -> Repository:
-    """A repository object (``GET /repos/{o}/{r}``, a webhook's ``repository``) as a ``Repository``."""
+    """A repository object (``GET /repos/{o}/{r}``, a webhook's ``repository``) as a ``Repository``;
+    ``TrackerError("Invalid")`` when it is not shaped like one."""
+    try:
+        return _github_repository(obj)
+    except _MALFORMED as exc:
+        raise _malformed("the repository object", exc) from None
+
+
+def _github_repository(obj: Mapping[str, Any]) -> Repository:
     owner = obj.get("owner") or {}
     full_name = str(obj.get("full_name") or "")
     owner_login = str(owner.get("login") or full_name.partition("/")[0])
@@ -79,17 +102,38 @@ def _owner_repo(obj: Mapping[str, Any], repository: Repository | None) -> tuple[
 
 def github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue:
     """A GitHub issue object (REST or webhook) as an ``Issue``: key ``owner/repo#N``, version
-    ``updated_at``, label names, open or closed, the author's login."""
-    number = int(obj["number"])
+    ``updated_at``, label names, open or closed, the author's login. ``TrackerError("Invalid")`` when
+    it is not shaped like one."""
+    try:
+        return _github_issue(obj, repository)
+    except _MALFORMED as exc:
+        raise _malformed("the issue object", exc) from None
+
+
+def _github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue:
+    number = obj["number"]
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise ValueError(f"number is {number!r}, not a whole number")
     owner, repo = _owner_repo(obj, repository)
     labels = tuple(str(lb["name"]) if isinstance(lb, Mapping) else str(lb) for lb in obj.get("labels") or ())
     state: Literal["open", "closed"] = "closed" if obj.get("state") == "closed" else "open"
     user = obj.get("user") or {}
     updated = str(obj.get("updated_at") or "")
+    if not isinstance(user, Mapping):
+        raise TypeError("user is not an object")
     return Issue(provider="github", id=str(number), key=f"{owner}/{repo}#{number}", title=str(obj.get("title") or ""),
                  body=str(obj.get("body") or ""), url=str(obj.get("html_url") or ""), state=state, labels=labels,
-                 updated_at=updated, number=number, author=user.get("login"), repository=repository,
+                 updated_at=updated, number=number, author=_text(user.get("login")), repository=repository,
                  version=updated)
+
+
+def _header_safe(token: str) -> bool:
+    """Whether ``token`` is visible ASCII only, as every GitHub token is (and so safe in a header)."""
+    return all("!" <= c <= "~" for c in token)
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value is not None else None
 
 
 def _epoch(text: str) -> float:
@@ -98,6 +142,12 @@ def _epoch(text: str) -> float:
 
 def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(text: str) -> float | None:
+    """A header's whole number of seconds, or None (not digits, or too long to be a time)."""
+    text = text.strip()
+    return float(text) if text.isascii() and text.isdigit() and len(text) <= 15 else None
 
 
 def _http_date(text: str) -> float | None:
@@ -114,6 +164,35 @@ def _next_link(header: str | None) -> str | None:
         if 'rel="next"' in params.replace(" ", ""):
             return url.strip().strip("<>")
     return None
+
+
+class _Pages:
+    """The URLs of a listing's further pages: ``Link: rel="next"`` while it stays under the API URL (the
+    token goes with every request), never a page twice, at most ``MAX_PAGES``."""
+
+    def __init__(self, api_url: str, what: str) -> None:
+        base = urlsplit(api_url.rstrip("/") + "/")
+        self._origin, self._path = (base.scheme, base.netloc.lower()), base.path
+        self._api_url, self._what = api_url, what
+        self._seen: set[str] = set()
+
+    def next(self, link: str | None) -> str | None:
+        url = _next_link(link)
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme or parts.netloc:
+            if (parts.scheme, parts.netloc.lower()) != self._origin or not parts.path.startswith(self._path):
+                raise TrackerError("Unavailable", f"GitHub's next page of {self._what} is not under {self._api_url} "
+                                   "(its Link header points elsewhere): not sending the token there")
+        if url in self._seen:
+            raise TrackerError("Unavailable", f"GitHub's Link header for {self._what} points back to a page "
+                               "already read: the listing would never end")
+        self._seen.add(url)
+        if len(self._seen) >= MAX_PAGES:
+            raise TrackerError("Unavailable", f"GitHub's listing of {self._what} did not end within {MAX_PAGES} "
+                               "pages")
+        return url
 
 
 def _github_message(response: httpx.Response) -> str:
@@ -148,6 +227,7 @@ class GitHubTracker:
         self._installation_token: str | None = None
         self._clients: dict[str, GitHub[Any]] = {}
         self._repository: Repository | None = None
+        self._last_response: httpx.Response | None = None
 
     @property
     def full_name(self) -> str:
@@ -163,6 +243,11 @@ class GitHubTracker:
             if not token:
                 raise TrackerError("MissingSecret", f"the key {auth.tokenSecretRef.key} of Secret "
                                    f"{auth.tokenSecretRef.name} is empty: put a GitHub token in it")
+            if not _header_safe(token):
+                # an HTTP client refusing such a header quotes it in its error: never let it get that far
+                raise TrackerError("BadCredentials", f"the key {auth.tokenSecretRef.key} of Secret "
+                                   f"{auth.tokenSecretRef.name} holds characters no GitHub token has (a line break, "
+                                   "a space, a control or non-ASCII character): put the token alone in it")
             return token
         if (self._installation_token is None or self.token_expires_at is None
                 or self._clock() >= self.token_expires_at - REFRESH_BEFORE):
@@ -188,7 +273,7 @@ class GitHubTracker:
         assert app is not None
         ref = app.privateKeySecretRef
         client: GitHub[Any] = GitHub(UnauthAuthStrategy(), base_url=self._base_url(), auto_retry=False,
-                                     http_cache=False, timeout=self._timeout)
+                                     http_cache=False, timeout=self._timeout, event_hooks={"response": [self._seen]})
         what = f"an installation token for GitHub App {app.appId} (installation {app.installationId})"
         try:
             response = client.rest.apps.create_installation_access_token(
@@ -207,17 +292,17 @@ class GitHubTracker:
                                    "check spec.github.auth.app.installationId (the number in the installation's "
                                    "settings URL)") from exc
             raise self._failure(exc, what) from exc
-        except (ValidationError, ValueError) as exc:
-            raise TrackerError("Unavailable", f"GitHub answered {what} in an unexpected shape: {exc}") from exc
         except GitHubException as exc:
             raise self._failure(exc, what) from exc
+        except (ValueError, OverflowError) as exc:  # pydantic's ValidationError is a ValueError
+            raise self._unreadable(exc, what) from exc
         self._installation_token = answer.token
         self.token_expires_at = expires
 
     # --- the client and errors -------------------------------------------------------------------
 
     def _base_url(self) -> str:
-        return self.source.apiUrl.rstrip("/") + "/"
+        return checked_api_url(self.source.apiUrl, "spec.github.apiUrl").rstrip("/") + "/"
 
     def _client(self) -> GitHub[Any]:
         token = self.token()
@@ -225,7 +310,7 @@ class GitHubTracker:
         if client is None:
             self._clients.clear()  # an old installation token's client is of no more use
             client = GitHub(TokenAuthStrategy(token), base_url=self._base_url(), auto_retry=False,
-                            http_cache=False, timeout=self._timeout)
+                            http_cache=False, timeout=self._timeout, event_hooks={"response": [self._seen]})
             self._clients[token] = client
         return client
 
@@ -240,22 +325,9 @@ class GitHubTracker:
         response = exc.response.raw_response
         status = response.status_code
         message = _github_message(response)
-        headers = response.headers
-        retry_after = headers.get("retry-after")
-        limited = (retry_after is not None or headers.get("x-ratelimit-remaining") == "0"
-                   or "rate limit" in message.lower())
-        if status in (403, 429) and limited:
-            now = self._clock()
-            if retry_after is not None and retry_after.strip().isdigit():
-                at = now + int(retry_after)
-            elif retry_after is not None and (when := _http_date(retry_after)) is not None:
-                at = when
-            elif (reset := headers.get("x-ratelimit-reset", "")).strip().isdigit():
-                at = float(reset)
-            else:
-                at = now + 60
-            return TrackerError("RateLimited", f"GitHub's rate limit for {self.full_name} is used up "
-                                f"({message}); asking again after {_rfc3339(at)}", retry_at=at)
+        limited = self._rate_limited(response, message)
+        if limited is not None:
+            return limited
         if status == 401:
             return TrackerError("BadCredentials", f"{self._credential()} was refused by GitHub "
                                 f"({self.source.apiUrl}): {message}; put a valid token in it")
@@ -274,6 +346,44 @@ class GitHubTracker:
                                 f"for {what}: {message}")
         return TrackerError("Invalid", f"GitHub answered {status} to {what} in {self.full_name}: {message}")
 
+    def _rate_limited(self, response: httpx.Response, message: str | None = None) -> TrackerError | None:
+        """``RateLimited`` for a 403/429 that says the rate limit is used up, else None."""
+        status = response.status_code
+        message = _github_message(response) if message is None else message
+        headers = response.headers
+        retry_after = headers.get("retry-after")
+        limited = (retry_after is not None or headers.get("x-ratelimit-remaining") == "0"
+                   or "rate limit" in message.lower())
+        if status in (403, 429) and limited:
+            now = self._clock()
+            if retry_after is not None and (seconds := _seconds(retry_after)) is not None:
+                at = now + min(seconds, MAX_WAIT)
+            elif retry_after is not None and (when := _http_date(retry_after)) is not None:
+                at = when
+            elif (reset := _seconds(headers.get("x-ratelimit-reset", ""))) is not None:
+                at = reset
+            else:
+                at = now + 60
+            if not math.isfinite(at) or at <= now:
+                at = now + 60  # a reset already past (the clocks disagree): wait a minute, as for no reset at all
+            at = min(at, now + MAX_WAIT)  # a reset absurdly far ahead would stop the source for good
+            return TrackerError("RateLimited", f"GitHub's rate limit for {self.full_name} is used up "
+                                f"({message}); asking again after {_rfc3339(at)}", retry_at=at)
+        return None
+
+    def _seen(self, response: httpx.Response) -> None:
+        """httpx's response hook: the last answer, for when githubkit fails reading it (githubkit's own
+        rate-limit check raises ValueError or OverflowError on a reset header it cannot parse)."""
+        self._last_response = response
+
+    def _unreadable(self, exc: Exception, what: str) -> TrackerError:
+        last = self._last_response
+        limited = self._rate_limited(last) if last is not None else None
+        if limited is not None:
+            return limited
+        return TrackerError("Unavailable", f"GitHub answered {what} in {self.full_name} in an unexpected shape: "
+                            f"{type(exc).__name__}: {str(exc)[:200]}")
+
     def _credential(self) -> str:
         auth = self.source.auth
         if auth.tokenSecretRef is not None:
@@ -287,9 +397,9 @@ class GitHubTracker:
             yield
         except GitHubException as exc:
             raise self._failure(exc, what, missing=missing) from exc
-        except ValidationError as exc:
-            raise TrackerError("Unavailable", f"GitHub answered {what} in {self.full_name} in an unexpected "
-                               f"shape: {exc}") from exc
+        except (ValueError, OverflowError, KeyError, TypeError, AttributeError) as exc:
+            # pydantic's ValidationError is a ValueError; the others: a list where an object was, a key missing
+            raise self._unreadable(exc, what) from exc
 
     # --- Tracker ---------------------------------------------------------------------------------
 
@@ -318,6 +428,7 @@ class GitHubTracker:
         first_etag: str | None = None
         url: str | None = f"repos/{self.owner}/{self.repo}/issues"
         first = True
+        pages = _Pages(self.source.apiUrl, f"the issues of {self.full_name}")
         with self._asking("the issues"):
             while url is not None:
                 response = client.request("GET", url, params=params if first else None,
@@ -329,23 +440,30 @@ class GitHubTracker:
                     if raw.status_code == 304:
                         return SyncPage(cursor=since, etag=etag, not_modified=True)
                 page = raw.json()
-                if not isinstance(page, list):
+                if not isinstance(page, list) or not all(isinstance(item, dict) for item in page):
                     raise TrackerError("Unavailable", f"GitHub answered the issues of {self.full_name} with "
-                                       "something other than a list")
+                                       "something other than a list of objects")
                 items.extend(page)
-                url = _next_link(raw.headers.get("link"))
+                url = pages.next(raw.headers.get("link"))
                 first = False
         cursor = since
         for item in items:
             updated = item.get("updated_at")
-            if isinstance(updated, str) and (cursor is None or _epoch(updated) > _epoch(cursor)):
-                cursor = updated
+            try:
+                if isinstance(updated, str) and (_epoch(updated) > (_epoch(cursor) if cursor else -math.inf)):
+                    cursor = updated
+            except ValueError:
+                raise TrackerError("Unavailable", f"GitHub answered an issue of {self.full_name} updated at "
+                                   f"{str(updated)[:40]!r} (or the cursor {since!r}), which is not a time") from None
         repository = self.repository() if items else self._repository
         issues = [github_issue(item, repository) for item in items if "pull_request" not in item]
         return SyncPage(issues=issues, cursor=cursor, etag=first_etag, not_modified=False)
 
     def get_issue(self, id: str) -> Issue | None:
-        number = int(id.rsplit("#", 1)[-1])
+        tail = id.rsplit("#", 1)[-1]
+        if not (tail.isascii() and tail.isdigit() and len(tail) <= 18):
+            raise TrackerError("Invalid", f'"{id[:80]}" is not a GitHub issue number (12, or acme/web#12)')
+        number = int(tail)
         try:
             with self._asking(f"issue #{number}"):
                 response = self._client().rest.issues.get(self.owner, self.repo, number)
@@ -373,13 +491,14 @@ class GitHubTracker:
         url: str | None = f"repos/{owner}/{repo}/issues/{number}/comments"
         first = True
         missing = f"issue {owner}/{repo}#{number} not found, or {self._credential()} cannot see it"
+        pages = _Pages(self.source.apiUrl, f"the comments of issue {owner}/{repo}#{number}")
         with self._asking(f"the comments of issue #{number}", missing=missing):
             while url is not None:
                 response = client.request("GET", url, params={"per_page": PER_PAGE} if first else None)
                 for obj in response.json():
                     if marker in str(obj.get("body") or ""):
                         return self._comment(obj)
-                url = _next_link(response.headers.get("link"))
+                url = pages.next(response.headers.get("link"))
                 first = False
         return None
 
@@ -411,7 +530,7 @@ class GitHubTracker:
             response = self._client().rest.pulls.list(self.owner, self.repo, head=f"{self.owner}:{branch}",
                                                       state="all", per_page=PER_PAGE)
             found = response.json()
-        return self._pull(found[0]) if found else None
+            return self._pull(found[0]) if found else None
 
     def create_pull_request(self, *, head: str, base: str, title: str, body: str, draft: bool) -> RemotePullRequest:
         with self._asking(f"a pull request from {head} into {base}"):

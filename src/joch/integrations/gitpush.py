@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -37,6 +38,7 @@ _OURS = frozenset({
     "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_CONFIG_PARAMETERS",
 })
 _TAIL_LINES = 6
+_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 _PERMANENT = ("authentication failed", "could not read username", "permission denied", "403",
               "repository not found", "does not appear to be a git repository", "not found")
 
@@ -118,6 +120,14 @@ def push_patch(*, git_url: str, base_commit: str, fetch_ref: str, patch: bytes, 
     commit's sha. The same arguments make the same commit."""
     if not patch.strip():
         raise TrackerError("Invalid", f"the patch for branch {branch} is empty: there is nothing to push")
+    # Each of these reaches git's argv: one starting with "-" would be read as an option
+    # (--upload-pack=<command> runs a command), so the sha must be a sha and "--" ends the options.
+    if not _SHA.match(base_commit):
+        raise TrackerError("Invalid", f'the base commit "{base_commit[:80]}" for branch {branch} is not a full '
+                           "commit sha (40 or 64 lower-case hex digits): check the run's execution base commit")
+    if git_url.startswith("-") or fetch_ref.startswith("-"):
+        raise TrackerError("Invalid", f'the repository URL "{_shown_url(git_url)[:200]}" or the ref "{fetch_ref[:80]}" '
+                           "to fetch starts with \"-\": check the source's repository and the run's base ref")
     workdir.mkdir(parents=True, exist_ok=True)
     git = _Git(workdir, git_url, token)
     shown = _shown_url(git_url)
@@ -127,11 +137,16 @@ def push_patch(*, git_url: str, base_commit: str, fetch_ref: str, patch: bytes, 
             raise git.failed(f"could not prepare {workdir} for pushing", done)
     if git.run("check-ref-format", f"refs/heads/{branch}").returncode != 0:
         raise TrackerError("Invalid", f'"{branch}" is not a valid branch name: check the writeBack branchPrefix')
+    if fetch_ref.removeprefix("refs/heads/") == branch.removeprefix("refs/heads/"):
+        # the force push would replace the base branch's history with one commit on top of the base
+        raise TrackerError("Invalid", f'branch "{branch}" is the base branch the patch is made on: write-back '
+                           "never force-pushes over it; check the writeBack branchPrefix")
 
     if not git.has_commit(base_commit):
-        fetched = git.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", git_url, fetch_ref)
+        fetched = git.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", "--", git_url,
+                          fetch_ref)
         if not git.has_commit(base_commit):
-            by_sha = git.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", git_url,
+            by_sha = git.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", "--", git_url,
                              base_commit)
             if not git.has_commit(base_commit):
                 failure = by_sha if by_sha.returncode != 0 else fetched
@@ -164,7 +179,7 @@ def push_patch(*, git_url: str, base_commit: str, fetch_ref: str, patch: bytes, 
         raise git.failed("could not make the commit", done)
     sha = done.stdout.decode().strip()
 
-    done = git.run("push", "--quiet", "--force", "--no-verify", git_url, f"{sha}:refs/heads/{branch}")
+    done = git.run("push", "--quiet", "--force", "--no-verify", "--", git_url, f"{sha}:refs/heads/{branch}")
     if done.returncode != 0:
         raise git.failed(f"git push of {sha[:12]} to branch {branch} of {shown} failed", done)
     return sha

@@ -15,17 +15,31 @@ found" → None from ``get_issue``, ``NotFound`` elsewhere. The key never appear
 
 from __future__ import annotations
 
+import functools
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import httpx
 
 from joch.api.integrations import LinearSource, WriteTarget
-from joch.integrations.base import Clock, Issue, RemoteComment, SecretLookup, SyncPage, TrackerError
+from joch.integrations.base import (
+    Clock,
+    Issue,
+    RemoteComment,
+    SecretLookup,
+    SyncPage,
+    TrackerError,
+    checked_api_url,
+)
 
 PAGE_SIZE = 50
+MAX_PAGES = 1000
+"""A listing that has not ended after this many pages is refused (an ``endCursor`` loop never ends)."""
+MAX_WAIT = 3600.0
+"""A rate limit's reset is believed up to this far ahead (Linear's windows are an hour)."""
 _CLOSED_STATE_TYPES = ("completed", "canceled")
 
 ISSUE_FIELDS = """
@@ -75,10 +89,35 @@ ATTACHMENT_CREATE = """mutation JochAttachmentCreate($input: AttachmentCreateInp
 }"""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _shape_checked(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """An answer of the wrong shape (a list where an object was, a key missing) is ``TrackerError``
+    ``Unavailable``, not a KeyError or AttributeError out of the client."""
+    @functools.wraps(method)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TrackerError("Unavailable", f"Linear answered {method.__name__} in an unexpected shape "
+                               f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    return checked
+
+
 def linear_issue(node: Mapping[str, Any]) -> Issue:
     """An issue as the GraphQL API answers it (``labels.nodes``) or as a webhook carries it (``labels``
     a list, ``labelIds``), normalised. Completed and canceled states and archived issues are closed;
-    a trashed issue is deleted."""
+    a trashed issue is deleted. ``TrackerError("Invalid")`` when it is not shaped like one."""
+    try:
+        return _linear_issue(node)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TrackerError("Invalid", f"the Linear issue object is not shaped as Linear sends it "
+                           f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _linear_issue(node: Mapping[str, Any]) -> Issue:
     labels_field = node.get("labels")
     if isinstance(labels_field, Mapping):
         labels_field = labels_field.get("nodes")
@@ -131,16 +170,19 @@ class LinearTracker:
 
     # --- Tracker ---------------------------------------------------------------------------------
 
+    @_shape_checked
     def check(self) -> None:
         data = self._call("JochCheck", CHECK, {"teamKey": self.source.teamKey})
         if not ((data.get("teams") or {}).get("nodes") or []):
             raise TrackerError("NotFound", f'Linear team "{self.source.teamKey}" not found, or the API key '
                                            "cannot see it: check spec.linear.teamKey")
 
+    @_shape_checked
     def list_issues(self, *, since: str | None, etag: str | None = None) -> SyncPage:
         issue_filter = self._filter(since)
         issues: list[Issue] = []
         after: str | None = None
+        seen: set[str] = set()
         while True:
             data = self._call("JochIssues", ISSUES, {"filter": issue_filter, "first": PAGE_SIZE, "after": after})
             connection = data.get("issues") or {}
@@ -149,6 +191,7 @@ class LinearTracker:
             after = page.get("endCursor")
             if not page.get("hasNextPage") or not after:
                 break
+            _next_page(seen, after, f'the issues of team "{self.source.teamKey}"')
         issues.sort(key=lambda i: _instant(i.updated_at))  # oldest first, as GitHub's are
         if not issues:
             self.check()  # an empty answer for a team that does not exist is an error, not "no issues"
@@ -158,6 +201,7 @@ class LinearTracker:
                 cursor = issue.updated_at
         return SyncPage(issues=issues, cursor=cursor)
 
+    @_shape_checked
     def get_issue(self, id: str) -> Issue | None:
         try:
             data = self._call("JochIssue", ISSUE, {"id": id})
@@ -171,9 +215,11 @@ class LinearTracker:
         issue = linear_issue(node)
         return None if issue.deleted else issue
 
+    @_shape_checked
     def find_comment(self, target: WriteTarget, marker: str) -> RemoteComment | None:
         issue = _issue_ref(target)
         after: str | None = None
+        seen: set[str] = set()
         while True:
             data = self._call("JochComments", COMMENTS, {"id": issue, "first": PAGE_SIZE, "after": after})
             node = data.get("issue")
@@ -187,18 +233,22 @@ class LinearTracker:
             after = page.get("endCursor")
             if not page.get("hasNextPage") or not after:
                 return None
+            _next_page(seen, after, f"the comments of Linear issue {issue}")
 
+    @_shape_checked
     def create_comment(self, target: WriteTarget, body: str) -> RemoteComment:
         data = self._call("JochCommentCreate", COMMENT_CREATE,
                           {"input": {"issueId": _issue_ref(target), "body": body}})
         return _comment(_succeeded(data, "commentCreate", "comment"))
 
+    @_shape_checked
     def update_comment(self, target: WriteTarget, comment_id: str, body: str) -> RemoteComment:
         data = self._call("JochCommentUpdate", COMMENT_UPDATE, {"id": comment_id, "input": {"body": body}})
         return _comment(_succeeded(data, "commentUpdate", "comment"))
 
     # --- Linear only -----------------------------------------------------------------------------
 
+    @_shape_checked
     def attach_link(self, target: WriteTarget, url: str, title: str) -> str:
         """Attach ``url`` to the issue; the attachment's id. Linear keeps one attachment per URL and
         issue, so attaching again updates it rather than adding a second."""
@@ -221,11 +271,20 @@ class LinearTracker:
     def _api_key(self) -> str:
         if self._key is None:
             ref = self.source.auth.apiKeySecretRef
-            self._key = self._secrets(ref.name, ref.key).strip()
+            key = self._secrets(ref.name, ref.key).strip()
+            if not key:
+                raise TrackerError("MissingSecret", f"the key {ref.key} of Secret {ref.name} is empty: put a "
+                                   "Linear API key in it")
+            if not all("!" <= c <= "~" for c in key):
+                # an HTTP client refusing such a header quotes it in its error: never let it get that far
+                raise TrackerError("BadCredentials", f"the key {ref.key} of Secret {ref.name} holds characters no "
+                                   "Linear API key has (a line break, a space, a control or non-ASCII character): "
+                                   "put the key alone in it")
+            self._key = key
         return self._key
 
     def _call(self, operation: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
-        url = self.source.apiUrl
+        url = checked_api_url(self.source.apiUrl, "spec.linear.apiUrl")
         headers = {"Authorization": self._api_key(), "Content-Type": "application/json",
                    "User-Agent": "joch-linear"}
         try:
@@ -279,13 +338,27 @@ class LinearTracker:
     def _reset(self, response: httpx.Response) -> float:
         raw = response.headers.get("x-ratelimit-requests-reset") or response.headers.get(
             "x-ratelimit-complexity-reset")
+        now = self._clock()
         try:
-            return float(raw) / 1000.0 if raw else self._clock() + 60.0
+            at = float(raw) / 1000.0 if raw else math.nan
         except ValueError:
-            return self._clock() + 60.0
+            at = math.nan
+        if not math.isfinite(at) or at <= now:
+            return now + 60.0  # none, not a number ("nan", "inf"), or already past (seconds, or clock skew)
+        return min(at, now + MAX_WAIT)
 
     def _until(self, response: httpx.Response) -> str:
         return f" until {datetime.fromtimestamp(self._reset(response), UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def _next_page(seen: set[str], cursor: str, what: str) -> None:
+    """Refuses a cursor already followed (the listing would never end) and a listing past ``MAX_PAGES``."""
+    if cursor in seen:
+        raise TrackerError("Unavailable", f"Linear answered {what} with an endCursor already followed: the "
+                                          "listing would never end")
+    seen.add(cursor)
+    if len(seen) >= MAX_PAGES:
+        raise TrackerError("Unavailable", f"Linear's listing of {what} did not end within {MAX_PAGES} pages")
 
 
 def _issue_ref(target: WriteTarget) -> str:

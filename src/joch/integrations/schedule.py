@@ -24,8 +24,11 @@ def validate(cron: str, tz: str) -> str | None:
     if isinstance(zone, str):
         return zone
     fields = cron.split()
+    if cron.strip().startswith("@"):
+        return (f'cron "{cron[:80]}" is a macro (@reboot, @daily...), which schedules do not take: write '
+                f'{_EXAMPLE}, e.g. "0 0 * * *" for daily')
     if len(fields) != 5:
-        return f'cron "{cron}" has {len(fields)} fields: write {_EXAMPLE}'
+        return f'cron "{cron[:80]}" has {len(fields)} fields: write {_EXAMPLE}'
     try:
         sim = CronSim(cron, datetime.now(zone))
     except CronSimError as exc:
@@ -67,7 +70,7 @@ def _zone(tz: str) -> ZoneInfo | str:
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        return (f'time zone "{tz}" is unknown: use an IANA name such as "UTC", "Europe/Berlin" or '
+        return (f'time zone "{tz[:80]}" is unknown: use an IANA name such as "UTC", "Europe/Berlin" or '
                 '"America/New_York"')
 
 

@@ -6,7 +6,8 @@
 * Generic (a TriggerRule's webhook): ``X-Joch-Signature-256: sha256=<hex>``, or GitHub's header, so a
   sender that already signs like GitHub needs no change.
 
-A missing header is simply a bad signature: callers answer 401 either way.
+A missing header is simply a bad signature: callers answer 401 either way. So is an empty secret (a
+Secret whose key is empty): anyone can compute an HMAC under the empty key, so it proves nothing.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ def sign(secret: bytes, body: bytes) -> str:
 
 
 def verify_github(secret: bytes, body: bytes, header: str | None) -> bool:
-    if not header or not header.startswith("sha256="):
+    if not secret or not header or not header.startswith("sha256="):
         return False
     return _same(sign(secret, body), header.removeprefix("sha256="))
 
 
 def verify_linear(secret: bytes, body: bytes, header: str | None) -> bool:
-    if not header:
+    if not secret or not header:
         return False
     return _same(sign(secret, body), header)
 
@@ -39,7 +40,10 @@ def linear_fresh(payload: Mapping[str, Any], now: float, tolerance: float = 60.0
     stamp = payload.get("webhookTimestamp")
     if isinstance(stamp, bool) or not isinstance(stamp, int | float):
         return False
-    return abs(now - stamp / 1000.0) <= tolerance
+    try:
+        return abs(now - stamp / 1000.0) <= tolerance
+    except OverflowError:  # an integer beyond a float's range (JSON allows it): no real time
+        return False
 
 
 def verify_generic(secret: bytes, body: bytes, headers: Mapping[str, str]) -> bool:

@@ -204,6 +204,17 @@ def test_a_refused_token_names_the_secret(fake: FakeGitHub, clock: FakeClock) ->
     assert "ghp_wrong" not in caught.value.message
 
 
+@pytest.mark.parametrize("token", ["ghp_SECRET\nX-Injected: 1", "ghp_SECRET\x00x", "ghp_SECRET\rx", "ghp_SECRÉT",
+                                   "ghp_SECRET other"])
+def test_a_token_a_header_cannot_carry_is_refused_without_showing_it(fake: FakeGitHub, clock: FakeClock,
+                                                                     token: str) -> None:
+    """httpx/h11 quote an illegal header value in their error; that must never become a message."""
+    with pytest.raises(TrackerError) as caught:
+        tracker(fake, clock, token=token).check()
+    assert caught.value.reason == "BadCredentials" and "SECRET" not in str(caught.value)
+    assert "Secret gh" in caught.value.message
+
+
 def test_a_missing_repository_is_not_found(fake: FakeGitHub, clock: FakeClock) -> None:
     with pytest.raises(TrackerError) as caught:
         tracker(fake, clock, repo="acme/nope").list_issues(since=None, etag=None)

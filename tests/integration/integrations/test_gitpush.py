@@ -206,3 +206,52 @@ def test_the_token_reaches_an_https_remote_as_a_header(https_git: tuple[str, lis
     expected = "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
     assert seen and all(h.get("authorization") == expected for h in seen)
     assert token not in caught.value.message and expected not in caught.value.message
+
+
+@pytest.mark.parametrize("field", ["fetch_ref", "base_commit", "git_url"])
+def test_an_argument_that_looks_like_an_option_runs_nothing(remote: tuple[Path, str], tmp_path: Path,
+                                                             field: str) -> None:
+    """A ref, base or URL such as ``--upload-pack=<command>`` must not reach git as an option."""
+    bare, _ = remote
+    marker = tmp_path / "pwned"
+    hostile = f"--upload-pack=touch {marker};false"
+    args: dict[str, str] = {"git_url": str(bare), "base_commit": "0" * 40, "fetch_ref": "main"}
+    args[field] = hostile
+    with pytest.raises(TrackerError) as caught:
+        push_patch(**args, patch=make_patch(bare, tmp_path, {"app.py": b"v2\n"}), branch="joch/run-1",
+                   message="m", author_name="Joch", author_email="joch@example.com", date=DATE, token=None,
+                   workdir=tmp_path / "cache")
+    assert not marker.exists()
+    assert caught.value.reason in ("Invalid", "PushFailed")
+
+
+@pytest.mark.parametrize("base", ["HEAD", "main", "main~1", "ABC", "0" * 39])
+def test_a_base_that_is_not_a_full_sha_is_refused(remote: tuple[Path, str], tmp_path: Path, base: str) -> None:
+    bare, _ = remote
+    with pytest.raises(TrackerError) as caught:
+        push(bare, base, make_patch(bare, tmp_path, {"app.py": b"v2\n"}), tmp_path / "cache")
+    assert caught.value.reason == "Invalid" and "not a full commit sha" in caught.value.message
+
+
+@pytest.mark.parametrize(("path", "why"), [("../evil.txt", "invalid path"), (".git/hooks/pre-commit", "invalid path"),
+                                           (".GIT/config", "invalid path"), ("sub/.git/config", "invalid path"),
+                                           ("link/passwd", "beyond a symbolic link")])
+def test_a_patch_that_escapes_the_tree_does_not_apply(remote: tuple[Path, str], tmp_path: Path, path: str,
+                                                      why: str) -> None:
+    bare, base = remote
+    link = (b"diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc\n"
+            b"\\ No newline at end of file\n") if path.startswith("link/") else b""
+    patch = link + (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+                    "@@ -0,0 +1 @@\n+x\n").encode()
+    with pytest.raises(TrackerError) as caught:
+        push(bare, base, patch, tmp_path / "cache")
+    assert caught.value.reason == "PatchDoesNotApply" and why in caught.value.message
+
+
+@pytest.mark.parametrize("branch", ["main", "refs/heads/main"])
+def test_the_base_branch_is_never_force_pushed_over(remote: tuple[Path, str], tmp_path: Path, branch: str) -> None:
+    bare, base = remote
+    with pytest.raises(TrackerError) as caught:
+        push(bare, base, make_patch(bare, tmp_path, {"app.py": b"v2\n"}), tmp_path / "cache", branch=branch)
+    assert caught.value.reason == "Invalid" and "never force-pushes over it" in caught.value.message
+    assert git("rev-parse", "refs/heads/main", cwd=bare) == base

@@ -73,6 +73,16 @@ def test_a_refused_key_is_bad_credentials_without_the_key(fake: FakeLinear) -> N
     assert not fake.requests[-1].authorized
 
 
+@pytest.mark.parametrize("key", ["lin_api_SECRET\nX-Injected: 1", "lin_api_SECRET\x00", "lin_api_SECRÉT", " \n"])
+def test_a_key_a_header_cannot_carry_is_refused_without_showing_it(fake: FakeLinear, key: str) -> None:
+    """httpx/h11 quote an illegal header value in their error; that must never become a message."""
+    with pytest.raises(TrackerError) as caught:
+        tracker(fake, key=key).check()
+    assert caught.value.reason in ("BadCredentials", "MissingSecret")
+    assert "SECRET" not in str(caught.value) and "Secret linear" in caught.value.message
+    assert fake.requests == []
+
+
 def test_missing_secret_passes_through(fake: FakeLinear) -> None:
     def secrets(name: str, field: str) -> str:
         raise TrackerError("MissingSecret", f"Secret {name} has no key {field}")
@@ -217,10 +227,11 @@ def test_outages_and_bare_http_errors(fake: FakeLinear) -> None:
         client.check()
     assert (outage.value.reason, outage.value.retryable) == ("Unavailable", True)
     assert "answered HTTP 502 to JochCheck" in outage.value.message
-    fake.fail(429, headers={"X-RateLimit-Requests-Reset": "1900000000000"})
+    reset = int(time.time()) + 600  # within the hour a reset is believed for
+    fake.fail(429, headers={"X-RateLimit-Requests-Reset": str(reset * 1000)})
     with pytest.raises(TrackerError) as limited:
         client.check()
-    assert (limited.value.reason, limited.value.retry_at) == ("RateLimited", 1_900_000_000.0)
+    assert (limited.value.reason, limited.value.retry_at) == ("RateLimited", float(reset))
     fake.fail(401, body="Unauthorized")
     with pytest.raises(TrackerError) as refused:
         client.check()

@@ -46,6 +46,11 @@ def test_values_may_be_empty_or_hold_equals_signs() -> None:
     ("/joch run k=1 k=2", "'k' is given twice"),
     ("/joch run 9lives=x", "is not key=value"),
     ("/joch run =x", "is not key=value"),
+    ("/joch run agent=other-ns/demo", "is not an Agent name"),
+    ("/joch run agent=../demo", "is not an Agent name"),
+    ("/joch run agent=Demo", "is not an Agent name"),
+    ('/joch run "agent=demo; rm -rf /"', "is not an Agent name"),
+    ("/joch run agent=$(whoami)", "is not an Agent name"),
 ])
 def test_malformed_commands_show_the_syntax(body: str, says: str) -> None:
     with pytest.raises(CommandError) as caught:

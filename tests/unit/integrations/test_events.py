@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from joch.integrations.base import Issue, Repository
+from joch.integrations.base import Issue, Repository, TrackerError
 from joch.integrations.events import CommentEvent, TrackerEvent, generic, parse_github, parse_linear
 from support.fake_linear import FakeLinear
 
@@ -265,3 +267,64 @@ def test_from_payload_tolerates_fields_it_does_not_know_or_miss() -> None:
     read = TrackerEvent.from_payload(stored)
     assert read.issue is not None and read.issue.version == "" and read.issue.key == "acme/web#12"
     assert read.repository == event.repository and read.headers == {}
+
+
+# --- hostile and malformed deliveries --------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+_KEYS = st.sampled_from(["issue", "comment", "repository", "sender", "label", "pull_request", "action", "number",
+                         "user", "labels", "owner", "head", "data", "type", "updatedFrom", "state", "team", "creator",
+                         "labelIds", "actor", "name", "login", "id", "identifier", "url", "title", "body"])
+# objects keyed like real deliveries, nested, with any JSON at the leaves
+_SHAPED = st.recursive(_JSON, lambda inner: st.dictionaries(_KEYS, inner, max_size=6), max_leaves=20)
+
+
+def _only_clear_errors(call: Any) -> None:
+    try:
+        call()
+    except TrackerError as exc:
+        assert exc.reason == "Invalid" and "delivery" in exc.message
+
+
+@given(event=st.sampled_from(["issues", "issue_comment", "pull_request", "ping", "push"]), body=_SHAPED)
+def test_parse_github_raises_nothing_but_invalid_on_any_json(event: str, body: Any) -> None:
+    _only_clear_errors(lambda: parse_github(event, "d-x", body))
+
+
+@given(kind=st.sampled_from(["Issue", "Comment", "Project"]), action=st.sampled_from(["create", "update", "remove"]),
+       data=_SHAPED, before=_SHAPED)
+def test_parse_linear_raises_nothing_but_invalid_on_any_json(kind: str, action: str, data: Any, before: Any) -> None:
+    _only_clear_errors(lambda: parse_linear("d-x", {"type": kind, "action": action, "data": data,
+                                                    "updatedFrom": before}))
+    _only_clear_errors(lambda: parse_linear("d-x", data))
+
+
+@pytest.mark.parametrize("body", [[], "text", 12, None, [{"action": "opened"}]])
+def test_a_body_that_is_not_an_object_is_invalid(body: Any) -> None:
+    for call in (lambda: parse_github("issues", "d-1", body), lambda: parse_linear("d-1", body),
+                 lambda: generic("d-1", body, {})):
+        with pytest.raises(TrackerError) as caught:
+            call()
+        assert caught.value.reason == "Invalid" and "d-1" in caught.value.message
+
+
+def test_generic_drops_every_credential_header() -> None:
+    sent = {"X-Gitlab-Token": "glpat-1", "X-Api-Key": "k-2", "Proxy-Authorization": "Basic 3", "Cookie": "s=4",
+            "X-Auth-Token": "5", "X-Webhook-Secret": "6", "X-Signature": "sha256=7", "Set-Cookie": "8",
+            "X-Request-Id": "r-1", "Content-Type": "application/json"}
+    event = generic("g-1", {"a": 1}, sent)
+    assert event.headers == {"x-request-id": "r-1", "content-type": "application/json"}
+
+
+def test_ten_thousand_labels_are_read_quickly() -> None:
+    ids = [f"{i:08d}-0000-4000-8000-000000000000" for i in range(10_000)]
+    body = {"type": "Issue", "action": "update", "updatedFrom": {"labelIds": ids[1:]},
+            "data": {"id": "i-1", "identifier": "ENG-1", "labelIds": ids[::-1],
+                     "labels": [{"id": i, "name": f"l{n}"} for n, i in enumerate(ids)]}}
+    started = time.perf_counter()
+    event = parse_linear("d-1", body)
+    assert event.action == "labeled" and event.label == "l0" and len(event.issue.labels) == 10_000  # type: ignore[union-attr]
+    assert time.perf_counter() - started < 0.5  # comparing lists of ids took seconds

@@ -112,3 +112,16 @@ def test_next_after_and_latest_due_agree(cron: str, tz: str, after: datetime) ->
     assert at > after
     assert schedule.latest_due(cron, tz, after, at) == at
     assert schedule.latest_due(cron, tz, after, at - timedelta(seconds=1)) is None
+
+
+@pytest.mark.parametrize("cron", ["@reboot", "@daily", " @hourly"])
+def test_a_macro_is_named_as_such(cron: str) -> None:
+    problem = schedule.validate(cron, "UTC")
+    assert problem is not None and "macro" in problem and "five fields" in problem
+
+
+def test_a_huge_time_zone_or_cron_is_not_echoed_whole() -> None:
+    problem = schedule.validate("0 0 * * *", "x" * 5000)
+    assert problem is not None and len(problem) < 300
+    problem = schedule.validate("1 " * 3000, "UTC")
+    assert problem is not None and len(problem) < 300

@@ -68,3 +68,17 @@ def test_a_reserialised_body_does_not_verify() -> None:
     again = json.dumps(json.loads(BODY)).encode()
     assert again != BODY
     assert not signatures.verify_linear(SECRET, again, HEX)
+
+
+def test_an_empty_secret_verifies_nothing() -> None:
+    """Anyone can sign under the empty key: a Secret whose key is empty must not let a forged delivery in."""
+    forged = hmac.new(b"", BODY, hashlib.sha256).hexdigest()
+    assert not signatures.verify_github(b"", BODY, f"sha256={forged}")
+    assert not signatures.verify_linear(b"", BODY, forged)
+    assert not signatures.verify_generic(b"", BODY, {"X-Joch-Signature-256": f"sha256={forged}"})
+
+
+def test_a_timestamp_beyond_a_float_is_stale_not_an_error() -> None:
+    payload = json.loads('{"webhookTimestamp": 1' + "0" * 400 + "}")
+    assert not signatures.linear_fresh(payload, now=1_790_000_000.0)
+    assert not signatures.linear_fresh({"webhookTimestamp": -(10**400)}, now=1_790_000_000.0)
