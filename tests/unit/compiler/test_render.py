@@ -306,8 +306,8 @@ def test_check_templates_finds_what_can_be_known_before_a_run() -> None:
         ("AgentProvider/codex spec.argsTemplate[4]", 'undefined variable "agent.sytemPrompt"; agent has '
          "approvalSeparationOfDuties, approvalTimeoutSeconds, defaults, description, env, maxConcurrentRuns, "
          "mcpServers, memoryRef, modelRoute, name, namespace, "
-         'policies, provider, requiresApproval, resources, runtime, security, systemPrompt, tools, writeBack (did you mean '
-         '"systemPrompt"?)'),
+         "policies, provider, requiresApproval, resources, runtime, security, systemPrompt, tools, writeBack "
+         '(did you mean "systemPrompt"?)'),
         ("AgentProvider/codex spec.argsTemplate[5]", "templates cannot extend, include or import other templates: "
                                                      "there is no template loader"),
         ("AgentProvider/codex spec.envTemplate.X", 'undefined variable "run.attmpt"; run has attempt, labels, name, '
