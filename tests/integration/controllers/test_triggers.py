@@ -268,8 +268,9 @@ def test_a_generic_webhook_fires_its_rule_once_per_delivery(
                run={"agentRef": {"name": "demo"},
                     "implementation": {"inline": {"text": "Deploy {{ event.payload.ref }}"}}}))
     body = b'{"id": "evt-1", "ref": "v1.2"}'
-    headers = {"Content-Type": "application/json", "X-Joch-Signature-256": sign(SECRET, body)}
-    unsigned = server.http.post("/v1/webhooks/default/deploy", content=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "X-Joch-Signature-256": "sha256=" + sign(SECRET, body)}
+    unsigned = server.http.post("/v1/webhooks/default/deploy", content=body,
+                                headers={"Content-Type": "application/json"})
     assert unsigned.status_code == 401
     assert server.http.post("/v1/webhooks/default/deploy", content=body, headers=headers).json()["duplicate"] is False
     assert server.http.post("/v1/webhooks/default/deploy", content=body, headers=headers).json()["duplicate"] is True
@@ -429,3 +430,63 @@ def test_bad_credentials_set_the_source_error_condition(
         SYNC_REQUESTED: "2026-01-01T00:00:00Z"}}})
     wait_for(lambda: store.get(IMPLEMENTATION_SOURCE, NS, "eng")["status"].get("observedSyncRequest")
              == "2026-01-01T00:00:00Z", "the requested sync")
+
+
+# --- Linear webhooks -----------------------------------------------------------------------------------
+
+def test_a_linear_delivery_is_verified_fresh_and_takes_the_same_path(
+    store: Store, server: LiveServer, linear: FakeLinear, controllers: Manager,
+) -> None:
+    source = linear_source(linear, linear.api_key, interval=0)
+    source["spec"]["webhook"] = {"secretRef": {"name": "hook", "key": "secret"}}
+    apply(store, secret("hook", secret=SECRET.decode()), secret("lin", key=linear.api_key), *agent(),
+          rule("fix", sourceRef={"name": "eng"},
+               run={"agentRef": {"name": "demo"},
+                    "execution": {"coordinates": {"git": {"url": "https://example.com/acme/web.git"}}}}, **LABELED),
+          source)
+    linear.create_issue("Fix the login", labels=["joch:demo"])
+    forged = linear.issue_webhook("ENG-1", "create", secret=b"not-the-secret")
+    assert post(server, forged, "/v1/webhooks/linear").status_code == 401
+    stale = linear.issue_webhook("ENG-1", "create", secret=SECRET, timestamp_ms=int((time.time() - 600) * 1000))
+    answer = post(server, stale, "/v1/webhooks/linear")
+    assert answer.status_code == 401 and "webhookTimestamp" in answer.json()["message"]
+    assert items(store, WEBHOOK_DELIVERY) == []
+    delivery = linear.issue_webhook("ENG-1", "create", secret=SECRET)
+    assert post(server, delivery, "/v1/webhooks/linear").json()["duplicate"] is False
+    assert post(server, delivery, "/v1/webhooks/linear").json()["duplicate"] is True
+    processed(store, 1)
+    [run] = items(store, kinds.AGENT_RUN)
+    assert run["spec"]["implementationRef"] == {"name": "lin-eng-1"}
+    assert run["metadata"]["annotations"][SOURCE_ITEM] == "linear:ENG-1"
+
+
+# --- the CLI -------------------------------------------------------------------------------------------
+
+def cli(server: LiveServer, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from joch.cli.main import app
+
+    return CliRunner().invoke(app, ["--server", server.url, *args])
+
+
+def test_the_cli_fires_rules_syncs_and_describes_sources(
+    store: Store, server: LiveServer, linear: FakeLinear, controllers: Manager,
+) -> None:
+    linear.create_issue("Fix the login", labels=["bug"])
+    apply(store, secret("lin", key=linear.api_key), *agent(), rule("manual"), linear_source(linear, linear.api_key,
+                                                                                             interval=0))
+    synced = cli(server, "sync", "source", "eng", "--timeout", "20")
+    assert synced.exit_code == 0, synced.output
+    assert "1 issue(s) held;" in synced.output  # the source synced when it was applied; nothing new since
+    page = cli(server, "describe", "source", "eng")
+    assert page.exit_code == 0, page.output
+    assert "Sync:\n" in page.output and "  Issues:        1 (last sync: " in page.output
+    fired = cli(server, "trigger", "fire", "manual", "--key", "k1", "--text", "Do it", "-p", "a=b")
+    assert fired.exit_code == 0, fired.output
+    assert ": Dispatched" in fired.output and "agentrun.runtime.joch.dev/manual-" in fired.output
+    again = cli(server, "trigger", "fire", "manual", "--key", "k1", "--text", "Do it")
+    assert again.exit_code == 0 and ": Deduplicated" in again.output and "Duplicate: " in again.output
+    rejected = cli(server, "trigger", "fire", "manual")
+    assert rejected.exit_code == 1 and "NoImplementation: " in rejected.output
+    assert len(items(store, kinds.AGENT_RUN)) == 1
