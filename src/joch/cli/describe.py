@@ -14,7 +14,8 @@ executable's path, version and sha256, the argv as one shell-quoted line — the
 secrets in it — and the environment's variable *names*; values are never recorded), ``Base Commit``,
 ``Manifest Hash``, ``Sandbox``, ``Session`` (resumed from which attempt, or started over) and the
 files ``changes.patch`` left out (``Omitted:``). An ImplementationSource gets ``Sync:`` (when it last
-synced, its cursor, the issues it holds and what the last sync changed, a rate limit, the last error). A kind that keeps its fields at the top level, as a RoleBinding keeps
+synced, its cursor, the issues it holds and what the last sync changed, a rate limit, the last error).
+A kind that keeps its fields at the top level, as a RoleBinding keeps
 ``roleRef`` and ``subjects``, gets a block per field (``roleRef:``, ``subjects:``) instead of Spec.
 Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object
 (``reading`` finds them), oldest first. Rendering is a pure function of the object, its events
