@@ -226,7 +226,8 @@ def _what_ran(status: dict[str, Any]) -> list[str]:
 
 def _sync(status: dict[str, Any]) -> list[str]:
     """An ImplementationSource's sync at a glance: when, how far, what it holds, what went wrong."""
-    counts = status.get("counts") if isinstance(status.get("counts"), dict) else {}
+    given = status.get("counts")
+    counts: dict[str, Any] = given if isinstance(given, dict) else {}
     held = f"{counts.get('issues', 0)} (last sync: " + ", ".join(
         f"{counts.get(k, 0)} {k}" for k in ("created", "updated", "stale", "diverged")) + ")"
     rows = [("Last Synced", status.get("lastSyncedAt") or "never"), ("Cursor", status.get("cursor")),

@@ -13,10 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from joch.admission.apply import apply_documents
 from joch.admission.documents import Document
 from joch.api import kinds
+from joch.api.audit import AuditQuery
 from joch.api.integrations import (
     EXECUTION_ANNOTATION,
     IMPLEMENTATION_SOURCE,
@@ -29,12 +31,14 @@ from joch.api.integrations import (
     TRIGGER_RULE,
     WEBHOOK_DELIVERY,
 )
+from joch.cli.main import app
 from joch.controllers.deliveries import DeliveryController
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.controllers.sources import SourceController, apply_issue
 from joch.controllers.triggers import TriggerController
 from joch.integrations.base import Issue, Repository
+from joch.integrations.signatures import sign
 from joch.server.testing import LiveServer, live_server
 from joch.store import Store, open_store
 from support import FakeClock, provider
@@ -165,14 +169,8 @@ def test_a_bad_or_missing_signature_is_401_and_nothing_is_stored(
     assert items(store, WEBHOOK_DELIVERY) == []
     assert items(store, kinds.IMPLEMENTATION_SPEC) == []
     assert items(store, kinds.AGENT_RUN) == []
-    denied = [e for e in store.audit_events(_query()).items if e.decision == "denied"]
+    denied = [e for e in store.audit_events(AuditQuery()).items if e.decision == "denied"]
     assert len(denied) == 2 and all(e.kind == "WebhookDelivery" for e in denied)
-
-
-def _query() -> Any:
-    from joch.api.audit import AuditQuery
-
-    return AuditQuery()
 
 
 def test_a_labelled_issue_becomes_a_spec_and_one_run_however_often_it_is_delivered(
@@ -261,8 +259,6 @@ def test_a_ping_is_recorded_and_causes_nothing(
 def test_a_generic_webhook_fires_its_rule_once_per_delivery(
     store: Store, server: LiveServer, controllers: Manager,
 ) -> None:
-    from joch.integrations.signatures import sign
-
     apply(store, secret("hook", secret=SECRET.decode()), *agent(),
           rule("deploy", webhook={"secretRef": {"name": "hook", "key": "secret"}, "dedupeKey": "{{ payload.id }}"},
                run={"agentRef": {"name": "demo"},
@@ -323,7 +319,7 @@ def issue(number: int = 7, *, title: str = "Title", body: str = "Body", state: s
     repository = Repository(owner="acme", name="web", clone_url="https://github.com/acme/web.git",
                             default_branch="main")
     return Issue(provider="github", id=str(number), key=f"acme/web#{number}", title=title, body=body,
-                 url=f"https://github.com/acme/web/issues/{number}", state=state,  # type: ignore[arg-type]
+                 url=f"https://github.com/acme/web/issues/{number}", state=state,
                  labels=labels, updated_at=version, number=number, repository=repository, version=version)
 
 
@@ -463,10 +459,6 @@ def test_a_linear_delivery_is_verified_fresh_and_takes_the_same_path(
 # --- the CLI -------------------------------------------------------------------------------------------
 
 def cli(server: LiveServer, *args: str) -> Any:
-    from typer.testing import CliRunner
-
-    from joch.cli.main import app
-
     return CliRunner().invoke(app, ["--server", server.url, *args])
 
 
