@@ -97,6 +97,8 @@ def process(store: Any, delivery: Obj, now: float) -> list[str]:
         raise _Unusable(f'ImplementationSource "{source_name}" no longer exists') from None
     if event.issue is None or event.kind not in ("issue", "comment"):
         return []
+    if event.pull_request is not None:  # a comment on a pull request: not an issue Joch syncs
+        return []
     caused: list[str] = []
     change = sources.apply_issue(store, source, event.issue, now)
     if change.change != "unchanged":

@@ -36,7 +36,7 @@ from joch.controllers.deliveries import DeliveryController
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.controllers.sources import SourceController, apply_issue
-from joch.controllers.triggers import TriggerController
+from joch.controllers.triggers import TriggerController, TriggerEvent, evaluate
 from joch.integrations.base import Issue, Repository
 from joch.integrations.signatures import sign
 from joch.server.testing import LiveServer, live_server
@@ -482,3 +482,32 @@ def test_the_cli_fires_rules_syncs_and_describes_sources(
     rejected = cli(server, "trigger", "fire", "manual")
     assert rejected.exit_code == 1 and "NoImplementation: " in rejected.output
     assert len(items(store, kinds.AGENT_RUN)) == 1
+
+
+# --- concurrencyPolicy ---------------------------------------------------------------------------------
+
+def issue_event(action: str) -> TriggerEvent:
+    return TriggerEvent(kind="issue", provider="github", action=action, issue=issue())
+
+
+@pytest.mark.parametrize("policy", ["Forbid", "Replace", "Allow"])
+def test_concurrency_policy_per_source_item(store: Store, policy: str) -> None:
+    apply(store, *agent(), rule("fix", concurrencyPolicy=policy, sourceRef={"name": "web"},
+                                issue={"actions": ["opened", "reopened"]},
+                                run={"agentRef": {"name": "demo"},
+                                     "implementation": {"inline": {"text": "Fix {{ event.item }}"}}}))
+    fix = store.get(TRIGGER_RULE, NS, "fix")
+    first = evaluate(store, fix, issue_event("opened"), kind="issue", now=1.0)
+    assert first["spec"]["decision"] == "Dispatched"
+    second = evaluate(store, fix, issue_event("reopened"), kind="issue", now=2.0)
+    old = store.get(kinds.AGENT_RUN, NS, first["spec"]["runRef"]["name"])
+    if policy == "Forbid":
+        assert (second["spec"]["decision"], second["spec"]["reason"]) == ("Rejected", "ConcurrencyForbidden")
+        assert old["metadata"]["name"] in second["spec"]["message"] and "Forbid" in second["spec"]["message"]
+        store.update_status(kinds.AGENT_RUN, {**old, "status": {**(old.get("status") or {}), "phase": "Succeeded"}})
+        third = evaluate(store, fix, issue_event("reopened"), kind="issue", now=3.0)
+        assert third["spec"]["decision"] == "Dispatched"
+    else:
+        assert second["spec"]["decision"] == "Dispatched"
+        assert old["spec"]["cancel"] is (policy == "Replace")
+    assert store.get(TRIGGER_RULE, NS, "fix")["status"]["executions"] == (3 if policy == "Forbid" else 2)
