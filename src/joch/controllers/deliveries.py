@@ -106,7 +106,8 @@ def process(store: Any, delivery: Obj, now: float) -> list[str]:
     rules = triggers.rules_for_source(store.list(TRIGGER_RULE, ListOptions(namespace=namespace)).items, m_name(source))
     actor = getattr(event, "actor", None)
     if event.kind == "issue":
-        executions = triggers.issue_changed(store, rules, event.issue, change.opened, change.added_labels, now,
+        added = tuple(dict.fromkeys([*change.added_labels, *event.added_labels]))
+        executions = triggers.issue_changed(store, rules, event.issue, change.opened, added, now,
                                             action=event.action, label=event.label, actor=actor, delivery=m["name"])
     else:
         executions = []

@@ -511,3 +511,67 @@ def test_concurrency_policy_per_source_item(store: Store, policy: str) -> None:
         assert second["spec"]["decision"] == "Dispatched"
         assert old["spec"]["cancel"] is (policy == "Replace")
     assert store.get(TRIGGER_RULE, NS, "fix")["status"]["executions"] == (3 if policy == "Forbid" else 2)
+
+
+# --- polling (GitHub) ----------------------------------------------------------------------------------
+
+def test_polling_github_alone_makes_the_spec_and_one_run(
+    store: Store, github: FakeGitHub, clock: FakeClock, controllers: Manager,
+) -> None:
+    github.create_issue(REPO, "Fix the bug", "- [ ] a test", labels=["joch:demo"])
+    github.create_issue(REPO, "Not for Joch")
+    source = github_source(github)
+    source["spec"]["pollIntervalSeconds"] = 60
+    apply(store, secret("gh", token="ghp_fake_token"), *agent(), rule("fix", sourceRef={"name": "web"}, **LABELED),
+          source)
+    [run] = wait_for(lambda: items(store, kinds.AGENT_RUN), "the run")
+    assert run["spec"]["implementationRef"] == {"name": "gh-acme-web-1"}
+    assert run["spec"]["execution"]["coordinates"]["git"]["ref"] == "main"
+    assert run["metadata"]["annotations"][SOURCE_ITEM] == "github:acme/web#1"
+    assert sorted(s["metadata"]["name"] for s in items(store, kinds.IMPLEMENTATION_SPEC)) == [
+        "gh-acme-web-1", "gh-acme-web-2"]
+    github.edit_issue(REPO, 1, title="Fix the bug, really")
+    clock.advance(61)
+    wait_for(lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")["spec"]["summary"]
+             == "Fix the bug, really", "the upstream edit")
+    assert len(items(store, kinds.AGENT_RUN)) == 1
+
+
+def test_bad_github_credentials_and_a_missing_repository_say_what_to_fix(
+    store: Store, github: FakeGitHub, controllers: Manager,
+) -> None:
+    apply(store, secret("gh", token="ghp_revoked"), github_source(github))
+    source = wait_for(lambda: (s := store.get(IMPLEMENTATION_SOURCE, NS, "web")).get("status", {}).get("lastError")
+                      and s, "the error")
+    error = condition(source, "Error")
+    assert (error["status"], error["reason"]) == ("True", "BadCredentials")
+    assert "gh" in error["message"] and "ghp_revoked" not in error["message"]
+    apply(store, secret("gh", token="ghp_fake_token"), github_source(github) | {
+        "spec": {**github_source(github)["spec"], "github": {**github_source(github)["spec"]["github"],
+                                                             "repo": "gone"}}})
+    wait_for(lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Error")["reason"] == "NotFound",
+             "the NotFound error")
+    assert "acme/gone" in store.get(IMPLEMENTATION_SOURCE, NS, "web")["status"]["lastError"]
+
+
+def test_a_rate_limit_is_waited_out_until_its_reset(store: Store, clock: FakeClock, controllers: Manager) -> None:
+    with FakeGitHub(clock=clock.time) as github:
+        github.add_repo(REPO)
+        rate_limited(store, clock, github)
+
+
+def rate_limited(store: Store, clock: FakeClock, github: FakeGitHub) -> None:
+    reset = github.exhaust_rate_limit(reset_in=120)
+    source = github_source(github)
+    source["spec"]["pollIntervalSeconds"] = 10
+    apply(store, secret("gh", token="ghp_fake_token"), source)
+    limited = wait_for(lambda: (s := store.get(IMPLEMENTATION_SOURCE, NS, "web")).get("status", {})
+                       .get("rateLimitedUntil") and s, "the rate limit")
+    assert condition(limited, "Error")["reason"] == "RateLimited"
+    asked = len(github.calls("GET"))
+    clock.advance(30)  # past the poll interval, not past the reset: nothing is asked
+    time.sleep(1.2)
+    assert len(github.calls("GET")) == asked
+    clock.advance(max(0.0, reset - clock.time()) + 1)
+    wait_for(lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Ready")["status"] == "True",
+             "a sync after the reset")
