@@ -417,8 +417,10 @@ class GitHubTracker:
 
     def list_issues(self, *, since: str | None, etag: str | None) -> SyncPage:
         client = self._client()
-        params: dict[str, Any] = {"state": self.source.state, "sort": "updated", "direction": "asc",
-                                  "per_page": PER_PAGE}
+        # After the first sync an "open" source asks for closed issues too: an issue closed since the
+        # cursor is how its spec learns it is Stale (a closed issue never makes a new spec).
+        state = "all" if since and self.source.state == "open" else self.source.state
+        params: dict[str, Any] = {"state": state, "sort": "updated", "direction": "asc", "per_page": PER_PAGE}
         if self.source.labels:
             params["labels"] = ",".join(self.source.labels)
         if since:

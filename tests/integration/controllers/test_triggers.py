@@ -548,6 +548,9 @@ def test_polling_github_alone_makes_the_spec_and_one_run(
     advance_until(clock, 61, lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")["spec"]["summary"]
                   == "Fix the bug, really", "the upstream edit")
     assert len(items(store, kinds.AGENT_RUN)) == 1
+    github.close_issue(REPO, 1)
+    advance_until(clock, 61, lambda: condition(store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1"), "Stale")
+                  ["status"] == "True", "the closed issue's spec Stale, by polling alone")
 
 
 def test_bad_github_credentials_and_a_missing_repository_say_what_to_fix(
