@@ -13,6 +13,7 @@ def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions
     from joch.controllers.approvals import ApprovalController
     from joch.controllers.budgets import BudgetController
     from joch.controllers.runs import RunController
+    from joch.controllers.writeback import WriteBackController, WriteIntentController
 
     return [AgentController(), RunController(runtime, options), ApprovalController(),
-            BudgetController(options.resync_period)]
+            BudgetController(options.resync_period), WriteBackController(runtime), WriteIntentController(runtime)]
