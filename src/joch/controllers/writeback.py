@@ -607,7 +607,8 @@ class WriteIntentController(Controller):
                     "type": "AwaitingApproval", "status": "True", "reason": "ApprovalRequested",
                     "message": f"waiting for Approval {name}: joch approve approval {name}"})
                 out = w.update_status(WRITE_INTENT, {**intent, "status": status})
-                if self.ctx.cache(kinds.APPROVAL).get(intent["metadata"].get("namespace") or "", name) is None:
+                existing = self.ctx.cache(kinds.APPROVAL).get(intent["metadata"].get("namespace") or "", name)
+                if existing is None:
                     w.create(kinds.APPROVAL, self._approval(intent, run, asked))
                 events.record(w, out, reason="AwaitingApproval", message=f"{what}: approval {name} requested",
                               component=COMPONENT)
@@ -636,7 +637,10 @@ class WriteIntentController(Controller):
         name = status.get("approvalRef") or intent["metadata"]["name"]
         approval = self.ctx.cache(kinds.APPROVAL).get(namespace, name)
         if approval is not None and not _owned(approval, intent):
-            return None  # someone else's Approval holds the name: wait (it is not ours to decide by)
+            # Left by an earlier intent of this name (an earlier run's): its decision is not this
+            # write's. It goes, and the next look asks again.
+            self.ctx.store.delete(kinds.APPROVAL, namespace, name, uid=approval["metadata"]["uid"])
+            return None
         if approval is None:
             run = self._run(intent)
             if run is not None:
