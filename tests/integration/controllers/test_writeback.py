@@ -34,6 +34,7 @@ from joch.server.app import create_app
 from joch.server.testing import ServerThread
 from joch.store import Store, open_store
 from support import FakeClock, fake_github
+from support.fake_linear import FakeLinear
 
 PY = sys.executable
 TOKEN = "ghp_writeback_test_token_0123456789"  # the fake accepts it; checked never to leak
@@ -392,3 +393,50 @@ def test_the_run_controller_ignores_write_back_approvals(make_env: Callable[...,
     wait_for(lambda: env.phase("r6") == "Succeeded", "the run", timeout=60)
     wait_for(lambda: any("**Succeeded**" in c["body"] for c in env.github.comments()), "the final comment")
     assert len(env.github.comments()) == 1
+
+
+# --- Linear -------------------------------------------------------------------------------------------
+
+LINEAR_KEY = "lin_api_writeback_0123456789"
+
+
+@pytest.fixture
+def linear() -> Iterator[FakeLinear]:
+    with FakeLinear(api_key=LINEAR_KEY) as fake:
+        fake.create_issue("Add a greeting", "Say hello in the README.")
+        yield fake
+
+
+def linear_objects(url: str) -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "lin-key"},
+         "spec": {"stringData": {"key": LINEAR_KEY}}},
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSource", "metadata": {"name": "lin"},
+         "spec": {"provider": "linear", "pollIntervalSeconds": 0,
+                  "linear": {"teamKey": "ENG", "apiUrl": url,
+                             "auth": {"apiKeySecretRef": {"name": "lin-key", "key": "key"}}}}},
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSpec",
+         "metadata": {"name": "lin-eng-1", "labels": {SOURCE_LABEL: "lin"}},
+         "spec": {"text": "# Add a greeting\n\nSay hello in the README.", "summary": "Add a greeting",
+                  "source": {"provider": "linear", "externalId": "ENG-1",
+                             "url": "https://linear.app/acme/issue/ENG-1/add-a-greeting"}}},
+    ]
+
+
+def test_a_run_from_a_linear_issue_comments_and_links_its_pull_request(
+        make_env: Callable[..., Env], bare: Path, linear: FakeLinear) -> None:
+    env = make_env()
+    env.apply(*linear_objects(linear.url), provider(),
+              agent({"comment": {}, "pullRequest": {"sourceRef": "gh", "base": "main"}}))
+    env.create_run("r7", git_url=str(bare), implementationRef={"name": "lin-eng-1"})
+    wait_for(lambda: linear.comments("ENG-1"), "the comment in Linear")
+    [pull] = wait_for(lambda: env.github.pulls(), "the pull request", timeout=60)
+    assert pull["head"]["ref"] == "joch/r7" and "Closes" not in (pull["body"] or "")
+    wait_for(lambda: linear.attachments("ENG-1"), "the link on the Linear issue")
+    [attachment] = linear.attachments("ENG-1")
+    assert attachment["url"] == pull["html_url"]
+    final = wait_for(lambda: [c for c in linear.comments("ENG-1") if pull["html_url"] in c["body"]
+                              and "**Succeeded**" in c["body"]], "the final comment")
+    assert len(linear.comments("ENG-1")) == 1 and marker(env.run("r7")["metadata"]["uid"]) in final[0]["body"]
+    assert env.intent_phase("r7-link") == "Succeeded"
+    assert env.github.comments() == []  # the issue is Linear's: nothing is written on GitHub's issue #1
