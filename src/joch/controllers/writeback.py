@@ -293,12 +293,32 @@ class WriteBackController(Controller):
         return self._ctx
 
     def secondary(self) -> Sequence[tuple[KindInfo, Mapper]]:
-        return ((WRITE_INTENT, _run_of_intent),)
+        # What decides a run's writes may arrive after the run (an Agent's writeBack applied with
+        # it, a spec synced a moment later): each change looks at the runs it concerns again.
+        return ((WRITE_INTENT, _run_of_intent), (kinds.AGENT, self._runs_of_agent),
+                (kinds.IMPLEMENTATION_SPEC, self._runs_of_spec), (TRIGGER_RULE, self._runs_of_rule))
 
     def setup(self, ctx: Context) -> None:
         self._ctx = ctx
         for kind in (WRITE_INTENT, TRIGGER_RULE, kinds.IMPLEMENTATION_SPEC, kinds.AGENT, IMPLEMENTATION_SOURCE):
             ctx.cache(kind)
+
+    def _runs(self, obj: Obj, wanted: Any) -> Iterable[Key]:
+        for run in self.ctx.cache(kinds.AGENT_RUN).list(obj["metadata"].get("namespace") or ""):
+            if wanted(run):
+                yield Key.of(run)
+
+    def _runs_of_agent(self, agent: Obj) -> Iterable[Key]:
+        name = agent["metadata"]["name"]
+        return self._runs(agent, lambda r: ((r.get("spec") or {}).get("agentRef") or {}).get("name") == name)
+
+    def _runs_of_spec(self, spec: Obj) -> Iterable[Key]:
+        name = spec["metadata"]["name"]
+        return self._runs(spec, lambda r: ((r.get("spec") or {}).get("implementationRef") or {}).get("name") == name)
+
+    def _runs_of_rule(self, rule: Obj) -> Iterable[Key]:
+        name = rule["metadata"]["name"]
+        return self._runs(rule, lambda r: ((r.get("metadata") or {}).get("labels") or {}).get(RULE_LABEL) == name)
 
     def reconcile(self, key: Key) -> Result | None:
         run = self.ctx.cache(kinds.AGENT_RUN).get(key.namespace, key.name)
@@ -686,8 +706,16 @@ class WriteIntentController(Controller):
         self.ctx.store.update_status(WRITE_INTENT, {**intent, "status": status})
         return None
 
-    def _send(self, intent: Obj) -> Result | None:
+    def _send(self, cached: Obj) -> Result | None:
         if not self.ctx.leading():
+            return None
+        # The cache may not have seen this controller's last write yet (a Retrying written a moment
+        # ago): what is sent is decided from the stored intent, never from a stale Sending.
+        try:
+            intent = self.ctx.store.get(WRITE_INTENT, cached["metadata"].get("namespace"), cached["metadata"]["name"])
+        except errors.NotFound:
+            return None
+        if (intent.get("status") or {}).get("phase") != "Sending" or intent["metadata"].get("deletionTimestamp"):
             return None
         what = describe(intent)
         spec = intent["spec"]
