@@ -486,3 +486,15 @@ def test_a_rate_limit_waits_for_retry_after(make_env: Callable[..., Env], bare: 
     intent = env.intent("r9-comment")
     assert intent is not None and intent["status"]["attempts"] == 2
     assert intent["status"]["lastError"].startswith("Unavailable")
+
+
+def test_a_pull_request_with_no_github_source_is_explained_in_the_comment(
+        make_env: Callable[..., Env], bare: Path, linear: FakeLinear) -> None:
+    env = make_env()
+    env.apply(*linear_objects(linear.url), provider(), agent({"comment": {}, "pullRequest": {}}))
+    env.create_run("r10", git_url=str(bare), implementationRef={"name": "lin-eng-1"})
+    said = wait_for(lambda: [c for c in linear.comments("ENG-1") if "Write failed" in c["body"]], "the comment",
+                    timeout=60)
+    assert 'ImplementationSource "lin" is not a GitHub source' in said[0]["body"]
+    assert "writeBack.pullRequest.sourceRef" in said[0]["body"]
+    assert env.intent("r10-pr") is None and env.github.pulls() == []
