@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -370,3 +372,33 @@ def test_a_pull_request_needs_its_branch_pushed_first(fake: FakeGitHub, clock: F
                      date="2026-11-28T09:00:00Z", token=None, workdir=tmp_path / "cache")
     pr = gh.create_pull_request(head="joch/run-1", base="main", title="Fix", body="Closes #1", draft=False)
     assert fake.pulls("acme/app")[0]["head"]["sha"] == sha and pr.head == "joch/run-1"
+
+
+def test_a_delivery_is_sent_as_github_sends_it(fake: FakeGitHub) -> None:
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fake.create_issue(REPO, "One")
+        delivery = fake.deliver("ping", fake.ping_event(REPO), b"hook-secret")
+        answer = delivery.send(f"http://127.0.0.1:{server.server_address[1]}/v1/webhooks/github")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer.status_code == 202
+    ((headers, body),) = received
+    assert body == delivery.body and headers["x-github-event"] == "ping"
+    assert headers["x-github-delivery"] == delivery.delivery_id and headers["content-type"] == "application/json"
+    assert webhooks.verify("hook-secret", body, headers["x-hub-signature-256"])
