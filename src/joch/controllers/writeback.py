@@ -645,7 +645,8 @@ class WriteIntentController(Controller):
                 out = w.update_status(WRITE_INTENT, {**intent, "status": status})
                 existing = self.ctx.cache(kinds.APPROVAL).get(intent["metadata"].get("namespace") or "", name)
                 if existing is None:
-                    w.create(kinds.APPROVAL, self._approval(intent, run, asked))
+                    approval = w.create(kinds.APPROVAL, self._approval(intent, run, asked))
+                    w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
                 events.record(w, out, reason="AwaitingApproval", message=f"{what}: approval {name} requested",
                               component=COMPONENT)
             else:
