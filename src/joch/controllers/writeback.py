@@ -650,7 +650,12 @@ class WriteIntentController(Controller):
                     "type": "AwaitingApproval", "status": "True", "reason": "ApprovalRequested",
                     "message": f"waiting for Approval {name}: joch approve approval {name}"})
                 out = w.update_status(WRITE_INTENT, {**intent, "status": status})
-                existing = self.ctx.cache(kinds.APPROVAL).get(intent["metadata"].get("namespace") or "", name)
+                namespace = intent["metadata"].get("namespace") or ""
+                existing = self.ctx.cache(kinds.APPROVAL).get(namespace, name)
+                if existing is not None and not _owned(existing, intent):
+                    # an earlier intent's of this name (an earlier run's): its decision is not this write's
+                    w.delete(kinds.APPROVAL, namespace, name, uid=existing["metadata"]["uid"])
+                    existing = None
                 if existing is None:
                     approval = w.create(kinds.APPROVAL, self._approval(intent, run, asked))
                     w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})

@@ -546,3 +546,23 @@ def test_the_rule_can_require_approval_for_every_write(make_env: Callable[..., E
     assert env.github.comments() == []
     assert env.decide("r12-comment", "approve").status_code == 200
     wait_for(lambda: env.github.comments(), "the comment")
+
+
+def test_an_approval_left_from_an_earlier_run_of_the_name_does_not_count(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({"comment": {}, "requireApproval": True}))
+    stray = env.store.create(kinds.APPROVAL, {"metadata": {"name": "r13-comment", "namespace": "default"},
+                                              "spec": {"runRef": {"name": "r13"}, "action": "write-back"}})
+    env.store.update_status(kinds.APPROVAL, {**stray, "status": {"phase": "Approved", "decidedBy": "mallory"}})
+    env.create_run("r13", git_url=str(bare))
+    set_run_status(env, "r13", phase="Running")
+    wait_for(lambda: env.intent_phase("r13-comment") == "PendingApproval", "the gate")
+    intent = env.intent("r13-comment")
+    assert intent is not None
+    approval = wait_for(lambda: (a := env.store.get(kinds.APPROVAL, "default", "r13-comment"))["metadata"]["uid"]
+                        != stray["metadata"]["uid"] and a, "the intent's own Approval")
+    assert [r["uid"] for r in approval["metadata"]["ownerReferences"]] == [intent["metadata"]["uid"]]
+    assert approval["status"]["phase"] == "Pending"
+    time.sleep(0.5)
+    assert env.github.comments() == [] and env.intent_phase("r13-comment") == "PendingApproval"
