@@ -523,7 +523,7 @@ def test_the_rules_template_wins_and_renders_in_the_sandbox(make_env: Callable[.
               rule({"comment": {"template": "Rule: {{ run.name }} is {{ run.phase }} for {{ issue.item }}"}}))
     create_triggered_run(env, "r11", str(bare))
     set_run_status(env, "r11", phase="Running")
-    [comment] = wait_for(lambda: env.github.comments(), "the comment")
+    [comment] = wait_for(lambda: [c for c in env.github.comments() if "Running" in c["body"]], "the comment")
     assert comment["body"].startswith("Rule: r11 is Running for github:acme/web#1\n")
 
     env.apply(rule({"comment": {"template": "{{ ''.__class__.__mro__ }}"}}))
