@@ -183,8 +183,8 @@ def agent(write_back: dict[str, Any], **spec: Any) -> dict[str, Any]:
 def make_env(tmp_path: Path, github: fake_github.FakeGitHub) -> Iterator[Callable[..., Env]]:
     made: list[tuple[Env, ServerThread]] = []
 
-    def make(*, only_writeback: bool = False, clock: FakeClock | None = None) -> Env:
-        store = open_store(f"sqlite:///{tmp_path / 'joch.db'}")
+    def make(*, only_writeback: bool = False, clock: FakeClock | None = None, store_url: str | None = None) -> Env:
+        store = open_store(store_url or f"sqlite:///{tmp_path / 'joch.db'}")
         data = tmp_path / "data"
         options = ControllerOptions(data_dir=data, leader_election=False, grace_seconds=1.0, resync_period=2.0)
         app = create_app(store)
@@ -228,8 +228,8 @@ def no_token_leaks(env: Env) -> None:
 # --- the whole path ----------------------------------------------------------------------------------
 
 def test_a_run_from_an_issue_comments_once_and_opens_one_pull_request(
-        make_env: Callable[..., Env], bare: Path) -> None:
-    env = make_env()
+        make_env: Callable[..., Env], bare: Path, store_url: str) -> None:
+    env = make_env(store_url=store_url)  # SQLite and PostgreSQL
     env.apply(provider(), agent({"comment": {}, "pullRequest": {"branchPrefix": "joch"}}))
     env.create_run("r1", git_url=str(bare))
     # the comment exists while the run is still going (created at start, edited in place later)
