@@ -249,6 +249,28 @@ def quickstart() -> list[dict[str, Any]]:
     return [yaml.safe_load((QUICKSTART / name).read_text()) for name in ("provider.yaml", "agent.yaml")]
 
 
+# The demo agent after reporting $0.42 through the run callback: a run whose comment has a cost to show.
+METERED = """
+import json, os, sys, urllib.request
+request = urllib.request.Request(os.environ['JOCH_CALLBACK_URL'], method='POST', data=json.dumps(
+    {'events': [{'id': 'turn-1', 'costUsd': 0.42}]}).encode(),
+    headers={'Content-Type': 'application/json', 'Authorization': 'Bearer ' + os.environ['JOCH_RUN_TOKEN']})
+urllib.request.urlopen(request, timeout=10).read()
+os.execvp('joch-demo-agent', ['joch-demo-agent', *sys.argv[1:]])
+"""
+
+
+def metered_demo() -> list[dict[str, Any]]:
+    """The agent ``demo-metered``: the quickstart's demo agent behind a usage report of $0.42."""
+    provider, agent = quickstart()
+    provider["metadata"] = {"name": "demo-metered"}
+    provider["spec"]["binary"] = sys.executable
+    provider["spec"]["argsTemplate"] = ["-c", METERED, *provider["spec"]["argsTemplate"]]
+    agent["metadata"] = {"name": "demo-metered"}
+    agent["spec"]["providerRef"] = {"name": "demo-metered"}
+    return [provider, agent]
+
+
 def secret() -> dict[str, Any]:
     return {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "trackers"},
             "spec": {"stringData": SECRET_VALUES}}
@@ -333,14 +355,19 @@ def assert_pull_request_and_comment(s: Stack, number: int, run: str) -> dict[str
         return shown[0] if shown and "Succeeded" in shown[0]["body"] and pr["html_url"] in shown[0]["body"] else None
 
     comment = s.wait("the comment to show Succeeded and the pull request", final_comment)
-    cost = (s.run(run).get("status") or {}).get("costUsd") or 0
-    assert f"${cost:.2f}" in comment["body"], comment["body"]
+    assert_shows_cost(s, run, comment["body"])
     assert len(comments(s, number)) == 1
 
     write_back = s.wait("status.writeBack.pullRequest", lambda: (s.run(run).get("status") or {}).get("writeBack"))
     assert write_back["pullRequest"]["url"] == pr["html_url"], write_back
     assert write_back.get("commentUrl") == comment["html_url"], write_back
     return pr
+
+
+def assert_shows_cost(s: Stack, run: str, body: str) -> None:
+    """The comment shows the run's cost (what it reported, $0 for the demo agent, which reports none)."""
+    cost = (s.run(run).get("status") or {}).get("costUsd") or 0
+    assert "cost" in body.lower() and any(f"${cost:.{n}f}" in body for n in (2, 4)), (cost, body)
 
 
 def dispatched(s: Stack) -> list[dict[str, Any]]:
@@ -539,12 +566,14 @@ def held_for_approval(s: Stack, run: str) -> dict[str, Any]:
 
 def test_with_a_write_back_policy_no_pull_request_is_opened_until_approved(s: Stack) -> None:
     number = new_issue(s, 7, "Greet after review", labelled=True)
-    s.apply(approval_policy(), github_source(s), label_rule())
+    s.apply(*metered_demo(), approval_policy(), github_source(s),
+            label_rule(run={"agentRef": {"name": "demo-metered"}}))
     assert s.deliver(labelled(s, number)).status_code in (200, 202)
     run = s.the_one_run()
     held_for_approval(s, run)
     s.joch("approve", "run", run, "--reason", "reviewed the patch")
     assert_pull_request_and_comment(s, number, run)
+    assert (s.run(run).get("status") or {}).get("costUsd") == 0.42
     settle(s)
     assert_nothing_more(s, number)
 

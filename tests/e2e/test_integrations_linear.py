@@ -17,6 +17,7 @@ from e2e.test_integrations import (
     LABEL,
     SECRET_VALUES,
     Stack,
+    assert_shows_cost,
     dispatched,
     git,
     issue_body,
@@ -74,8 +75,7 @@ def test_a_linear_issue_labelled_by_webhook_becomes_a_run_and_one_comment_in_lin
         return shown[0] if shown and "Succeeded" in shown[0]["body"] else None
 
     comment = s.wait("the Linear comment to show Succeeded", final_comment)
-    cost = (s.run(run).get("status") or {}).get("costUsd") or 0
-    assert f"${cost:.2f}" in comment["body"], comment["body"]
+    assert_shows_cost(s, run, comment["body"])
     assert (s.run(run).get("status") or {}).get("writeBack", {}).get("commentUrl") == comment["url"]
 
     again = s.post("/v1/webhooks/linear", delivery)
