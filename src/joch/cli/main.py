@@ -1002,6 +1002,68 @@ def runner_command(
     raise typer.Exit(runner.main(argv))
 
 
+# --- integrations: trigger rules and sources --------------------------------------------------------
+
+trigger_app = typer.Typer(
+    name="trigger", cls=Commands, help="Act on TriggerRules.", no_args_is_help=True,
+    rich_markup_mode="markdown", context_settings={"help_option_names": ["-h", "--help"]},
+)
+sync_app = typer.Typer(
+    name="sync", cls=Commands, help="Sync an ImplementationSource now.", no_args_is_help=True,
+    rich_markup_mode="markdown", context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(trigger_app)
+app.add_typer(sync_app)
+
+
+@trigger_app.command("fire", cls=helptypes.Command)
+@reported
+def trigger_fire_command(
+    ctx: typer.Context,
+    rule: Annotated[str, typer.Argument(metavar="RULE", help="The TriggerRule.")],
+    params: Annotated[list[str] | None, typer.Option("--param", "-p", metavar="KEY=VALUE", show_default=False,
+                                                     help="A run parameter (over the rule's). Repeatable.")] = None,
+    key: Annotated[str | None, typer.Option("--key", metavar="KEY", show_default=False,
+                                            help="Dedupe key: firing the same key again starts nothing.")] = None,
+    text: Annotated[str | None, typer.Option("--text", metavar="TEXT", show_default=False,
+                                             help="What to implement, for a rule without an issue.")] = None,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Evaluate a TriggerRule now, as a manual event; print the decision and the run it started.
+
+    Exit code 1 when the rule rejected the event (the reason is printed)."""
+    from joch.cli import integrations
+
+    with _client(ctx, server) as client:
+        code = integrations.fire(client, _namespace(ctx, namespace).name, rule,
+                                 parameters=runs.parameters(params or []), key=key, text=text)
+    if code:
+        raise typer.Exit(code)
+
+
+@sync_app.command("source", cls=helptypes.Command)
+@reported
+def sync_source_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The ImplementationSource.")],
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the sync and print its outcome.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0.0,
+                                           help="How long --wait waits.")] = 60.0,
+    namespace: NamespaceOption = None,
+    server: ServerOption = None,
+) -> None:
+    """Sync an ImplementationSource from its tracker now (sets joch.dev/sync-requested-at).
+
+    Exit code 1 when the sync failed (the tracker's error is printed)."""
+    from joch.cli import integrations
+
+    with _client(ctx, server) as client:
+        code = integrations.sync(client, _namespace(ctx, namespace).name, name, wait=wait, timeout=timeout)
+    if code:
+        raise typer.Exit(code)
+
+
 # --- joch config: contexts ------------------------------------------------------------------------
 
 class _Group(helptypes.PlainTypes, TyperGroup):

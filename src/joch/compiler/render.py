@@ -393,6 +393,13 @@ def _time_budget(seconds: float) -> Iterator[None]:
         sys.settrace(previous)
 
 
+def render_text(path: str, source: str, values: Mapping[str, Any], *, limit: int = 256 * 1024) -> str:
+    """One text template (write-back's comment body, pull request title and body) over ``values`` in
+    the same sandbox and under the same bounds as a provider's templates; every failure is a
+    ``TemplateError`` naming ``path``."""
+    return _render(path, source, values, limit)
+
+
 def _render(path: str, source: str, values: Mapping[str, Any], limit: int, *, when: bool = False) -> str:
     work = _WORK.set(_Work())
     try:

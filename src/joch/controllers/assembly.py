@@ -12,7 +12,12 @@ def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions
     from joch.controllers.agents import AgentController
     from joch.controllers.approvals import ApprovalController
     from joch.controllers.budgets import BudgetController
+    from joch.controllers.deliveries import DeliveryController
     from joch.controllers.runs import RunController
+    from joch.controllers.sources import SourceController
+    from joch.controllers.triggers import TriggerController
+    from joch.controllers.writeback import WriteBackController, WriteIntentController
 
     return [AgentController(), RunController(runtime, options), ApprovalController(),
-            BudgetController(options.resync_period)]
+            BudgetController(options.resync_period), SourceController(), TriggerController(), DeliveryController(),
+            WriteBackController(runtime), WriteIntentController(runtime)]

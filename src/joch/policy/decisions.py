@@ -1,6 +1,7 @@
-"""What the policies say about one write (admission) or one run about to be queued (dispatch).
+"""What the policies say about one write (admission), one run about to be queued (dispatch), or one
+write to a tracker about to be sent (write back: ``write_back``).
 
-Both read through a ``Source``: ``StoreSource`` over a store or an open transaction's writer (admission:
+Each reads through a ``Source``: ``StoreSource`` over a store or an open transaction's writer (admission:
 so Policies written earlier in the same batch count; the run controller: so a Policy applied just
 before a run counts, which its informer caches might not show yet), or any other ``get``/``list``
 (``joch policy test`` reads its files). A ``StoreSource`` lists each namespace's Policies and the
@@ -150,6 +151,30 @@ def dispatch(source: Source, run: Obj) -> list[rules.Outcome]:
                  "namespace": rules.namespace_variable(namespace, environments),
                  "environment": rules.environment_variable(environments)}
     return rules.evaluate(selected, "dispatch", variables, reuse=_reuse(source))
+
+
+def write_back(source: Source, intent: Obj, run: Obj) -> list[rules.Outcome]:
+    """The writeBack rules that fire before ``intent`` (a WriteIntent) is sent for ``run``. A Policy
+    applies when its selector matches the intent or its run (``kinds: [AgentRun]`` and the run's
+    labels work as they do at dispatch); ``object`` is the intent, ``run``/``agent``/``provider``/
+    ``implementation`` those of the run, and ``request`` the run's creator with verb ``writeBack``."""
+    namespace = (intent.get("metadata") or {}).get("namespace")
+    policies = _compiled(source, namespace)
+    if not policies:
+        return []
+    environments = rules.environments_of(namespace, source.list(kinds.ENVIRONMENT, None))
+    matched = {p.ref for p in rules.select(policies, intent, environments)}
+    matched |= {p.ref for p in rules.select(policies, run, environments)}
+    selected = [p for p in policies if p.ref in matched]
+    if not any(p.phase("writeBack") for p in selected):
+        return []
+    creator = ((run.get("metadata") or {}).get("annotations") or {}).get(CREATED_BY) or ""
+    variables = {**_references(source, run, rules.referenced(selected, "writeBack")), "object": intent,
+                 "oldObject": None,
+                 "request": rules.request_variable(creator, (), "writeBack"),
+                 "namespace": rules.namespace_variable(namespace, environments),
+                 "environment": rules.environment_variable(environments)}
+    return rules.evaluate(selected, "writeBack", variables, reuse=_reuse(source))
 
 
 def _references(source: Source, obj: Obj, wanted: frozenset[str]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from joch.policy.expressions import (
 
 SYSTEM_NAMESPACE = "joch-system"
 Phase = Literal["admission", "dispatch", "writeBack"]
+PHASES: tuple[Phase, ...] = ("admission", "dispatch", "writeBack")
 Action = Literal["deny", "requireApproval", "warn"]
 CACHE_SIZE = 1024
 
@@ -71,17 +72,20 @@ class Policy:
         return f"{self.namespace}/{self.name}"
 
     def phase(self, phase: Phase) -> tuple[Rule, ...]:
-        return self._admission if phase == "admission" else self._dispatch
+        return self._rules[phase]
 
     def reads(self, phase: Phase) -> frozenset[str]:
-        return self._reads_admission if phase == "admission" else self._reads_dispatch
+        return self._reads[phase]
 
     def paths(self, phase: Phase) -> Mapping[str, frozenset[tuple[str, ...]] | None]:
         """Per ``PRUNABLE`` variable the ``phase`` rules read, the fields they read (None: whole)."""
-        return self._paths_admission if phase == "admission" else self._paths_dispatch
+        return self._paths[phase]
 
     def __post_init__(self) -> None:
-        for phase in ("admission", "dispatch"):
+        by_phase: dict[str, tuple[Rule, ...]] = {}
+        reads_by: dict[str, frozenset[str]] = {}
+        paths_by: dict[str, Mapping[str, frozenset[tuple[str, ...]] | None]] = {}
+        for phase in PHASES:
             chosen = tuple(r for r in self.rules if r.phase == phase)
             reads = frozenset(v for r in chosen if r.expression is not None for v in r.expression.variables)
             paths: dict[str, frozenset[tuple[str, ...]] | None] = {}
@@ -94,17 +98,14 @@ class Policy:
                     own = rule.expression.paths.get(name)
                     known = paths.get(name, frozenset())
                     paths[name] = None if own is None or known is None else known | own
-            object.__setattr__(self, f"_{phase}", chosen)
-            object.__setattr__(self, f"_reads_{phase}", reads)
-            object.__setattr__(self, f"_paths_{phase}", paths)
+            by_phase[phase], reads_by[phase], paths_by[phase] = chosen, reads, paths
+        object.__setattr__(self, "_rules", by_phase)
+        object.__setattr__(self, "_reads", reads_by)
+        object.__setattr__(self, "_paths", paths_by)
 
-    _admission: tuple[Rule, ...] = field(default=(), init=False, repr=False, compare=False)
-    _dispatch: tuple[Rule, ...] = field(default=(), init=False, repr=False, compare=False)
-    _reads_admission: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
-    _reads_dispatch: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
-    _paths_admission: Mapping[str, frozenset[tuple[str, ...]] | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
-    _paths_dispatch: Mapping[str, frozenset[tuple[str, ...]] | None] = field(
+    _rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _reads: Mapping[str, frozenset[str]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _paths: Mapping[str, Mapping[str, frozenset[tuple[str, ...]] | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
 

@@ -17,7 +17,21 @@ from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
 from joch.runtime.base import Runtime
-from joch.server import audit, context, discovery, errors, guard, health, limits, metering, resources, runs, schemas, v1
+from joch.server import (
+    audit,
+    context,
+    discovery,
+    errors,
+    guard,
+    health,
+    limits,
+    metering,
+    resources,
+    runs,
+    schemas,
+    v1,
+    webhooks,
+)
 from joch.server.auth import setup as auth
 from joch.server.options import ServerOptions
 from joch.store.base import Store
@@ -48,6 +62,7 @@ def create_app(
         resources.install(app, kind, store, options, kind_schemas, slots)
     v1.install(app, store, options, registry, kind_schemas, slots)
     runs.install(app, store, options, kind_schemas)
+    webhooks.install(app, store, options, kind_schemas)
     audit.install(app, store, registry, kind_schemas)
     metering.install(app, store, options, kind_schemas)
     schemas.install(app, kind_schemas)

@@ -6,7 +6,8 @@ Roles (per namespace; what a RoleBinding's ``roleRef.name`` names):
 viewer     get, list, watch every resource except Secrets and the audit log; run logs and artifacts,
            agent manifests (``get`` on ``agentruns/log``, ``agentruns/artifacts``, ``agents/manifest``)
 editor     viewer, and create, update, patch, delete every kind except the admin-only ones below (so:
-           create and cancel runs); never a subresource (no status writes, no approval decisions)
+           create and cancel runs); never a subresource (no status writes, no approval decisions) but
+           ``create`` on ``triggerrules/fire`` (``joch trigger fire``: it starts a run, as creating one does)
 approver   viewer, and deciding approvals: ``update`` on ``approvals/decide``
            (``POST /v1/namespaces/NS/approvals/NAME/decide``)
 admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, Events, Policies, Teams,
@@ -64,6 +65,7 @@ HIDDEN = frozenset({"secrets", "auditevents", ALL})  # not even viewers read the
 # Models too: their prices are what Budgets are enforced in, so writing one is setting the spend.
 # Events are what Joch's controllers and admission say happened (as in Kubernetes' edit role,
 # editors read them): an editor must not forge "approved by" one or delete a policy warning.
+FIRE = ("create", "triggerrules", "fire")  # the one subresource editors write: firing a rule starts a run
 ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "events", "policies", "teams",
                         "environments", "leases", "auditevents", ALL})
 
@@ -125,7 +127,8 @@ def role_allows(role: str, attrs: Attributes) -> bool:
     if role == "viewer":
         return reads
     if role == "editor":
-        return reads or (attrs.verb in WRITE_VERBS and not attrs.subresource and attrs.resource not in ADMIN_ONLY)
+        return reads or (attrs.verb in WRITE_VERBS and not attrs.subresource and attrs.resource not in ADMIN_ONLY) \
+            or (attrs.verb, attrs.resource, attrs.subresource) == FIRE
     if role == "approver":
         return reads or (attrs.verb == "update" and attrs.resource == "approvals" and attrs.subresource == "decide")
     return False

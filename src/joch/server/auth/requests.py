@@ -15,6 +15,10 @@ is not authorized as a watch of Agents and served as a watch of every kind. The 
   ``agentruns``; ``agents/NAME/manifest`` is ``get agents/manifest``; ``POST approvals/NAME/decide``
   is ``update approvals/decide`` (what the approver role grants); ``POST agentruns/render`` (a run
   rendered, never stored or started) is ``create agentruns``: it shows what its caller could run.
+* ``POST /v1/namespaces/NS/triggerrules/NAME/fire`` (``joch trigger fire``) is ``create`` on
+  ``triggerrules/fire`` (group joch.dev), which editors hold: firing a rule starts a run, as
+  creating one does. The webhook routes (``/v1/webhooks/...``) never get here: the middleware
+  exempts them, as each verifies its delivery's signature itself (``joch.server.webhooks``).
 * ``GET /v1/resources/watch`` and ``WATCH /v1/resources``: ``watch`` on the kind of ``?kind=``
   (every kind when none: ``resource="*"``) in ``?namespace=`` (every namespace when none).
 * ``GET /v1/audit``: ``list`` on ``auditevents`` (ops.joch.dev) in ``?namespace=``.

@@ -1,0 +1,277 @@
+"""Webhook deliveries normalised into ``TrackerEvent``: what the DeliveryController and the trigger
+rules read, whichever tracker sent it. A ``WebhookDelivery`` stores ``to_payload()`` in
+``spec.payload``; ``TrackerEvent.from_payload`` reads it back unchanged.
+
+``action`` uses GitHub's words for both trackers, so a rule reads the same for either:
+
+* GitHub ``issues``: its own action (``opened``, ``edited``, ``labeled``, ``unlabeled``, ``closed``,
+  ``reopened``, ``deleted``, ``transferred``); ``label`` is the label added or removed. A deleted or
+  transferred issue is ``deleted`` (it left the repository). ``issue_comment``: ``created``/``edited``/
+  ``deleted``, with ``comment``. ``pull_request`` keeps the pull request's main fields in
+  ``pull_request``. ``ping`` is ``kind="ping"``.
+* Linear ``Issue``: ``create`` → ``opened``; ``remove`` → ``deleted`` (the issue marked deleted);
+  ``update`` → ``labeled`` when ``data.labelIds`` gained a label over ``updatedFrom.labelIds`` (its
+  name from ``data.labels``), else ``unlabeled`` when one was removed, else ``closed``/``reopened``
+  when the state moved between open and closed (completed, canceled) types, else ``edited``.
+  ``Comment``: ``create`` → ``created``, ``update`` → ``edited``, ``remove`` → ``deleted``; its
+  ``issue`` is partial (id, identifier, title, url, team), so ask the tracker for the rest.
+* ``actor`` and a comment's ``author``: GitHub logins; Linear's user email when the payload has one,
+  else the name. ``association`` is GitHub's ``author_association`` (None for Linear).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from joch.integrations.base import Issue, Repository
+from joch.integrations.linear import linear_issue
+
+Provider = Literal["github", "linear", "generic"]
+Kind = Literal["issue", "comment", "pull_request", "ping", "webhook", "other"]
+
+_SIGNATURE_HEADERS = ("x-hub-signature", "x-hub-signature-256", "x-joch-signature-256", "linear-signature",
+                      "authorization", "cookie")
+
+
+@dataclass(frozen=True)
+class CommentEvent:
+    id: str
+    body: str
+    author: str | None = None
+    association: str | None = None
+
+
+@dataclass(frozen=True)
+class TrackerEvent:
+    provider: Provider
+    kind: Kind
+    action: str | None = None
+    delivery_id: str = ""
+    issue: Issue | None = None
+    label: str | None = None
+    comment: CommentEvent | None = None
+    actor: str | None = None
+    repository: Repository | None = None
+    team_key: str | None = None
+    pull_request: dict[str, Any] | None = None
+    payload: dict[str, Any] = field(default_factory=dict)  # generic deliveries: the body as sent
+    headers: dict[str, str] = field(default_factory=dict)  # generic deliveries: headers, signatures left out
+
+    def to_payload(self) -> dict[str, Any]:
+        """JSON-ready; ``from_payload`` reads it back equal."""
+        payload: dict[str, Any] = _jsonable(dataclasses.asdict(self))
+        return payload
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> TrackerEvent:
+        issue = data.get("issue")
+        comment = data.get("comment")
+        repository = data.get("repository")
+        return cls(
+            provider=data["provider"],
+            kind=data["kind"],
+            action=data.get("action"),
+            delivery_id=data.get("delivery_id") or "",
+            issue=_issue_from(issue) if isinstance(issue, Mapping) else None,
+            label=data.get("label"),
+            comment=CommentEvent(**comment) if isinstance(comment, Mapping) else None,
+            actor=data.get("actor"),
+            repository=Repository(**repository) if isinstance(repository, Mapping) else None,
+            team_key=data.get("team_key"),
+            pull_request=dict(data["pull_request"]) if isinstance(data.get("pull_request"), Mapping) else None,
+            payload=dict(data.get("payload") or {}),
+            headers=dict(data.get("headers") or {}),
+        )
+
+
+# --- GitHub --------------------------------------------------------------------------------------
+
+def parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
+    """``event``: the ``X-GitHub-Event`` header; ``body``: the delivery's JSON."""
+    repository = _github_repository(body.get("repository"))
+    actor = _login(body.get("sender"))
+    action = body.get("action") if isinstance(body.get("action"), str) else None
+    common: dict[str, Any] = {"provider": "github", "delivery_id": delivery_id, "actor": actor,
+                              "repository": repository}
+    if event == "ping":
+        return TrackerEvent(kind="ping", action=None, **common)
+    if event == "issues" and isinstance(body.get("issue"), Mapping):
+        issue = _github_issue(body["issue"], repository)
+        if action in ("deleted", "transferred"):
+            issue = dataclasses.replace(issue, deleted=True)
+        label = (body.get("label") or {}).get("name") if action in ("labeled", "unlabeled") else None
+        return TrackerEvent(kind="issue", action=action, issue=issue, label=label, **common)
+    if event == "issue_comment" and isinstance(body.get("issue"), Mapping):
+        raw = body.get("comment") or {}
+        comment = CommentEvent(id=str(raw.get("id", "")), body=str(raw.get("body") or ""),
+                               author=_login(raw.get("user")), association=raw.get("author_association"))
+        pull = body["issue"].get("pull_request")
+        return TrackerEvent(kind="comment", action=action, issue=_github_issue(body["issue"], repository),
+                            comment=comment, pull_request=dict(pull) if isinstance(pull, Mapping) else None,
+                            **common)
+    if event == "pull_request" and isinstance(body.get("pull_request"), Mapping):
+        return TrackerEvent(kind="pull_request", action=action, pull_request=_pull_request(body["pull_request"]),
+                            **common)
+    return TrackerEvent(kind="other", action=action or event, **common)
+
+
+def _github_issue(obj: Mapping[str, Any], repository: Repository | None) -> Issue:
+    # TODO(merge): use joch.integrations.github.github_issue (H1) instead; this mirrors its behaviour.
+    number = int(obj.get("number") or 0)
+    if repository is not None:
+        owner, name = repository.owner, repository.name
+    else:
+        owner, _, name = str(obj.get("repository_url") or "").rsplit("/repos/", 1)[-1].partition("/")
+    labels = tuple(str(label["name"] if isinstance(label, Mapping) else label)
+                   for label in obj.get("labels") or ())
+    updated = str(obj.get("updated_at") or "")
+    return Issue(
+        provider="github",
+        id=str(number),
+        key=f"{owner}/{name}#{number}",
+        title=str(obj.get("title") or ""),
+        body=str(obj.get("body") or ""),
+        url=str(obj.get("html_url") or ""),
+        state="closed" if obj.get("state") == "closed" else "open",
+        labels=labels,
+        updated_at=updated,
+        number=number,
+        author=_login(obj.get("user")),
+        repository=repository,
+        version=updated,
+    )
+
+
+def _github_repository(obj: Any) -> Repository | None:
+    if not isinstance(obj, Mapping):
+        return None
+    return Repository(owner=str(_login(obj.get("owner")) or ""), name=str(obj.get("name") or ""),
+                      clone_url=str(obj.get("clone_url") or ""), default_branch=str(obj.get("default_branch") or ""),
+                      html_url=str(obj.get("html_url") or ""))
+
+
+def _pull_request(obj: Mapping[str, Any]) -> dict[str, Any]:
+    head = obj.get("head") or {}
+    base = obj.get("base") or {}
+    return {"number": obj.get("number"), "url": obj.get("html_url"), "state": obj.get("state"),
+            "merged": bool(obj.get("merged")), "title": obj.get("title"), "head": head.get("ref"),
+            "base": base.get("ref"), "body": obj.get("body")}
+
+
+def _login(obj: Any) -> str | None:
+    return str(obj["login"]) if isinstance(obj, Mapping) and obj.get("login") else None
+
+
+# --- Linear --------------------------------------------------------------------------------------
+
+_LINEAR_ISSUE_ACTIONS = {"create": "opened", "remove": "deleted"}
+_LINEAR_COMMENT_ACTIONS = {"create": "created", "update": "edited", "remove": "deleted"}
+_IDENTIFIER_IN_URL = re.compile(r"/issue/([A-Za-z0-9_]+-\d+)")
+
+
+def parse_linear(delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
+    """``body``: the delivery's JSON (``action``, ``type``, ``data``, ``updatedFrom``, ``url``,
+    ``actor``, ``webhookTimestamp``...)."""
+    kind = body.get("type")
+    raw_action = str(body.get("action") or "")
+    data = body.get("data") if isinstance(body.get("data"), Mapping) else {}
+    actor = _linear_user(body.get("actor"))
+    common: dict[str, Any] = {"provider": "linear", "delivery_id": delivery_id, "actor": actor}
+    if kind == "Issue" and data:
+        node = dict(data)
+        node.setdefault("url", body.get("url"))
+        issue = linear_issue(node)
+        if raw_action == "remove":
+            issue = dataclasses.replace(issue, deleted=True)
+        action, label = _linear_issue_action(raw_action, data, body.get("updatedFrom"))
+        return TrackerEvent(kind="issue", action=action, issue=issue, label=label, team_key=issue.team_key,
+                            **common)
+    if kind == "Comment" and data:
+        partial = _linear_comment_issue(data, body)
+        comment = CommentEvent(id=str(data.get("id") or ""), body=str(data.get("body") or ""),
+                               author=_linear_user(data.get("user")) or actor)
+        return TrackerEvent(kind="comment", action=_LINEAR_COMMENT_ACTIONS.get(raw_action, raw_action),
+                            issue=partial, comment=comment, team_key=partial.team_key if partial else None,
+                            **common)
+    return TrackerEvent(kind="other", action=f"{kind}.{raw_action}" if kind else raw_action or None, **common)
+
+
+def _linear_issue_action(action: str, data: Mapping[str, Any], updated_from: Any) -> tuple[str, str | None]:
+    if action != "update":
+        return _LINEAR_ISSUE_ACTIONS.get(action, action), None
+    before = updated_from if isinstance(updated_from, Mapping) else {}
+    names = {str(label.get("id")): str(label.get("name")) for label in data.get("labels") or ()
+             if isinstance(label, Mapping)}
+    if "labelIds" in before:
+        old = list(before.get("labelIds") or ())
+        new = list(data.get("labelIds") or ())
+        added = [i for i in new if i not in old]
+        if added:
+            return "labeled", names.get(str(added[0]))
+        removed = [i for i in old if i not in new]
+        if removed:
+            return "unlabeled", names.get(str(removed[0]))
+    if "stateId" in before or "completedAt" in before or "canceledAt" in before:
+        # updatedFrom holds the old value of each field that changed; an absent one did not change
+        was_closed = any(before[f] if f in before else data.get(f) for f in ("completedAt", "canceledAt"))
+        state = data.get("state") or {}
+        now_closed = state.get("type") in ("completed", "canceled") if state else bool(
+            data.get("completedAt") or data.get("canceledAt"))
+        if now_closed and not was_closed:
+            return "closed", None
+        if was_closed and not now_closed:
+            return "reopened", None
+    return "edited", None
+
+
+def _linear_comment_issue(data: Mapping[str, Any], body: Mapping[str, Any]) -> Issue | None:
+    raw: Mapping[str, Any] = data["issue"] if isinstance(data.get("issue"), Mapping) else {}
+    issue_id = raw.get("id") or data.get("issueId")
+    if not issue_id:
+        return None
+    identifier = raw.get("identifier")
+    if not identifier:
+        found = _IDENTIFIER_IN_URL.search(str(raw.get("url") or body.get("url") or ""))
+        identifier = found.group(1) if found else ""
+    node = {"id": issue_id, "identifier": identifier, "title": raw.get("title"), "url": raw.get("url"),
+            "team": raw.get("team"), "updatedAt": raw.get("updatedAt")}
+    return linear_issue(node)
+
+
+def _linear_user(obj: Any) -> str | None:
+    if not isinstance(obj, Mapping):
+        return None
+    value = obj.get("email") or obj.get("name")
+    return str(value) if value else None
+
+
+# --- generic -------------------------------------------------------------------------------------
+
+def generic(delivery_id: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> TrackerEvent:
+    """A TriggerRule's own webhook: the body as sent and the headers (lower-cased names), without the
+    signature and credential headers."""
+    kept = {k.lower(): v for k, v in headers.items() if k.lower() not in _SIGNATURE_HEADERS}
+    return TrackerEvent(provider="generic", kind="webhook", delivery_id=delivery_id, payload=dict(body),
+                        headers=kept)
+
+
+# --- payload round trip --------------------------------------------------------------------------
+
+def _issue_from(data: Mapping[str, Any]) -> Issue:
+    values = dict(data)
+    values["labels"] = tuple(values.get("labels") or ())
+    repository = values.get("repository")
+    values["repository"] = Repository(**repository) if isinstance(repository, Mapping) else None
+    return Issue(**values)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
