@@ -193,6 +193,17 @@ class Stack:
             assert time.monotonic() < deadline, f"timed out waiting for {what}\n--- server log ---\n{self.tail()}"
             time.sleep(0.2)
 
+    def apply_synced(self, *manifests: dict[str, Any], source: str = "web") -> dict[str, Any]:
+        """Apply ``manifests`` and wait for the source's first sync (a new source syncs once even with
+        polling off), so what happens next comes from the webhook or the poll the test means."""
+        self.apply(*manifests)
+
+        def synced() -> dict[str, Any] | None:
+            status: dict[str, Any] = self.obj(f"{CORE}/implementationsources/{source}").get("status") or {}
+            return status if status.get("lastSyncedAt") else None
+
+        return self.wait(f"the first sync of source {source}", synced)
+
     def wait_run_ended(self, name: str, seconds: float = 45) -> dict[str, Any]:
         def ended() -> dict[str, Any] | None:
             status: dict[str, Any] = self.run(name).get("status") or {}
@@ -394,8 +405,8 @@ def settle(s: Stack, seconds: float = 2.0) -> None:
 
 
 def test_an_issue_labelled_by_webhook_becomes_a_run_a_pull_request_and_one_comment(s: Stack) -> None:
+    synced = s.apply_synced(github_source(s), label_rule())  # polling off: from now on, webhooks only
     number = new_issue(s, 1, "Greet from the README", labelled=True)
-    s.apply(github_source(s), label_rule())
     delivery = labelled(s, number)
     first = s.deliver(delivery)
     assert first.status_code in (200, 202), first.text
@@ -412,6 +423,9 @@ def test_an_issue_labelled_by_webhook_becomes_a_run_a_pull_request_and_one_comme
     assert s.run(run)["spec"]["implementationRef"]["name"] == spec_name
     assert_pull_request_and_comment(s, number, run)
     [recorded] = s.deliveries()
+    assert execution["spec"]["event"]["deliveryRef"] in (delivery.delivery_id, recorded["metadata"]["name"])
+    source = s.obj(f"{CORE}/implementationsources/web")["status"]
+    assert source["lastSyncedAt"] == synced["lastSyncedAt"], source  # no poll since: the webhook did it all
     assert recorded["spec"]["deliveryId"] == delivery.delivery_id, recorded
     assert recorded["status"]["phase"] == "Processed", recorded
 
@@ -454,10 +468,10 @@ def test_an_issue_labelled_is_found_by_polling_alone(s: Stack) -> None:
 
 
 def test_kill_9_while_the_pull_request_is_being_opened_then_restart_adopts_it(s: Stack) -> None:
+    s.apply_synced(github_source(s), label_rule())
     number = new_issue(s, 3, "Greet despite a crash", labelled=True)
     # The fake creates the pull request, then keeps the answer: the server dies not knowing it exists.
     s.github.hold_pull_requests()
-    s.apply(github_source(s), label_rule())
     assert s.deliver(labelled(s, number)).status_code in (200, 202)
     run = s.the_one_run()
     assert s.wait_run_ended(run)["phase"] == "Succeeded", s.tail()
@@ -479,8 +493,8 @@ def test_kill_9_while_the_pull_request_is_being_opened_then_restart_adopts_it(s:
 
 
 def test_a_delivery_with_a_bad_or_missing_signature_is_a_401_and_nothing_is_created(s: Stack) -> None:
+    s.apply_synced(github_source(s), label_rule())
     number = new_issue(s, 4, "Forged", labelled=True)
-    s.apply(github_source(s), label_rule())
     payload = s.github.issues_event(FULL, number, "labeled", label=LABEL)
     forged = s.github.deliver("issues", payload, "not-the-secret")
     unsigned = s.github.deliver("issues", payload, None)
@@ -504,7 +518,7 @@ def test_a_delivery_with_a_bad_or_missing_signature_is_a_401_and_nothing_is_crea
 
 def test_a_comment_command_from_a_stranger_is_rejected_naming_why_and_from_the_owner_runs(s: Stack) -> None:
     number = new_issue(s, 5, "Run me by comment", labelled=False)
-    s.apply(github_source(s), {
+    s.apply_synced(github_source(s), {
         "apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "demo-on-comment"},
         "spec": {"sourceRef": {"name": "web"}, "comment": {"allowedAgents": ["demo"]},
                  "run": {"agentRef": {"name": "demo"}}, "writeBack": {"comment": {}}}})
@@ -565,9 +579,9 @@ def held_for_approval(s: Stack, run: str) -> dict[str, Any]:
 
 
 def test_with_a_write_back_policy_no_pull_request_is_opened_until_approved(s: Stack) -> None:
-    number = new_issue(s, 7, "Greet after review", labelled=True)
-    s.apply(*metered_demo(), approval_policy(), github_source(s),
+    s.apply_synced(*metered_demo(), approval_policy(), github_source(s),
             label_rule(run={"agentRef": {"name": "demo-metered"}}))
+    number = new_issue(s, 7, "Greet after review", labelled=True)
     assert s.deliver(labelled(s, number)).status_code in (200, 202)
     run = s.the_one_run()
     held_for_approval(s, run)
@@ -579,8 +593,8 @@ def test_with_a_write_back_policy_no_pull_request_is_opened_until_approved(s: St
 
 
 def test_with_a_write_back_policy_a_denied_pull_request_is_rejected_and_the_comment_says_so(s: Stack) -> None:
+    s.apply_synced(approval_policy(), github_source(s), label_rule())
     number = new_issue(s, 8, "Greet, denied", labelled=True)
-    s.apply(approval_policy(), github_source(s), label_rule())
     assert s.deliver(labelled(s, number)).status_code in (200, 202)
     run = s.the_one_run()
     approval = held_for_approval(s, run)

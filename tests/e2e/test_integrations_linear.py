@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_linear import FakeLinear
 
 from e2e.test_integrations import (
     LABEL,
@@ -25,6 +24,7 @@ from e2e.test_integrations import (
     settle,
     stack,
 )
+from support.fake_linear import FakeLinear
 
 
 @pytest.fixture
@@ -52,9 +52,11 @@ def test_a_linear_issue_labelled_by_webhook_becomes_a_run_and_one_comment_in_lin
 ) -> None:
     issue = linear.create_issue("Greet from Linear", issue_body(6))
     identifier = issue["identifier"]
-    s.apply(linear_source(linear), label_rule(
-        "linear-demo", source="eng", writeBack={"comment": {}, "pullRequest": {"enabled": False}},
-        run={"agentRef": {"name": "demo"}, "execution": {"coordinates": {"git": {"url": str(s.bare), "ref": "main"}}}}))
+    execution = {"coordinates": {"git": {"url": str(s.bare), "ref": "main"}}}  # Linear issues name no repository
+    rule = label_rule("linear-demo", source="eng", writeBack={"comment": {}, "pullRequest": {"enabled": False}},
+                      run={"agentRef": {"name": "demo"}, "execution": execution})
+    s.apply_synced(linear_source(linear), rule, source="eng")
+    assert s.runs() == []  # not labelled yet; polling off: from now on, webhooks only
     _, updated_from = linear.update_issue(identifier, add_labels=[LABEL])
     delivery = linear.issue_webhook(identifier, "update", secret=SECRET_VALUES["linear-webhook"].encode(),
                                     updated_from=updated_from)
@@ -89,8 +91,9 @@ def test_a_linear_issue_labelled_by_webhook_becomes_a_run_and_one_comment_in_lin
 def test_a_linear_delivery_with_a_bad_signature_is_a_401_and_nothing_is_created(
     s: Stack, linear: FakeLinear,
 ) -> None:
+    s.apply_synced(linear_source(linear), label_rule("linear-demo", source="eng", writeBack={"comment": {}}),
+                   source="eng")
     issue = linear.create_issue("Forged in Linear", issue_body(9), labels=[LABEL])
-    s.apply(linear_source(linear), label_rule("linear-demo", source="eng", writeBack={"comment": {}}))
     forged = linear.issue_webhook(issue["identifier"], "create", secret=b"not-the-secret")
     r = s.post("/v1/webhooks/linear", forged)
     assert r.status_code == 401 and r.json()["reason"] == "Unauthorized", r.text
