@@ -250,7 +250,8 @@ class FakeGitHub(FakeModel):
     # --- repositories ----------------------------------------------------------------------------
 
     def add_repo(self, repo: str, *, default_branch: str = "main", private: bool = False,
-                 git_dir: Path | None = None, clone_url: str | None = None, owner_type: str = "Organization") -> dict[str, Any]:
+                 git_dir: Path | None = None, clone_url: str | None = None,
+                 owner_type: str = "Organization") -> dict[str, Any]:
         """Add ``owner/name``. ``git_dir``: a bare repository whose branches pull requests must name
         (``clone_url`` defaults to it when given, else ``<html_base>/<o>/<r>.git``)."""
         owner, name = repo.split("/", 1)
@@ -309,7 +310,8 @@ class FakeGitHub(FakeModel):
         issue["updated_at"] = self._now()
         return issue
 
-    def edit_issue(self, repo: str, number: int, *, title: str | None = None, body: str | None = None) -> dict[str, Any]:
+    def edit_issue(self, repo: str, number: int, *, title: str | None = None,
+                   body: str | None = None) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             if title is not None:
@@ -540,7 +542,8 @@ class FakeGitHub(FakeModel):
             return {"action": action, "issue": self.issue(repo, number), "comment": comment,
                     "repository": self.repository(repo), "sender": comment["user"]}
 
-    def pull_request_event(self, repo: str, number: int, action: str = "opened", *, sender: str = "joch[bot]") -> dict[str, Any]:
+    def pull_request_event(self, repo: str, number: int, action: str = "opened", *,
+                           sender: str = "joch[bot]") -> dict[str, Any]:
         with self.lock:
             pr = json.loads(json.dumps(self._repo(repo).pulls[number]))
             return {"action": action, "number": number, "pull_request": pr, "repository": self.repository(repo),
@@ -581,9 +584,10 @@ class FakeGitHub(FakeModel):
             return f"A JSON web token could not be decoded ({exc})"
         now = self.clock()
         if str(claims.get("iss")) != str(self.app_id):
-            return f"'Issuer' claim ('iss') must be an Integer (it is {claims.get('iss')!r}, not the app)"
+            return "'Issuer' claim ('iss') must be an Integer"
         if "exp" not in claims or float(claims["exp"]) <= now:
-            return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires"
+            return ("'Expiration time' claim ('exp') must be a numeric value representing the future time at "
+                    "which the assertion expires")
         if "iat" not in claims or float(claims["iat"]) > now + 60:
             return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued"
         if float(claims["exp"]) - float(claims["iat"]) > 660:
@@ -761,7 +765,8 @@ class _Handler(FakeHandler):
             return
         if rest == "/pulls" and method == "POST":
             if not isinstance(body, dict) or not body.get("head") or not body.get("base"):
-                self._invalid("PullRequest", "head" if not isinstance(body, dict) or not body.get("head") else "base", rate)
+                missing = "head" if not isinstance(body, dict) or not body.get("head") else "base"
+                self._invalid("PullRequest", missing, rate)
                 return
             try:
                 pr = fake.open_pull_request(name, head=str(body["head"]), base=str(body["base"]),

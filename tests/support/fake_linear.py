@@ -14,7 +14,8 @@ The API (``POST /graphql``, ``url``):
   ("Entity not found: Issue" otherwise, with ``INPUT_ERROR``), ``Issue.comments``.
   Mutations: ``commentCreate``, ``commentUpdate``, ``attachmentCreate`` (one attachment per URL and
   issue: creating it again updates it, as Linear does).
-* Invalid GraphQL → HTTP 400 with ``GRAPHQL_VALIDATION_FAILED``.
+* Invalid GraphQL → HTTP 400 with ``GRAPHQL_VALIDATION_FAILED``. ``fail(status)`` makes the next
+  requests answer a plain HTTP error (an outage, a proxy).
 
 The test's side: ``create_issue``, ``update_issue`` (returns Linear's ``updatedFrom``), ``delete_issue``,
 ``add_comment``, ``label``, ``issue``, ``comments``, ``attachments``; ``requests`` (operation name,
@@ -40,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 import graphql
+import httpx
 
 SCHEMA_SDL = """
 scalar DateTime
@@ -132,6 +134,10 @@ class Delivery:
     def delivery_id(self) -> str:
         return self.headers["Linear-Delivery"]
 
+    def post(self, url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> httpx.Response:
+        """Deliver it (``headers`` override or add some: a bad signature, say)."""
+        return httpx.post(url, content=self.body, headers={**self.headers, **(headers or {})}, timeout=timeout)
+
 
 @dataclass
 class Request:
@@ -155,6 +161,7 @@ class FakeLinear:
         self._last_ms = 0
         self._limited = 0
         self._reset_ms = 0
+        self._failing: tuple[int, int, str, dict[str, str]] = (0, 0, "", {})
         self.teams: dict[str, dict[str, Any]] = {}
         self.labels: dict[str, dict[str, Any]] = {}
         self.issues: dict[str, dict[str, Any]] = {}
@@ -171,7 +178,7 @@ class FakeLinear:
             owner = fake
 
         self._server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, name="fake-linear", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-linear", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -191,6 +198,13 @@ class FakeLinear:
         """The GraphQL endpoint (``spec.linear.apiUrl``)."""
         assert self._server is not None, "the fake is not started"
         return f"http://127.0.0.1:{self._server.server_address[1]}/graphql"
+
+    def fail(self, status: int, *, requests: int = 1, body: str = "<html>502 Bad Gateway</html>",
+             headers: Mapping[str, str] | None = None) -> None:
+        """The next ``requests`` requests answer ``status`` with a plain body (a proxy in the way, an outage,
+        a bare 429 with ``Retry-After``)."""
+        with self._lock:
+            self._failing = (requests, status, body, dict(headers or {}))
 
     def rate_limit(self, requests: int = 1, reset_in: float = 30.0) -> int:
         """The next ``requests`` requests answer RATELIMITED; the reset time (epoch ms) they announce."""
@@ -524,6 +538,14 @@ class FakeLinear:
             self._last_ms = ms
             return _iso(ms / 1000)  # _iso rounds back to the same millisecond
 
+    def _failure(self) -> tuple[int, dict[str, str], str] | None:
+        with self._lock:
+            left, status, body, headers = self._failing
+            if left <= 0:
+                return None
+            self._failing = (left - 1, status, body, headers)
+            return status, headers, body
+
     def _answer(self, headers: Mapping[str, str], body: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
         limit = {"X-RateLimit-Requests-Limit": "5000"}
         try:
@@ -581,13 +603,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
+        failure = self.owner._failure()
+        if failure is not None:
+            status, headers, text = failure
+            self._send(status, headers, text.encode(), "text/html")
+            return
         status, headers, answer = self.owner._answer({k.lower(): v for k, v in self.headers.items()}, body)
         self._send(status, headers, answer)
 
-    def _send(self, status: int, headers: Mapping[str, str], answer: Mapping[str, Any]) -> None:
-        data = json.dumps(answer).encode()
+    def _send(self, status: int, headers: Mapping[str, str], answer: Mapping[str, Any] | bytes,
+              content_type: str = "application/json; charset=utf-8") -> None:
+        data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in headers.items():
             self.send_header(name, value)

@@ -21,6 +21,7 @@ from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE, WEBHOOK_D
 from joch.api.meta import set_condition
 from joch.controllers import sources, triggers
 from joch.controllers.base import Context, Controller, Key, Result
+from joch.integrations import events
 from joch.store.base import ListOptions, Obj
 
 log = logging.getLogger("joch.controllers.deliveries")
@@ -43,8 +44,14 @@ class DeliveryController(Controller):
         self._ctx = ctx
 
     def reconcile(self, key: Key) -> Result | None:
-        delivery = self.ctx.cache(WEBHOOK_DELIVERY).get(key.namespace, key.name)
-        if delivery is None or (delivery.get("status") or {}).get("phase") not in (None, "Received"):
+        cached = self.ctx.cache(WEBHOOK_DELIVERY).get(key.namespace, key.name)
+        if cached is None or (cached.get("status") or {}).get("phase") not in (None, "Received"):
+            return None
+        try:  # the cache may not have seen this controller's own Processed yet: never process twice
+            delivery = self.ctx.store.get(WEBHOOK_DELIVERY, key.namespace, key.name)
+        except errors.NotFound:
+            return None
+        if (delivery.get("status") or {}).get("phase") not in (None, "Received"):
             return None
         try:
             caused = process(self.ctx.store, delivery, self.ctx.clock.time())
@@ -73,7 +80,6 @@ class _Unusable(Exception):
 
 def process(store: Any, delivery: Obj, now: float) -> list[str]:
     """Apply ``delivery`` (see the module docstring); what it caused, as lines."""
-    from joch.integrations import events
 
     m = delivery["metadata"]
     namespace = m.get("namespace") or ""

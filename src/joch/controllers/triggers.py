@@ -63,6 +63,7 @@ from joch.api.integrations import (
 from joch.api.meta import parse_time, set_condition
 from joch.controllers.base import Context, Controller, Key, Result
 from joch.controllers.issues import item_hash, spec_name
+from joch.integrations import commands, schedule
 from joch.integrations.base import Issue
 from joch.store.base import ListOptions, Obj
 
@@ -380,7 +381,6 @@ def _said(exc: errors.JochError) -> str:
 
 def _command(spec: TriggerRuleSpec, rule: str, event: TriggerEvent) -> tuple[_Outcome | None, str, dict[str, str]]:
     """A comment's command checked against the rule: (a rejection or None, the agent, its parameters)."""
-    from joch.integrations import commands
 
     trigger = spec.comment
     agent = spec.run.agentRef.name
@@ -534,7 +534,6 @@ class TriggerController(Controller):
         self._ctx = ctx
 
     def reconcile(self, key: Key) -> Result | None:
-        from joch.integrations import schedule
 
         rule = self.ctx.cache(TRIGGER_RULE).get(key.namespace, key.name)
         if rule is None or rule["metadata"].get("deletionTimestamp"):

@@ -495,7 +495,9 @@ class WriteBackController(Controller):
         comment = (intents.get("comment") or {}).get("status") or {}
         pr = intents.get("pr")
         pr_status = (pr or {}).get("status") or {}
-        wanted: dict[str, Any] = {}
+        status = run.get("status") or {}
+        # What landed stays recorded while an intent is being sent again (its url unset meanwhile).
+        wanted: dict[str, Any] = {k: v for k, v in (status.get("writeBack") or {}).items() if k != "pending"}
         if comment.get("url"):
             wanted["commentUrl"] = comment["url"]
         if pr is not None and pr_status.get("url"):
@@ -511,7 +513,6 @@ class WriteBackController(Controller):
                          if (i.get("status") or {}).get("phase") == "PendingApproval")
         if pending:
             wanted["pending"] = pending
-        status = run.get("status") or {}
         if (status.get("writeBack") or {}) == wanted or (not wanted and status.get("writeBack") is None):
             return
         self.ctx.store.update_status(kinds.AGENT_RUN, {**run, "status": {**status, "writeBack": wanted}})

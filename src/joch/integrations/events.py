@@ -5,16 +5,19 @@ rules read, whichever tracker sent it. A ``WebhookDelivery`` stores ``to_payload
 ``action`` uses GitHub's words for both trackers, so a rule reads the same for either:
 
 * GitHub ``issues``: its own action (``opened``, ``edited``, ``labeled``, ``unlabeled``, ``closed``,
-  ``reopened``, ``deleted``, ``transferred``); ``label`` is the label added or removed. A deleted or
-  transferred issue is ``deleted`` (it left the repository). ``issue_comment``: ``created``/``edited``/
-  ``deleted``, with ``comment``. ``pull_request`` keeps the pull request's main fields in
-  ``pull_request``. ``ping`` is ``kind="ping"``.
-* Linear ``Issue``: ``create`` → ``opened``; ``remove`` → ``deleted`` (the issue marked deleted);
-  ``update`` → ``labeled`` when ``data.labelIds`` gained a label over ``updatedFrom.labelIds`` (its
-  name from ``data.labels``), else ``unlabeled`` when one was removed, else ``closed``/``reopened``
-  when the state moved between open and closed (completed, canceled) types, else ``edited``.
-  ``Comment``: ``create`` → ``created``, ``update`` → ``edited``, ``remove`` → ``deleted``; its
-  ``issue`` is partial (id, identifier, title, url, team), so ask the tracker for the rest.
+  ``reopened``, ``deleted``, ``transferred``); ``label`` is the label added or removed. The issue of
+  a ``deleted`` or ``transferred`` delivery is marked deleted (it left the repository).
+  ``issue_comment``: ``created``/``edited``/``deleted``, with ``comment``. ``pull_request`` keeps the
+  pull request's main fields in ``pull_request``. ``ping`` is ``kind="ping"``.
+* Linear ``Issue``: ``create`` → ``opened``, with ``added_labels`` = the labels it was created with
+  (GitHub sends a ``labeled`` delivery for each of those; Linear does not). ``remove`` → ``deleted``
+  (the issue marked deleted). ``update`` → ``labeled`` when ``data.labelIds`` gained a label over
+  ``updatedFrom.labelIds`` (its name from ``data.labels``; ``added_labels`` names every label
+  gained), else ``unlabeled`` when one was removed (its name is not in the payload: ``label`` None),
+  else ``closed``/``reopened`` when the state moved between open and closed (completed, canceled)
+  types, else ``edited``. ``Comment``: ``create`` → ``created``, ``update`` → ``edited``, ``remove`` →
+  ``deleted``; its ``issue`` is partial (id, identifier, title, url, team), so ask the tracker for the
+  rest.
 * ``actor`` and a comment's ``author``: GitHub logins; Linear's user email when the payload has one,
   else the name. ``association`` is GitHub's ``author_association`` (None for Linear).
 """
@@ -25,11 +28,12 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from joch.integrations.base import Issue, Repository
 from joch.integrations.linear import linear_issue
 
+_T = TypeVar("_T")
 Provider = Literal["github", "linear", "generic"]
 Kind = Literal["issue", "comment", "pull_request", "ping", "webhook", "other"]
 
@@ -60,6 +64,7 @@ class TrackerEvent:
     pull_request: dict[str, Any] | None = None
     payload: dict[str, Any] = field(default_factory=dict)  # generic deliveries: the body as sent
     headers: dict[str, str] = field(default_factory=dict)  # generic deliveries: headers, signatures left out
+    added_labels: tuple[str, ...] = ()  # every label this change added (``label`` is the first)
 
     def to_payload(self) -> dict[str, Any]:
         """JSON-ready; ``from_payload`` reads it back equal."""
@@ -78,13 +83,14 @@ class TrackerEvent:
             delivery_id=data.get("delivery_id") or "",
             issue=_issue_from(issue) if isinstance(issue, Mapping) else None,
             label=data.get("label"),
-            comment=CommentEvent(**comment) if isinstance(comment, Mapping) else None,
+            comment=_known(CommentEvent, comment) if isinstance(comment, Mapping) else None,
             actor=data.get("actor"),
-            repository=Repository(**repository) if isinstance(repository, Mapping) else None,
+            repository=_known(Repository, repository) if isinstance(repository, Mapping) else None,
             team_key=data.get("team_key"),
             pull_request=dict(data["pull_request"]) if isinstance(data.get("pull_request"), Mapping) else None,
             payload=dict(data.get("payload") or {}),
             headers=dict(data.get("headers") or {}),
+            added_labels=tuple(data.get("added_labels") or ()),
         )
 
 
@@ -104,7 +110,8 @@ def parse_github(event: str, delivery_id: str, body: Mapping[str, Any]) -> Track
         if action in ("deleted", "transferred"):
             issue = dataclasses.replace(issue, deleted=True)
         label = (body.get("label") or {}).get("name") if action in ("labeled", "unlabeled") else None
-        return TrackerEvent(kind="issue", action=action, issue=issue, label=label, **common)
+        added = (label,) if action == "labeled" and label else ()
+        return TrackerEvent(kind="issue", action=action, issue=issue, label=label, added_labels=added, **common)
     if event == "issue_comment" and isinstance(body.get("issue"), Mapping):
         raw = body.get("comment") or {}
         comment = CommentEvent(id=str(raw.get("id", "")), body=str(raw.get("body") or ""),
@@ -187,9 +194,11 @@ def parse_linear(delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
         issue = linear_issue(node)
         if raw_action == "remove":
             issue = dataclasses.replace(issue, deleted=True)
-        action, label = _linear_issue_action(raw_action, data, body.get("updatedFrom"))
+        action, label, added = _linear_issue_action(raw_action, data, body.get("updatedFrom"))
+        if action == "opened":
+            added = issue.labels  # Linear sends no "labeled" for the labels an issue is created with
         return TrackerEvent(kind="issue", action=action, issue=issue, label=label, team_key=issue.team_key,
-                            **common)
+                            added_labels=added, **common)
     if kind == "Comment" and data:
         partial = _linear_comment_issue(data, body)
         comment = CommentEvent(id=str(data.get("id") or ""), body=str(data.get("body") or ""),
@@ -200,9 +209,11 @@ def parse_linear(delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
     return TrackerEvent(kind="other", action=f"{kind}.{raw_action}" if kind else raw_action or None, **common)
 
 
-def _linear_issue_action(action: str, data: Mapping[str, Any], updated_from: Any) -> tuple[str, str | None]:
+def _linear_issue_action(action: str, data: Mapping[str, Any],
+                         updated_from: Any) -> tuple[str, str | None, tuple[str, ...]]:
+    """The action, the label added (else removed), and the names of every label added."""
     if action != "update":
-        return _LINEAR_ISSUE_ACTIONS.get(action, action), None
+        return _LINEAR_ISSUE_ACTIONS.get(action, action), None, ()
     before = updated_from if isinstance(updated_from, Mapping) else {}
     names = {str(label.get("id")): str(label.get("name")) for label in data.get("labels") or ()
              if isinstance(label, Mapping)}
@@ -211,10 +222,11 @@ def _linear_issue_action(action: str, data: Mapping[str, Any], updated_from: Any
         new = list(data.get("labelIds") or ())
         added = [i for i in new if i not in old]
         if added:
-            return "labeled", names.get(str(added[0]))
+            added_names = tuple(names[str(i)] for i in added if str(i) in names)
+            return "labeled", names.get(str(added[0])), added_names
         removed = [i for i in old if i not in new]
         if removed:
-            return "unlabeled", names.get(str(removed[0]))
+            return "unlabeled", names.get(str(removed[0])), ()
     if "stateId" in before or "completedAt" in before or "canceledAt" in before:
         # updatedFrom holds the old value of each field that changed; an absent one did not change
         was_closed = any(before[f] if f in before else data.get(f) for f in ("completedAt", "canceledAt"))
@@ -222,10 +234,10 @@ def _linear_issue_action(action: str, data: Mapping[str, Any], updated_from: Any
         now_closed = state.get("type") in ("completed", "canceled") if state else bool(
             data.get("completedAt") or data.get("canceledAt"))
         if now_closed and not was_closed:
-            return "closed", None
+            return "closed", None, ()
         if was_closed and not now_closed:
-            return "reopened", None
-    return "edited", None
+            return "reopened", None, ()
+    return "edited", None, ()
 
 
 def _linear_comment_issue(data: Mapping[str, Any], body: Mapping[str, Any]) -> Issue | None:
@@ -265,8 +277,14 @@ def _issue_from(data: Mapping[str, Any]) -> Issue:
     values = dict(data)
     values["labels"] = tuple(values.get("labels") or ())
     repository = values.get("repository")
-    values["repository"] = Repository(**repository) if isinstance(repository, Mapping) else None
-    return Issue(**values)
+    values["repository"] = _known(Repository, repository) if isinstance(repository, Mapping) else None
+    return _known(Issue, values)
+
+
+def _known(cls: type[_T], data: Mapping[str, Any]) -> _T:
+    """``cls`` from the fields it has (a payload stored by another version may carry more or fewer)."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def _jsonable(value: Any) -> Any:

@@ -122,6 +122,12 @@ class LinearTracker:
         self._clock = clock
         self._timeout = timeout
         self._key: str | None = None
+        self._http: httpx.Client | None = None
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     # --- Tracker ---------------------------------------------------------------------------------
 
@@ -223,8 +229,10 @@ class LinearTracker:
         headers = {"Authorization": self._api_key(), "Content-Type": "application/json",
                    "User-Agent": "joch-linear"}
         try:
-            response = httpx.post(url, json={"query": query, "variables": variables, "operationName": operation},
-                                  headers=headers, timeout=self._timeout)
+            if self._http is None:  # one client per tracker: its connections are reused across pages
+                self._http = httpx.Client(timeout=self._timeout, follow_redirects=False)
+            response = self._http.post(url, json={"query": query, "variables": variables, "operationName": operation},
+                                       headers=headers)
         except httpx.HTTPError as exc:
             raise TrackerError("Unavailable", f"Linear at {url} is unreachable: {type(exc).__name__}: {exc}") from None
         try:
@@ -233,13 +241,14 @@ class LinearTracker:
             answer = None
         errors = answer.get("errors") if isinstance(answer, dict) else None
         if errors:
-            raise self._error(errors, response)
+            raise self._error(errors if isinstance(errors, list) else [{"message": str(errors)}], response)
         if response.status_code == 429:
             raise TrackerError("RateLimited", f"Linear rate limit reached{self._until(response)}",
                                retry_at=self._reset(response))
+        if response.status_code == 401:
+            raise self._error([{"extensions": {"code": "AUTHENTICATION_ERROR"}, "message": "HTTP 401"}], response)
         if response.status_code >= 500 or not isinstance(answer, dict):
-            raise TrackerError("Unavailable", f"Linear at {url} answered HTTP {response.status_code} "
-                                              f"to {operation}; it is retried")
+            raise TrackerError("Unavailable", f"Linear at {url} answered HTTP {response.status_code} to {operation}")
         if response.status_code >= 400:
             raise TrackerError("Invalid", f"Linear refused {operation} with HTTP {response.status_code}")
         data = answer.get("data")

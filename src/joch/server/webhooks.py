@@ -56,6 +56,7 @@ from joch.api.identity import ANONYMOUS, RequestContext, UserInfo, acting_as, cu
 from joch.api.integrations import TRIGGER_EXECUTION, TRIGGER_RULE, WEBHOOK_DELIVERY, TriggerRuleSpec, WebhookTrigger
 from joch.api.meta import now as now_text
 from joch.controllers import sources, triggers
+from joch.integrations import events, signatures
 from joch.server import resources, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
@@ -84,7 +85,6 @@ class WebhookRoutes:
     # --- GitHub ------------------------------------------------------------------------------------
 
     def github(self, body: bytes, headers: Mapping[str, str]) -> Response:
-        from joch.integrations import events, signatures
 
         event_name, delivery = headers.get("x-github-event"), headers.get("x-github-delivery")
         if not event_name or not delivery:
@@ -109,7 +109,6 @@ class WebhookRoutes:
     # --- Linear ------------------------------------------------------------------------------------
 
     def linear(self, body: bytes, headers: Mapping[str, str]) -> Response:
-        from joch.integrations import events, signatures
 
         payload = _json(body)
         delivery = headers.get("linear-delivery") or str(payload.get("webhookId") or "") + ":" + \
@@ -131,7 +130,6 @@ class WebhookRoutes:
     # --- generic -----------------------------------------------------------------------------------
 
     def generic(self, namespace: str, rule_name: str, body: bytes, headers: Mapping[str, str]) -> Response:
-        from joch.integrations import signatures
 
         refused = (f"the delivery for TriggerRule {namespace}/{rule_name} is not signed with its webhook secret "
                    "(X-Joch-Signature-256: sha256=<HMAC-SHA256 of the body>), or the rule has no spec.webhook")

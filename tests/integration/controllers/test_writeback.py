@@ -159,7 +159,7 @@ def source(github_url: str) -> dict[str, Any]:
                                 "auth": {"tokenSecretRef": {"name": "gh-token", "key": "token"}}}}}
 
 
-SECRET = {"apiVersion": "joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "gh-token"},
+SECRET = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "gh-token"},
           "spec": {"stringData": {"token": TOKEN}}}
 SPEC = {"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSpec",
         "metadata": {"name": "gh-acme-web-1", "labels": {SOURCE_LABEL: "gh"}},
@@ -409,7 +409,7 @@ def linear() -> Iterator[FakeLinear]:
 
 def linear_objects(url: str) -> list[dict[str, Any]]:
     return [
-        {"apiVersion": "joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "lin-key"},
+        {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "lin-key"},
          "spec": {"stringData": {"key": LINEAR_KEY}}},
         {"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSource", "metadata": {"name": "lin"},
          "spec": {"provider": "linear", "pollIntervalSeconds": 0,

@@ -69,7 +69,7 @@ def test_github_issue_opened() -> None:
 
 def test_github_labeled_and_unlabeled_name_the_label() -> None:
     labeled = parse_github("issues", "d-3", issues_delivery("labeled", label=LABEL))
-    assert (labeled.action, labeled.label) == ("labeled", "joch:demo")
+    assert (labeled.action, labeled.label, labeled.added_labels) == ("labeled", "joch:demo", ("joch:demo",))
     unlabeled = parse_github("issues", "d-4", issues_delivery("unlabeled", label=LABEL))
     assert (unlabeled.action, unlabeled.label) == ("unlabeled", "joch:demo")
     edited = parse_github("issues", "d-5", issues_delivery("edited", changes={"title": {"from": "Login"}}))
@@ -134,6 +134,7 @@ def test_linear_issue_create_update_remove() -> None:
     assert (event.issue.id, event.issue.key, event.issue.labels, event.issue.state) == (
         created["id"], "ENG-1", ("bug",), "open")
     assert event.issue.version == created["updatedAt"] and event.issue.url == created["url"]
+    assert event.added_labels == ("bug",)
 
     _, changed = fake.update_issue("ENG-1", add_labels=["joch:demo"])
     labeled = parse_linear("ld-2", fake.issue_webhook("ENG-1", "update", secret=SECRET, updated_from=changed).payload)
@@ -172,7 +173,7 @@ def test_linear_label_added_wins_over_other_changes() -> None:
     fake.create_issue("x")
     _, changed = fake.update_issue("ENG-1", title="y", add_labels=["a", "joch:demo"], state="Done")
     event = parse_linear("ld", fake.issue_webhook("ENG-1", "update", secret=SECRET, updated_from=changed).payload)
-    assert (event.action, event.label) == ("labeled", "a")
+    assert (event.action, event.label, event.added_labels) == ("labeled", "a", ("a", "joch:demo"))
 
 
 def test_linear_comment() -> None:
@@ -247,6 +248,20 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | _text,
                  comment=st.none() | st.builds(CommentEvent, id=_text, body=_text, author=_opt, association=_opt),
                  actor=_opt, repository=st.none() | _repos, team_key=_opt,
                  pull_request=st.none() | st.dictionaries(_text, _json, max_size=3),
-                 payload=st.dictionaries(_text, _json, max_size=3), headers=st.dictionaries(_text, _text, max_size=3)))
+                 payload=st.dictionaries(_text, _json, max_size=3), headers=st.dictionaries(_text, _text, max_size=3),
+                 added_labels=st.lists(_text, max_size=3).map(tuple)))
 def test_round_trip_of_any_event(event: TrackerEvent) -> None:
     round_trip(event)
+
+
+def test_from_payload_tolerates_fields_it_does_not_know_or_miss() -> None:
+    event = parse_github("issues", "d", issues_delivery("labeled", label=LABEL))
+    stored = event.to_payload()
+    stored["future"] = 1
+    stored["issue"]["future"] = 2
+    stored["repository"]["future"] = 3
+    del stored["headers"]
+    del stored["issue"]["version"]
+    read = TrackerEvent.from_payload(stored)
+    assert read.issue is not None and read.issue.version == "" and read.issue.key == "acme/web#12"
+    assert read.repository == event.repository and read.headers == {}
