@@ -351,7 +351,8 @@ def assert_pull_request_and_comment(s: Stack, number: int, run: str) -> dict[str
     heads = s.wait(f"branch {branch} in the bare repository", lambda: branch in branches(s.bare) and branches(s.bare))
     main = heads["main"]
     assert git(s.bare, "rev-parse", f"{branch}^").strip() == main  # one commit on main
-    assert git(s.bare, "show", f"{branch}:README.md") == f"# web\nHello from issue {number}\n"
+    greeting = s.github.issue(FULL, number)["body"].split('"')[1]  # what the demo agent appends
+    assert git(s.bare, "show", f"{branch}:README.md") == f"# web\n{greeting}\n"
     assert git(s.bare, "show", "main:README.md") == "# web\n"  # main untouched
 
     prs = s.wait("the pull request", lambda: pulls(s))
@@ -594,7 +595,7 @@ def test_with_a_write_back_policy_no_pull_request_is_opened_until_approved(s: St
 
 def test_with_a_write_back_policy_a_denied_pull_request_is_rejected_and_the_comment_says_so(s: Stack) -> None:
     s.apply_synced(approval_policy(), github_source(s), label_rule())
-    number = new_issue(s, 8, "Greet, denied", labelled=True)
+    number = new_issue(s, 8, "Greet, after a no", labelled=True)
     assert s.deliver(labelled(s, number)).status_code in (200, 202)
     run = s.the_one_run()
     approval = held_for_approval(s, run)
