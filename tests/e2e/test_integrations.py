@@ -369,6 +369,9 @@ def assert_pull_request_and_comment(s: Stack, number: int, run: str) -> dict[str
     comment = s.wait("the comment to show Succeeded and the pull request", final_comment)
     assert_shows_cost(s, run, comment["body"])
     assert len(comments(s, number)) == 1
+    # Created once, then edited in place as the run went on.
+    assert len(s.github.calls("POST", f"/repos/{FULL}/issues/{number}/comments")) == 1
+    assert s.github.calls("PATCH", f"/repos/{FULL}/issues/comments/{comment['id']}")
 
     write_back = s.wait("status.writeBack.pullRequest", lambda: (s.run(run).get("status") or {}).get("writeBack"))
     assert write_back["pullRequest"]["url"] == pr["html_url"], write_back
@@ -427,6 +430,12 @@ def test_an_issue_labelled_by_webhook_becomes_a_run_a_pull_request_and_one_comme
     assert execution["spec"]["event"]["deliveryRef"] in (delivery.delivery_id, recorded["metadata"]["name"])
     source = s.obj(f"{CORE}/implementationsources/web")["status"]
     assert source["lastSyncedAt"] == synced["lastSyncedAt"], source  # no poll since: the webhook did it all
+    listed = s.joch("get", "webhookdeliveries").stdout
+    assert recorded["metadata"]["name"] in listed and "Processed" in listed, listed
+    listed = s.joch("get", "triggerexecutions").stdout
+    assert run in listed and "Dispatched" in listed, listed
+    listed = s.joch("get", "writeintents").stdout
+    assert f"{run}-comment" in listed and f"{run}-pr" in listed and "Succeeded" in listed, listed
     assert recorded["spec"]["deliveryId"] == delivery.delivery_id, recorded
     assert recorded["status"]["phase"] == "Processed", recorded
 
@@ -446,6 +455,14 @@ def test_an_issue_labelled_by_webhook_becomes_a_run_a_pull_request_and_one_comme
     assert_nothing_more(s, number)
     others = [e["spec"]["decision"] for e in s.executions() if e["spec"]["decision"] != "Dispatched"]
     assert others and set(others) <= {"Deduplicated", "Rejected"}, s.executions()
+    assert_no_secret_shown(s)
+
+
+def assert_no_secret_shown(s: Stack) -> None:
+    """No credential in the server's log or in anything it shows of the integration objects."""
+    shown = s.log.read_text() + json.dumps([s.items(f"{CORE}/implementationsources"), s.deliveries(), s.intents(),
+                                             s.executions(), s.runs()])
+    assert [k for k, v in SECRET_VALUES.items() if v in shown] == []
 
 
 # --- 2. by polling alone ---------------------------------------------------------------------------
@@ -488,6 +505,7 @@ def test_kill_9_while_the_pull_request_is_being_opened_then_restart_adopts_it(s:
     assert len(s.github.calls("POST", f"/repos/{FULL}/pulls")) == 1  # adopted, not asked for again
     [pr_intent] = [i for i in s.intents() if i["spec"]["type"] == "pullRequest"]
     assert pr_intent["status"]["phase"] == "Succeeded", pr_intent
+    assert_no_secret_shown(s)
 
 
 # --- 4. a bad signature ----------------------------------------------------------------------------
