@@ -25,10 +25,22 @@ Every other request needs ``Authorization: token <t>`` or ``Bearer <t>`` with a 
 ``x-ratelimit-*`` headers; ``exhaust_rate_limit()`` makes requests answer 403 (or 429) with
 ``x-ratelimit-remaining: 0`` until the reset, ``secondary_rate_limit()`` answers with ``Retry-After``,
 ``fail_next()`` answers a 5xx. All times come from ``clock`` (share a fake clock with the client).
+
+Using it::
+
+    with FakeGitHub(clock=clock) as gh:                 # or FakeGitHub().start() ... .stop()
+        gh.add_repo("acme/web", git_dir=bare_repo)      # clone_url is then the bare repo's path
+        gh.create_issue("acme/web", "Fix it", "- [ ] a", labels=["joch:demo"], user="mona")
+        source = {"apiUrl": gh.api_url, "auth": {"tokenSecretRef": ...}}   # secret value: TOKEN
+        gh.add_label("acme/web", 1, "joch:demo"); gh.comment("acme/web", 1, "/joch run", user="mona",
+                                                              association="MEMBER")
+        gh.deliver("issues", gh.issues_event("acme/web", 1, "labeled", label="joch:demo"), "secret").send(url)
+        gh.comments("acme/web", 1); gh.pulls("acme/web"); gh.calls("POST", "/repos/acme/web/pulls")
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import itertools
@@ -46,12 +58,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import httpx
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from support.fake_model import FakeHandler, FakeModel, Recorded
 
+TOKEN = "ghp_fake_token"
+"""The personal access token a new fake accepts."""
 DOCS = "https://docs.github.com/rest"
 ASSOCIATIONS = ("COLLABORATOR", "CONTRIBUTOR", "FIRST_TIMER", "FIRST_TIME_CONTRIBUTOR", "MANNEQUIN", "MEMBER",
                 "NONE", "OWNER")
@@ -78,6 +93,10 @@ class Delivery:
     @property
     def payload(self) -> Any:
         return json.loads(self.body)
+
+    def send(self, url: str, *, timeout: float = 10.0) -> httpx.Response:
+        """POST it to ``url`` (Joch's ``/v1/webhooks/github``) as GitHub would."""
+        return httpx.post(url, content=self.body, headers=self.headers, timeout=timeout)
 
 
 @dataclass
@@ -108,7 +127,7 @@ class FakeGitHub(FakeModel):
     one App installation it knows (``app_private_key_pem`` signs its JWTs). ``html_base``: where
     ``html_url``s point. ``per_page_default``: GitHub's 30."""
 
-    tokens: set[str] = field(default_factory=lambda: {"ghp_fake_token"})
+    tokens: set[str] = field(default_factory=lambda: {TOKEN})
     app_id: int = 4242
     installation_id: int = 777
     token_lifetime: float = 3600.0
@@ -151,8 +170,9 @@ class FakeGitHub(FakeModel):
 
     @property
     def api_url(self) -> str:
-        """The ``apiUrl`` to give a client (``http://127.0.0.1:<port>``)."""
-        return self.url
+        """The ``apiUrl`` to give a client (``http://127.0.0.1:<port>``): known (the port is bound) before
+        ``start()``, so state can be set up first."""
+        return f"http://127.0.0.1:{self.bound_port}"
 
     # --- clock and ids -----------------------------------------------------------------------
 
@@ -173,7 +193,7 @@ class FakeGitHub(FakeModel):
     def user(self, login: str, *, type: str | None = None) -> dict[str, Any]:
         uid = self._user_id(login)
         kind = type or ("Bot" if login.endswith("[bot]") else "User")
-        api = f"{self.url}/users/{quote(login)}"
+        api = f"{self.api_url}/users/{quote(login)}"
         return {
             "login": login, "id": uid, "node_id": f"U_kgDO{uid:08d}",
             "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4", "gravatar_id": "",
@@ -188,7 +208,7 @@ class FakeGitHub(FakeModel):
     def repository(self, repo: str) -> dict[str, Any]:
         """The repository as ``GET /repos/{o}/{r}`` answers it (webhooks carry the same object)."""
         r = self._repo(repo)
-        api = f"{self.url}/repos/{r.full_name}"
+        api = f"{self.api_url}/repos/{r.full_name}"
         html = f"{self.html_base}/{r.full_name}"
         open_issues = sum(1 for i in r.issues.values() if i["state"] == "open")
         pushed = iso(r.created)
@@ -236,7 +256,7 @@ class FakeGitHub(FakeModel):
             lid = next(self._ids)
             r.labels[name] = {
                 "id": lid, "node_id": f"LA_kwDO{lid:08d}",
-                "url": f"{self.url}/repos/{r.full_name}/labels/{quote(name)}", "name": name,
+                "url": f"{self.api_url}/repos/{r.full_name}/labels/{quote(name)}", "name": name,
                 "color": hashlib.sha256(name.encode()).hexdigest()[:6], "default": False, "description": None,
                 "archived_at": None, "archived_by": None,
             }
@@ -282,9 +302,9 @@ class FakeGitHub(FakeModel):
             number = max([*r.issues, *r.deleted, 0]) + 1
             iid = next(self._ids)
             now = self._now()
-            api = f"{self.url}/repos/{r.full_name}/issues/{number}"
+            api = f"{self.api_url}/repos/{r.full_name}/issues/{number}"
             issue = {
-                "url": api, "repository_url": f"{self.url}/repos/{r.full_name}",
+                "url": api, "repository_url": f"{self.api_url}/repos/{r.full_name}",
                 "labels_url": f"{api}/labels{{/name}}", "comments_url": f"{api}/comments",
                 "events_url": f"{api}/events", "html_url": f"{self.html_base}/{r.full_name}/issues/{number}",
                 "id": iid, "node_id": f"I_kwDO{iid:08d}", "number": number, "title": title,
@@ -299,11 +319,11 @@ class FakeGitHub(FakeModel):
                 "timeline_url": f"{api}/timeline", "performed_via_github_app": None, "state_reason": None,
             }
             r.issues[number] = issue
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def issue(self, repo: str, number: int) -> dict[str, Any]:
         with self.lock:
-            return json.loads(json.dumps(self._repo(repo).issues[number]))
+            return copy.deepcopy(self._repo(repo).issues[number])
 
     def _touch(self, repo: str, number: int) -> dict[str, Any]:
         issue = self._repo(repo).issues[number]
@@ -318,32 +338,32 @@ class FakeGitHub(FakeModel):
                 issue["title"] = title
             if body is not None:
                 issue["body"] = body
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def add_label(self, repo: str, number: int, name: str) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             if name not in [lb["name"] for lb in issue["labels"]]:
                 issue["labels"].append(self.label(repo, name))
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def remove_label(self, repo: str, number: int, name: str) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             issue["labels"] = [lb for lb in issue["labels"] if lb["name"] != name]
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def close_issue(self, repo: str, number: int, *, reason: str = "completed", by: str = "octocat") -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             issue.update(state="closed", closed_at=issue["updated_at"], state_reason=reason, closed_by=self.user(by))
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def reopen_issue(self, repo: str, number: int) -> dict[str, Any]:
         with self.lock:
             issue = self._touch(repo, number)
             issue.update(state="open", closed_at=None, state_reason="reopened", closed_by=None)
-            return json.loads(json.dumps(issue))
+            return copy.deepcopy(issue)
 
     def delete_issue(self, repo: str, number: int) -> None:
         """Gone: ``GET`` answers 410 and lists leave it out."""
@@ -364,7 +384,7 @@ class FakeGitHub(FakeModel):
             issue = self._touch(repo, number)
             cid = next(self._ids) + 2_000_000
             now = issue["updated_at"]
-            api = f"{self.url}/repos/{r.full_name}/issues/comments/{cid}"
+            api = f"{self.api_url}/repos/{r.full_name}/issues/comments/{cid}"
             comment = {
                 "url": api, "html_url": f"{issue['html_url']}#issuecomment-{cid}", "issue_url": issue["url"],
                 "id": cid, "node_id": f"IC_kwDO{cid:08d}", "user": self.user(user), "created_at": now,
@@ -373,14 +393,14 @@ class FakeGitHub(FakeModel):
             }
             r.comments[cid] = comment
             issue["comments"] += 1
-            return json.loads(json.dumps(comment))
+            return copy.deepcopy(comment)
 
     def comments(self, repo: str, number: int) -> list[dict[str, Any]]:
         """The comments on issue ``number``, oldest first."""
         with self.lock:
             r = self._repo(repo)
             url = r.issues[number]["url"] if number in r.issues else ""
-            return json.loads(json.dumps([c for c in r.comments.values() if c["issue_url"] == url]))
+            return copy.deepcopy([c for c in r.comments.values() if c["issue_url"] == url])
 
     def _edit_comment(self, repo: str, cid: int, body: str) -> dict[str, Any]:
         r = self._repo(repo)
@@ -418,7 +438,7 @@ class FakeGitHub(FakeModel):
             base_sha = self._branch_sha(r, base) or "0" * 40
             issue = self.create_issue(repo, title, body, user=user, association="NONE")
             number = issue["number"]
-            api = f"{self.url}/repos/{r.full_name}/pulls/{number}"
+            api = f"{self.api_url}/repos/{r.full_name}/pulls/{number}"
             html = f"{self.html_base}/{r.full_name}/pull/{number}"
             issue_api = issue["url"]
             pr_item = r.issues[number]
@@ -429,16 +449,16 @@ class FakeGitHub(FakeModel):
             pid = next(self._ids)
             links = {"self": {"href": api}, "html": {"href": html}, "issue": {"href": issue_api},
                      "comments": {"href": f"{issue_api}/comments"}, "review_comments": {"href": f"{api}/comments"},
-                     "review_comment": {"href": f"{self.url}/repos/{r.full_name}/pulls/comments{{/number}}"},
+                     "review_comment": {"href": f"{self.api_url}/repos/{r.full_name}/pulls/comments{{/number}}"},
                      "commits": {"href": f"{api}/commits"},
-                     "statuses": {"href": f"{self.url}/repos/{r.full_name}/statuses/{head_sha}"}}
+                     "statuses": {"href": f"{self.api_url}/repos/{r.full_name}/statuses/{head_sha}"}}
             pr = {
                 "url": api, "id": pid, "node_id": f"PR_kwDO{pid:08d}", "html_url": html, "diff_url": f"{html}.diff",
                 "patch_url": f"{html}.patch", "issue_url": issue_api, "commits_url": f"{api}/commits",
                 "review_comments_url": f"{api}/comments",
-                "review_comment_url": f"{self.url}/repos/{r.full_name}/pulls/comments{{/number}}",
+                "review_comment_url": f"{self.api_url}/repos/{r.full_name}/pulls/comments{{/number}}",
                 "comments_url": f"{issue_api}/comments",
-                "statuses_url": f"{self.url}/repos/{r.full_name}/statuses/{head_sha}", "number": number,
+                "statuses_url": f"{self.api_url}/repos/{r.full_name}/statuses/{head_sha}", "number": number,
                 "state": "open", "locked": False, "title": title, "user": self.user(user), "body": body,
                 "labels": [], "milestone": None, "active_lock_reason": None, "created_at": issue["created_at"],
                 "updated_at": issue["updated_at"], "closed_at": None, "merged_at": None, "merge_commit_sha": None,
@@ -450,12 +470,12 @@ class FakeGitHub(FakeModel):
                 "commits": 1, "additions": 0, "deletions": 0, "changed_files": 0,
             }
             r.pulls[number] = pr
-            return json.loads(json.dumps(pr))
+            return copy.deepcopy(pr)
 
     def pulls(self, repo: str) -> list[dict[str, Any]]:
         """Every pull request of the repository, oldest first."""
         with self.lock:
-            return json.loads(json.dumps(list(self._repo(repo).pulls.values())))
+            return copy.deepcopy(list(self._repo(repo).pulls.values()))
 
     # --- rate limits and failures --------------------------------------------------------------------
 
@@ -538,14 +558,14 @@ class FakeGitHub(FakeModel):
 
     def issue_comment_event(self, repo: str, number: int, comment_id: int, action: str = "created") -> dict[str, Any]:
         with self.lock:
-            comment = json.loads(json.dumps(self._repo(repo).comments[comment_id]))
+            comment = copy.deepcopy(self._repo(repo).comments[comment_id])
             return {"action": action, "issue": self.issue(repo, number), "comment": comment,
                     "repository": self.repository(repo), "sender": comment["user"]}
 
     def pull_request_event(self, repo: str, number: int, action: str = "opened", *,
                            sender: str = "joch[bot]") -> dict[str, Any]:
         with self.lock:
-            pr = json.loads(json.dumps(self._repo(repo).pulls[number]))
+            pr = copy.deepcopy(self._repo(repo).pulls[number])
             return {"action": action, "number": number, "pull_request": pr, "repository": self.repository(repo),
                     "sender": self.user(sender)}
 
@@ -553,7 +573,7 @@ class FakeGitHub(FakeModel):
                    webhook_url: str = "https://joch.example/v1/webhooks/github") -> dict[str, Any]:
         with self.lock:
             r = self._repo(repo)
-            api = f"{self.url}/repos/{r.full_name}/hooks/{hook_id}"
+            api = f"{self.api_url}/repos/{r.full_name}/hooks/{hook_id}"
             now = self._now()
             hook = {"type": "Repository", "id": hook_id, "name": "web", "active": True, "events": list(events),
                     "config": {"content_type": "json", "insecure_ssl": "0", "url": webhook_url},
@@ -828,7 +848,7 @@ class _Handler(FakeHandler):
         headers = dict(rate)
 
         def link(n: int) -> str:
-            return f"{fake.url}{path}?{urlencode({**query, 'page': str(n)})}"
+            return f"{fake.api_url}{path}?{urlencode({**query, 'page': str(n)})}"
 
         rels = []
         if page > 1:
@@ -877,4 +897,4 @@ def started(**kwargs: Any) -> Iterator[FakeGitHub]:
         yield fake
 
 
-__all__ = ["Delivery", "FakeClock", "FakeGitHub", "installation_jwt", "iso", "started"]
+__all__ = ["TOKEN", "Delivery", "FakeClock", "FakeGitHub", "installation_jwt", "iso", "started"]

@@ -13,7 +13,9 @@ unreadable as a YAML block. What ran gets its own blocks after them: ``Invocatio
 executable's path, version and sha256, the argv as one shell-quoted line — the runner redacted
 secrets in it — and the environment's variable *names*; values are never recorded), ``Base Commit``,
 ``Manifest Hash``, ``Sandbox``, ``Session`` (resumed from which attempt, or started over) and the
-files ``changes.patch`` left out (``Omitted:``). A kind that keeps its fields at the top level, as a RoleBinding keeps
+files ``changes.patch`` left out (``Omitted:``). An ImplementationSource gets ``Sync:`` (when it last
+synced, its cursor, the issues it holds and what the last sync changed, a rate limit, the last error).
+A kind that keeps its fields at the top level, as a RoleBinding keeps
 ``roleRef`` and ``subjects``, gets a block per field (``roleRef:``, ``subjects:``) instead of Spec.
 Events are the ``events.ops.joch.dev`` whose ``spec.involvedObject`` names this object
 (``reading`` finds them), oldest first. Rendering is a pure function of the object, its events
@@ -42,6 +44,7 @@ HEADER_WIDTH = len("Annotations:  ")
 INDENT = "  "
 SECRET = ("ops.joch.dev", "Secret")
 AGENT_RUN = ("runtime.joch.dev", "AgentRun")
+SOURCE = ("joch.dev", "ImplementationSource")
 TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 RUN_OWN_BLOCKS = ("artifacts", "invocation", "baseCommit", "compiledManifestHash", "sandbox", "session", "omitted")
 
@@ -74,6 +77,8 @@ def describe(
         lines += _status({k: v for k, v in status.items() if k != "keys"}, now)
     elif not top or "status" in obj:  # a kind such as RoleBinding has no status: no "Status: <none>"
         lines += _status(status, now)
+    if (rt.group, rt.kind) == SOURCE:
+        lines += _sync(status)
     lines += _events(events, now)
     return "\n".join(lines) + "\n"
 
@@ -217,6 +222,18 @@ def _what_ran(status: dict[str, Any]) -> list[str]:
         table = printers.render_table(headers, [["-" * len(h) for h in headers], *rows2])
         lines += ["Omitted from changes.patch:", *(INDENT + line for line in table)]
     return lines
+
+
+def _sync(status: dict[str, Any]) -> list[str]:
+    """An ImplementationSource's sync at a glance: when, how far, what it holds, what went wrong."""
+    given = status.get("counts")
+    counts: dict[str, Any] = given if isinstance(given, dict) else {}
+    held = f"{counts.get('issues', 0)} (last sync: " + ", ".join(
+        f"{counts.get(k, 0)} {k}" for k in ("created", "updated", "stale", "diverged")) + ")"
+    rows = [("Last Synced", status.get("lastSyncedAt") or "never"), ("Cursor", status.get("cursor")),
+            ("Issues", held if counts else None), ("Rate Limited", status.get("rateLimitedUntil")),
+            ("Token Expires", status.get("tokenExpiresAt")), ("Last Error", status.get("lastError"))]
+    return ["Sync:", *(f"{INDENT}{(k + ':').ljust(15)}{_text(v)}" for k, v in rows)]
 
 
 def _sandbox(box: Any) -> str:

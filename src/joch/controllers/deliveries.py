@@ -97,6 +97,8 @@ def process(store: Any, delivery: Obj, now: float) -> list[str]:
         raise _Unusable(f'ImplementationSource "{source_name}" no longer exists') from None
     if event.issue is None or event.kind not in ("issue", "comment"):
         return []
+    if event.pull_request is not None:  # a comment on a pull request: not an issue Joch syncs
+        return []
     caused: list[str] = []
     change = sources.apply_issue(store, source, event.issue, now)
     if change.change != "unchanged":
@@ -104,7 +106,8 @@ def process(store: Any, delivery: Obj, now: float) -> list[str]:
     rules = triggers.rules_for_source(store.list(TRIGGER_RULE, ListOptions(namespace=namespace)).items, m_name(source))
     actor = getattr(event, "actor", None)
     if event.kind == "issue":
-        executions = triggers.issue_changed(store, rules, event.issue, change.opened, change.added_labels, now,
+        added = tuple(dict.fromkeys([*change.added_labels, *event.added_labels]))
+        executions = triggers.issue_changed(store, rules, event.issue, change.opened, added, now,
                                             action=event.action, label=event.label, actor=actor, delivery=m["name"])
     else:
         executions = []

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
@@ -97,6 +98,13 @@ def _epoch(text: str) -> float:
 
 def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _http_date(text: str) -> float | None:
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def _next_link(header: str | None) -> str | None:
@@ -234,10 +242,14 @@ class GitHubTracker:
         message = _github_message(response)
         headers = response.headers
         retry_after = headers.get("retry-after")
-        if status in (403, 429) and (retry_after is not None or headers.get("x-ratelimit-remaining") == "0"):
+        limited = (retry_after is not None or headers.get("x-ratelimit-remaining") == "0"
+                   or "rate limit" in message.lower())
+        if status in (403, 429) and limited:
             now = self._clock()
             if retry_after is not None and retry_after.strip().isdigit():
                 at = now + int(retry_after)
+            elif retry_after is not None and (when := _http_date(retry_after)) is not None:
+                at = when
             elif (reset := headers.get("x-ratelimit-reset", "")).strip().isdigit():
                 at = float(reset)
             else:
@@ -282,6 +294,7 @@ class GitHubTracker:
     # --- Tracker ---------------------------------------------------------------------------------
 
     def check(self) -> None:
+        self._repository = None  # asked again: a check is of the credentials as they are now
         self.repository()
 
     def repository(self) -> Repository:

@@ -13,10 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from joch.admission.apply import apply_documents
 from joch.admission.documents import Document
 from joch.api import kinds
+from joch.api.audit import AuditQuery
 from joch.api.integrations import (
     EXECUTION_ANNOTATION,
     IMPLEMENTATION_SOURCE,
@@ -29,12 +31,14 @@ from joch.api.integrations import (
     TRIGGER_RULE,
     WEBHOOK_DELIVERY,
 )
+from joch.cli.main import app
 from joch.controllers.deliveries import DeliveryController
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.controllers.sources import SourceController, apply_issue
-from joch.controllers.triggers import TriggerController
+from joch.controllers.triggers import TriggerController, TriggerEvent, evaluate
 from joch.integrations.base import Issue, Repository
+from joch.integrations.signatures import sign
 from joch.server.testing import LiveServer, live_server
 from joch.store import Store, open_store
 from support import FakeClock, provider
@@ -165,14 +169,8 @@ def test_a_bad_or_missing_signature_is_401_and_nothing_is_stored(
     assert items(store, WEBHOOK_DELIVERY) == []
     assert items(store, kinds.IMPLEMENTATION_SPEC) == []
     assert items(store, kinds.AGENT_RUN) == []
-    denied = [e for e in store.audit_events(_query()).items if e.decision == "denied"]
+    denied = [e for e in store.audit_events(AuditQuery()).items if e.decision == "denied"]
     assert len(denied) == 2 and all(e.kind == "WebhookDelivery" for e in denied)
-
-
-def _query() -> Any:
-    from joch.api.audit import AuditQuery
-
-    return AuditQuery()
 
 
 def test_a_labelled_issue_becomes_a_spec_and_one_run_however_often_it_is_delivered(
@@ -261,15 +259,14 @@ def test_a_ping_is_recorded_and_causes_nothing(
 def test_a_generic_webhook_fires_its_rule_once_per_delivery(
     store: Store, server: LiveServer, controllers: Manager,
 ) -> None:
-    from joch.integrations.signatures import sign
-
     apply(store, secret("hook", secret=SECRET.decode()), *agent(),
           rule("deploy", webhook={"secretRef": {"name": "hook", "key": "secret"}, "dedupeKey": "{{ payload.id }}"},
                run={"agentRef": {"name": "demo"},
                     "implementation": {"inline": {"text": "Deploy {{ event.payload.ref }}"}}}))
     body = b'{"id": "evt-1", "ref": "v1.2"}'
-    headers = {"Content-Type": "application/json", "X-Joch-Signature-256": sign(SECRET, body)}
-    unsigned = server.http.post("/v1/webhooks/default/deploy", content=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "X-Joch-Signature-256": "sha256=" + sign(SECRET, body)}
+    unsigned = server.http.post("/v1/webhooks/default/deploy", content=body,
+                                headers={"Content-Type": "application/json"})
     assert unsigned.status_code == 401
     assert server.http.post("/v1/webhooks/default/deploy", content=body, headers=headers).json()["duplicate"] is False
     assert server.http.post("/v1/webhooks/default/deploy", content=body, headers=headers).json()["duplicate"] is True
@@ -322,7 +319,7 @@ def issue(number: int = 7, *, title: str = "Title", body: str = "Body", state: s
     repository = Repository(owner="acme", name="web", clone_url="https://github.com/acme/web.git",
                             default_branch="main")
     return Issue(provider="github", id=str(number), key=f"acme/web#{number}", title=title, body=body,
-                 url=f"https://github.com/acme/web/issues/{number}", state=state,  # type: ignore[arg-type]
+                 url=f"https://github.com/acme/web/issues/{number}", state=state,
                  labels=labels, updated_at=version, number=number, repository=repository, version=version)
 
 
@@ -429,3 +426,152 @@ def test_bad_credentials_set_the_source_error_condition(
         SYNC_REQUESTED: "2026-01-01T00:00:00Z"}}})
     wait_for(lambda: store.get(IMPLEMENTATION_SOURCE, NS, "eng")["status"].get("observedSyncRequest")
              == "2026-01-01T00:00:00Z", "the requested sync")
+
+
+# --- Linear webhooks -----------------------------------------------------------------------------------
+
+def test_a_linear_delivery_is_verified_fresh_and_takes_the_same_path(
+    store: Store, server: LiveServer, linear: FakeLinear, controllers: Manager,
+) -> None:
+    source = linear_source(linear, linear.api_key, interval=0)
+    source["spec"]["webhook"] = {"secretRef": {"name": "hook", "key": "secret"}}
+    apply(store, secret("hook", secret=SECRET.decode()), secret("lin", key=linear.api_key), *agent(),
+          rule("fix", sourceRef={"name": "eng"},
+               run={"agentRef": {"name": "demo"},
+                    "execution": {"coordinates": {"git": {"url": "https://example.com/acme/web.git"}}}}, **LABELED),
+          source)
+    linear.create_issue("Fix the login", labels=["joch:demo"])
+    forged = linear.issue_webhook("ENG-1", "create", secret=b"not-the-secret")
+    assert post(server, forged, "/v1/webhooks/linear").status_code == 401
+    stale = linear.issue_webhook("ENG-1", "create", secret=SECRET, timestamp_ms=int((time.time() - 600) * 1000))
+    answer = post(server, stale, "/v1/webhooks/linear")
+    assert answer.status_code == 401 and "webhookTimestamp" in answer.json()["message"]
+    assert items(store, WEBHOOK_DELIVERY) == []
+    delivery = linear.issue_webhook("ENG-1", "create", secret=SECRET)
+    assert post(server, delivery, "/v1/webhooks/linear").json()["duplicate"] is False
+    assert post(server, delivery, "/v1/webhooks/linear").json()["duplicate"] is True
+    processed(store, 1)
+    [run] = items(store, kinds.AGENT_RUN)
+    assert run["spec"]["implementationRef"] == {"name": "lin-eng-1"}
+    assert run["metadata"]["annotations"][SOURCE_ITEM] == "linear:ENG-1"
+
+
+# --- the CLI -------------------------------------------------------------------------------------------
+
+def cli(server: LiveServer, *args: str) -> Any:
+    return CliRunner().invoke(app, ["--server", server.url, *args])
+
+
+def test_the_cli_fires_rules_syncs_and_describes_sources(
+    store: Store, server: LiveServer, linear: FakeLinear, controllers: Manager,
+) -> None:
+    linear.create_issue("Fix the login", labels=["bug"])
+    apply(store, secret("lin", key=linear.api_key), *agent(), rule("manual"), linear_source(linear, linear.api_key,
+                                                                                             interval=0))
+    synced = cli(server, "sync", "source", "eng", "--timeout", "20")
+    assert synced.exit_code == 0, synced.output
+    assert "1 issue(s) held;" in synced.output  # the source synced when it was applied; nothing new since
+    page = cli(server, "describe", "source", "eng")
+    assert page.exit_code == 0, page.output
+    assert "Sync:\n" in page.output and "  Issues:        1 (last sync: " in page.output
+    fired = cli(server, "trigger", "fire", "manual", "--key", "k1", "--text", "Do it", "-p", "a=b")
+    assert fired.exit_code == 0, fired.output
+    assert ": Dispatched" in fired.output and "agentrun.runtime.joch.dev/manual-" in fired.output
+    again = cli(server, "trigger", "fire", "manual", "--key", "k1", "--text", "Do it")
+    assert again.exit_code == 0 and ": Deduplicated" in again.output and "Duplicate: " in again.output
+    rejected = cli(server, "trigger", "fire", "manual")
+    assert rejected.exit_code == 1 and "NoImplementation: " in rejected.output
+    assert len(items(store, kinds.AGENT_RUN)) == 1
+
+
+# --- concurrencyPolicy ---------------------------------------------------------------------------------
+
+def issue_event(action: str) -> TriggerEvent:
+    return TriggerEvent(kind="issue", provider="github", action=action, issue=issue())
+
+
+@pytest.mark.parametrize("policy", ["Forbid", "Replace", "Allow"])
+def test_concurrency_policy_per_source_item(store: Store, policy: str) -> None:
+    apply(store, *agent(), rule("fix", concurrencyPolicy=policy, sourceRef={"name": "web"},
+                                issue={"actions": ["opened", "reopened"]},
+                                run={"agentRef": {"name": "demo"},
+                                     "implementation": {"inline": {"text": "Fix {{ event.item }}"}}}))
+    fix = store.get(TRIGGER_RULE, NS, "fix")
+    first = evaluate(store, fix, issue_event("opened"), kind="issue", now=1.0)
+    assert first["spec"]["decision"] == "Dispatched"
+    second = evaluate(store, fix, issue_event("reopened"), kind="issue", now=2.0)
+    old = store.get(kinds.AGENT_RUN, NS, first["spec"]["runRef"]["name"])
+    if policy == "Forbid":
+        assert (second["spec"]["decision"], second["spec"]["reason"]) == ("Rejected", "ConcurrencyForbidden")
+        assert old["metadata"]["name"] in second["spec"]["message"] and "Forbid" in second["spec"]["message"]
+        store.update_status(kinds.AGENT_RUN, {**old, "status": {**(old.get("status") or {}), "phase": "Succeeded"}})
+        third = evaluate(store, fix, issue_event("reopened"), kind="issue", now=3.0)
+        assert third["spec"]["decision"] == "Dispatched"
+    else:
+        assert second["spec"]["decision"] == "Dispatched"
+        assert old["spec"]["cancel"] is (policy == "Replace")
+    assert store.get(TRIGGER_RULE, NS, "fix")["status"]["executions"] == (3 if policy == "Forbid" else 2)
+
+
+# --- polling (GitHub) ----------------------------------------------------------------------------------
+
+def test_polling_github_alone_makes_the_spec_and_one_run(
+    store: Store, github: FakeGitHub, clock: FakeClock, controllers: Manager,
+) -> None:
+    github.create_issue(REPO, "Fix the bug", "- [ ] a test", labels=["joch:demo"])
+    github.create_issue(REPO, "Not for Joch")
+    source = github_source(github)
+    source["spec"]["pollIntervalSeconds"] = 60
+    apply(store, secret("gh", token="ghp_fake_token"), *agent(), rule("fix", sourceRef={"name": "web"}, **LABELED),
+          source)
+    [run] = wait_for(lambda: items(store, kinds.AGENT_RUN), "the run")
+    assert run["spec"]["implementationRef"] == {"name": "gh-acme-web-1"}
+    assert run["spec"]["execution"]["coordinates"]["git"]["ref"] == "main"
+    assert run["metadata"]["annotations"][SOURCE_ITEM] == "github:acme/web#1"
+    assert sorted(s["metadata"]["name"] for s in items(store, kinds.IMPLEMENTATION_SPEC)) == [
+        "gh-acme-web-1", "gh-acme-web-2"]
+    github.edit_issue(REPO, 1, title="Fix the bug, really")
+    clock.advance(61)
+    wait_for(lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")["spec"]["summary"]
+             == "Fix the bug, really", "the upstream edit")
+    assert len(items(store, kinds.AGENT_RUN)) == 1
+
+
+def test_bad_github_credentials_and_a_missing_repository_say_what_to_fix(
+    store: Store, github: FakeGitHub, controllers: Manager,
+) -> None:
+    apply(store, secret("gh", token="ghp_revoked"), github_source(github))
+    source = wait_for(lambda: (s := store.get(IMPLEMENTATION_SOURCE, NS, "web")).get("status", {}).get("lastError")
+                      and s, "the error")
+    error = condition(source, "Error")
+    assert (error["status"], error["reason"]) == ("True", "BadCredentials")
+    assert "gh" in error["message"] and "ghp_revoked" not in error["message"]
+    apply(store, secret("gh", token="ghp_fake_token"), github_source(github) | {
+        "spec": {**github_source(github)["spec"], "github": {**github_source(github)["spec"]["github"],
+                                                             "repo": "gone"}}})
+    wait_for(lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Error")["reason"] == "NotFound",
+             "the NotFound error")
+    assert "acme/gone" in store.get(IMPLEMENTATION_SOURCE, NS, "web")["status"]["lastError"]
+
+
+def test_a_rate_limit_is_waited_out_until_its_reset(store: Store, clock: FakeClock, controllers: Manager) -> None:
+    with FakeGitHub(clock=clock.time) as github:
+        github.add_repo(REPO)
+        rate_limited(store, clock, github)
+
+
+def rate_limited(store: Store, clock: FakeClock, github: FakeGitHub) -> None:
+    reset = github.exhaust_rate_limit(reset_in=120)
+    source = github_source(github)
+    source["spec"]["pollIntervalSeconds"] = 10
+    apply(store, secret("gh", token="ghp_fake_token"), source)
+    limited = wait_for(lambda: (s := store.get(IMPLEMENTATION_SOURCE, NS, "web")).get("status", {})
+                       .get("rateLimitedUntil") and s, "the rate limit")
+    assert condition(limited, "Error")["reason"] == "RateLimited"
+    asked = len(github.calls("GET"))
+    clock.advance(30)  # past the poll interval, not past the reset: nothing is asked
+    time.sleep(1.2)
+    assert len(github.calls("GET")) == asked
+    clock.advance(max(0.0, reset - clock.time()) + 1)
+    wait_for(lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Ready")["status"] == "True",
+             "a sync after the reset")

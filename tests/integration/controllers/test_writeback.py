@@ -272,6 +272,9 @@ def test_a_run_from_an_issue_comments_once_and_opens_one_pull_request(
     env.restart()
     wait_for(lambda: env.intent_phase("r1-comment") == env.intent_phase("r1-pr") == "Succeeded", "the adoption")
     assert len(env.github.comments()) == 1 and len(env.github.pulls()) == 1
+    github = env.github.fake
+    assert len(github.calls("POST", "/repos/acme/web/issues/1/comments")) == 1
+    assert len(github.calls("POST", "/repos/acme/web/pulls")) == 1
     pr_intent = env.intent("r1-pr")
     assert pr_intent is not None and pr_intent["status"]["url"] == pull["html_url"]
     assert pr_intent["status"]["externalId"] == str(pull["number"])

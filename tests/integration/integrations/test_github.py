@@ -5,7 +5,11 @@ objects and webhook payloads are checked against githubkit's models of GitHub's 
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +20,10 @@ from githubkit_schemas.latest import models
 from joch.api.integrations import GitHubSource, WriteTarget
 from joch.integrations.base import TrackerError
 from joch.integrations.github import GitHubTracker, github_issue, github_repository
-from support.fake_github import FakeClock, FakeGitHub
+from joch.integrations.gitpush import push_patch
+from support.fake_github import TOKEN, FakeClock, FakeGitHub
 
 REPO = "acme/web"
-TOKEN = "ghp_fake_token"
 
 
 @pytest.fixture
@@ -343,3 +347,58 @@ def test_a_pull_request_is_found_by_branch_and_created_once(fake: FakeGitHub, cl
         gh.create_pull_request(head="joch/run-1", base="main", title="Fix", body="", draft=False)
     assert caught.value.reason == "Conflict" and "already exists" in caught.value.message
     assert gh.find_pull_request("joch/other") is None
+
+
+def test_a_pull_request_needs_its_branch_pushed_first(fake: FakeGitHub, clock: FakeClock, tmp_path: Path) -> None:
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["-c", "user.name=S", "-c", "user.email=s@example.com", "commit",
+                                                "-q", "--allow-empty", "-m", "initial"]):
+        subprocess.run(["git", *args], cwd=seed, check=True, capture_output=True)
+    bare = tmp_path / "web.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(bare)], check=True, capture_output=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=seed, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    fake.add_repo("acme/app", git_dir=bare)
+    assert fake.repository("acme/app")["clone_url"] == str(bare)
+    gh = tracker(fake, clock, repo="acme/app")
+    with pytest.raises(TrackerError) as caught:
+        gh.create_pull_request(head="joch/run-1", base="main", title="Fix", body="", draft=False)
+    assert caught.value.reason == "Invalid" and "head" in caught.value.message
+    patch = (b"diff --git a/hello.txt b/hello.txt\nnew file mode 100644\n--- /dev/null\n+++ b/hello.txt\n"
+             b"@@ -0,0 +1 @@\n+hello\n")
+    sha = push_patch(git_url=gh.repository().clone_url, base_commit=base, fetch_ref="main", patch=patch,
+                     branch="joch/run-1", message="Fix", author_name="Joch", author_email="joch@example.com",
+                     date="2026-11-28T09:00:00Z", token=None, workdir=tmp_path / "cache")
+    pr = gh.create_pull_request(head="joch/run-1", base="main", title="Fix", body="Closes #1", draft=False)
+    assert fake.pulls("acme/app")[0]["head"]["sha"] == sha and pr.head == "joch/run-1"
+
+
+def test_a_delivery_is_sent_as_github_sends_it(fake: FakeGitHub) -> None:
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        fake.create_issue(REPO, "One")
+        delivery = fake.deliver("ping", fake.ping_event(REPO), b"hook-secret")
+        answer = delivery.send(f"http://127.0.0.1:{server.server_address[1]}/v1/webhooks/github")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer.status_code == 202
+    ((headers, body),) = received
+    assert body == delivery.body and headers["x-github-event"] == "ping"
+    assert headers["x-github-delivery"] == delivery.delivery_id and headers["content-type"] == "application/json"
+    assert webhooks.verify("hook-secret", body, headers["x-hub-signature-256"])

@@ -58,13 +58,10 @@ def make_patch(bare: Path, tmp_path: Path, edit: dict[str, bytes | None]) -> byt
     return subprocess.run(["git", "diff", "--cached", "--binary"], cwd=work, check=True, capture_output=True).stdout
 
 
-def push(bare: Path, base: str, patch: bytes, workdir: Path, **extra: object) -> str:
-    args: dict[str, object] = dict(git_url=str(bare), base_commit=base, fetch_ref="main", patch=patch,
-                                   branch="joch/run-1", message="Fix the greeting\n\nRun run-1 of agent demo.",
-                                   author_name="Joch", author_email="joch@example.com", date=DATE, token=None,
-                                   workdir=workdir)
-    args.update(extra)
-    return push_patch(**args)  # type: ignore[arg-type]
+def push(bare: Path, base: str, patch: bytes, workdir: Path, *, branch: str = "joch/run-1") -> str:
+    return push_patch(git_url=str(bare), base_commit=base, fetch_ref="main", patch=patch, branch=branch,
+                      message="Fix the greeting\n\nRun run-1 of agent demo.", author_name="Joch",
+                      author_email="joch@example.com", date=DATE, token=None, workdir=workdir)
 
 
 def test_a_patch_becomes_one_commit_on_the_branch(remote: tuple[Path, str], tmp_path: Path) -> None:
