@@ -11,10 +11,10 @@ comments) and on the server (runs, executions, deliveries) is that test's alone:
    exactly one pull request with ``Closes #N`` and exactly one comment showing Succeeded, the pull
    request and the cost; the delivery replayed, and the label removed and added again under
    ``Forbid``, change nothing;
-2. the same by polling alone;
+2. the same by polling alone; and a webhook plus a poll of the same label: one run;
 3. ``kill -9`` of the server while the fake holds the pull-request creation it has already done
    (created, never answered), then a restart on the same data dir: still one run, one pull request
-   (adopted, not opened again), one comment;
+   (adopted, not opened again), one comment, and the delivery redelivered is still a duplicate;
 4. a bad or missing signature → 401 and nothing stored or started;
 5. ``/joch run agent=demo`` from a commenter GitHub calls NONE → Rejected naming why; from the OWNER
    → a run;
@@ -482,6 +482,20 @@ def test_an_issue_labelled_is_found_by_polling_alone(s: Stack) -> None:
     assert_nothing_more(s, number)
 
 
+def test_a_webhook_and_a_poll_of_the_same_label_make_one_run(s: Stack) -> None:
+    s.apply_synced(github_source(s, poll=1), label_rule())
+    number = new_issue(s, 11, "Greet once, told twice", labelled=False)
+    s.github.add_label(FULL, number, LABEL)
+    assert s.deliver(labelled(s, number)).status_code in (200, 202)
+    run = s.the_one_run()
+    assert_pull_request_and_comment(s, number, run)
+    s.wait("a poll after the label", lambda: len(s.github.calls("GET", f"/repos/{FULL}/issues")) >= 3)
+    settle(s, 2.5)
+    assert_nothing_more(s, number)
+    keys = {e["spec"]["dedupeKey"] for e in s.executions()}
+    assert keys == {f"issue:github:{FULL}#{number}:labeled:{LABEL}"}, s.executions()
+
+
 # --- 3. kill -9 between the push and the pull request ------------------------------------------------
 
 
@@ -490,7 +504,8 @@ def test_kill_9_while_the_pull_request_is_being_opened_then_restart_adopts_it(s:
     number = new_issue(s, 3, "Greet despite a crash", labelled=True)
     # The fake creates the pull request, then keeps the answer: the server dies not knowing it exists.
     s.github.hold_pull_requests()
-    assert s.deliver(labelled(s, number)).status_code in (200, 202)
+    delivery = labelled(s, number)
+    assert s.deliver(delivery).status_code in (200, 202)
     run = s.the_one_run()
     assert s.wait_run_ended(run)["phase"] == "Succeeded", s.tail()
     s.wait("the pull request created, its answer held", lambda: s.github.held_pull_requests)
@@ -503,6 +518,8 @@ def test_kill_9_while_the_pull_request_is_being_opened_then_restart_adopts_it(s:
     settle(s)
     assert_nothing_more(s, number)
     assert len(s.github.calls("POST", f"/repos/{FULL}/pulls")) == 1  # adopted, not asked for again
+    again = s.deliver(delivery)  # GitHub redelivering what the dead server got: still known
+    assert again.status_code == 200 and again.json().get("duplicate") is True, again.text
     [pr_intent] = [i for i in s.intents() if i["spec"]["type"] == "pullRequest"]
     assert pr_intent["status"]["phase"] == "Succeeded", pr_intent
     assert_no_secret_shown(s)
