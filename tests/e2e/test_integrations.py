@@ -1,7 +1,7 @@
 """Issue 10's "Done when", end to end: a real ``joch server`` process (SQLite in its data dir, auth
 off), the quickstart's demo agent, a real bare git repository the runs clone and the write-back
-pushes to, and the fake GitHub and fake Linear (``support.fake_github``, ``support.fake_linear``:
-local HTTP servers speaking the real wire formats).
+pushes to, and the fake GitHub (``support.fake_github``: a local HTTP server speaking GitHub's REST
+wire format and signing webhook deliveries as GitHub does).
 
 Each test starts its own server and fakes, so every count it asserts on the fakes (pull requests,
 comments) and on the server (runs, executions, deliveries) is that test's alone:
@@ -18,11 +18,15 @@ comments) and on the server (runs, executions, deliveries) is that test's alone:
 4. a bad or missing signature → 401 and nothing stored or started;
 5. ``/joch run agent=demo`` from a commenter GitHub calls NONE → Rejected naming why; from the OWNER
    → a run;
-6. a Linear issue → a run and exactly one comment in the fake Linear;
+6. (tests/e2e/test_integrations_linear.py) a Linear issue → a run and exactly one comment in the
+   fake Linear;
 7. a Policy requiring approval for pull-request write-backs: no pull request until the Approval is
-   approved; denied → the intent Rejected and the comment says so.
+   approved (one run reports $0.42, which the comment shows); denied → the intent Rejected and the
+   comment says so, with the reason.
 
-The cron trigger with a fake clock is tests/integration (H3's), not here.
+A new source syncs once even with polling off, so the webhook tests wait for that first sync
+(``Stack.apply_synced``) before the issue exists: what follows comes from the webhook alone. The cron
+trigger with a fake clock is tests/integration/controllers/test_triggers.py's, not here.
 """
 
 from __future__ import annotations
