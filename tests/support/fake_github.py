@@ -24,7 +24,9 @@ Every other request needs ``Authorization: token <t>`` or ``Bearer <t>`` with a 
 ``tokens`` or a live installation token, else 401 ``Bad credentials``. Every answer carries the
 ``x-ratelimit-*`` headers; ``exhaust_rate_limit()`` makes requests answer 403 (or 429) with
 ``x-ratelimit-remaining: 0`` until the reset, ``secondary_rate_limit()`` answers with ``Retry-After``,
-``fail_next()`` answers a 5xx. All times come from ``clock`` (share a fake clock with the client).
+``fail_next()`` answers a 5xx, ``hold_pull_requests()`` creates pull requests but keeps the answer
+until ``release()`` (a client that died after GitHub did the work). All times come from ``clock``
+(share a fake clock with the client).
 
 Using it::
 
