@@ -19,8 +19,8 @@ of the same change write the same spec and report the same change.
   ``Diverged`` says so and how to get the upstream text back; ``Overwrite`` replaces it.
 * **Closed and deleted issues** are not deleted: the spec gets ``Stale=True`` (runs may still
   refer to it). An issue opened again clears it.
-* **Polling** (``SourceController``): every ``pollIntervalSeconds`` (0: never; webhooks only) and
-  at once when ``joch sync source`` sets ``joch.dev/sync-requested-at`` or the spec changes, the
+* **Polling** (``SourceController``): every ``pollIntervalSeconds`` and at once when the spec changes
+  (0: neither; webhooks only), and whenever ``joch sync source`` sets ``joch.dev/sync-requested-at``, the
   source asks its tracker for the issues updated since ``status.cursor`` (with the ETag of the last
   answer), applies each, and hands what changed to the trigger rules that follow the source
   (``triggers.issue_events``): an issue new to Joch is ``opened``, a label the spec did not hold is
@@ -300,14 +300,18 @@ class SourceController(Controller):
         now = self.ctx.clock.time()
         requested = (source["metadata"].get("annotations") or {}).get(SYNC_REQUESTED)
         asked = bool(requested) and requested != status.get("observedSyncRequest")
-        changed = status.get("observedGeneration") != source["metadata"].get("generation")
+        # A changed spec (filters, credentials) is synced at once, from the start; unless polling is off,
+        # which means webhooks and joch sync source only.
+        changed = status.get("observedGeneration") != source["metadata"].get("generation") \
+            and spec.pollIntervalSeconds > 0
         if spec.suspend and not asked:
             self._write_status(source, _ready(status, "False", "Suspended", "spec.suspend is true: not syncing"))
             return None
         wait = self._wait(spec, status, now)
         if not asked and not changed and wait is not None:
             return Result(requeue_after=wait) if wait > 0 else None
-        return self.sync(source, requested=requested if asked else None, reset=changed)
+        reset = status.get("observedGeneration") != source["metadata"].get("generation")
+        return self.sync(source, requested=requested if asked else None, reset=reset)
 
     def _wait(self, spec: ImplementationSourceSpec, status: dict[str, Any], now: float) -> float | None:
         """Seconds until the next poll is due (0 or less: now); None: no polling."""

@@ -470,7 +470,7 @@ def test_the_cli_fires_rules_syncs_and_describes_sources(
                                                                                              interval=0))
     synced = cli(server, "sync", "source", "eng", "--timeout", "20")
     assert synced.exit_code == 0, synced.output
-    assert "1 issue(s) held;" in synced.output  # the source synced when it was applied; nothing new since
+    assert "1 issue(s) held; 1 created" in synced.output  # polling is off: this is its first sync
     page = cli(server, "describe", "source", "eng")
     assert page.exit_code == 0, page.output
     assert "Sync:\n" in page.output and "  Issues:        1 (last sync: " in page.output
@@ -540,15 +540,15 @@ def test_polling_github_alone_makes_the_spec_and_one_run(
 def test_bad_github_credentials_and_a_missing_repository_say_what_to_fix(
     store: Store, github: FakeGitHub, controllers: Manager,
 ) -> None:
-    apply(store, secret("gh", token="ghp_revoked"), github_source(github))
+    apply(store, secret("gh", token="ghp_revoked"), github_source(github, pollIntervalSeconds=60))
     source = wait_for(lambda: (s := store.get(IMPLEMENTATION_SOURCE, NS, "web")).get("status", {}).get("lastError")
                       and s, "the error")
     error = condition(source, "Error")
     assert (error["status"], error["reason"]) == ("True", "BadCredentials")
     assert "gh" in error["message"] and "ghp_revoked" not in error["message"]
-    apply(store, secret("gh", token="ghp_fake_token"), github_source(github) | {
-        "spec": {**github_source(github)["spec"], "github": {**github_source(github)["spec"]["github"],
-                                                             "repo": "gone"}}})
+    polling = github_source(github, pollIntervalSeconds=60)
+    polling["spec"]["github"]["repo"] = "gone"
+    apply(store, secret("gh", token="ghp_fake_token"), polling)
     wait_for(lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Error")["reason"] == "NotFound",
              "the NotFound error")
     assert "acme/gone" in store.get(IMPLEMENTATION_SOURCE, NS, "web")["status"]["lastError"]
