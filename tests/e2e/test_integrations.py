@@ -24,8 +24,8 @@ comments) and on the server (runs, executions, deliveries) is that test's alone:
    approved (one run reports $0.42, which the comment shows); denied → the intent Rejected and the
    comment says so, with the reason.
 
-A new source syncs once even with polling off, so the webhook tests wait for that first sync
-(``Stack.apply_synced``) before the issue exists: what follows comes from the webhook alone. The cron
+The webhook tests sync the source once by hand (``joch sync source --wait``, ``Stack.apply_synced``)
+before the issue exists, polling off: what follows comes from the webhook alone. The cron
 trigger with a fake clock is tests/integration/controllers/test_triggers.py's, not here.
 """
 
@@ -198,15 +198,13 @@ class Stack:
             time.sleep(0.2)
 
     def apply_synced(self, *manifests: dict[str, Any], source: str = "web") -> dict[str, Any]:
-        """Apply ``manifests`` and wait for the source's first sync (a new source syncs once even with
-        polling off), so what happens next comes from the webhook or the poll the test means."""
+        """Apply ``manifests`` and sync the source once, now (``joch sync source --wait``), so that what
+        happens next comes from the webhook or the poll the test means, never from a first sync."""
         self.apply(*manifests)
-
-        def synced() -> dict[str, Any] | None:
-            status: dict[str, Any] = self.obj(f"{CORE}/implementationsources/{source}").get("status") or {}
-            return status if status.get("lastSyncedAt") else None
-
-        return self.wait(f"the first sync of source {source}", synced)
+        self.joch("sync", "source", source, "--wait", "--timeout", "30")
+        status: dict[str, Any] = self.obj(f"{CORE}/implementationsources/{source}").get("status") or {}
+        assert status.get("lastSyncedAt") and status.get("observedSyncRequest"), status
+        return status
 
     def wait_run_ended(self, name: str, seconds: float = 45) -> dict[str, Any]:
         def ended() -> dict[str, Any] | None:
