@@ -17,7 +17,7 @@ comments) and on the server (runs, executions, deliveries) is that test's alone:
    (adopted, not opened again), one comment, and the delivery redelivered is still a duplicate;
 4. a bad or missing signature → 401 and nothing stored or started;
 5. ``/joch run agent=demo`` from a commenter GitHub calls NONE → Rejected naming why; from the OWNER
-   → a run;
+   → a run, and the OWNER again while it is on → Rejected ``ConcurrencyForbidden`` (``Forbid``);
 6. (tests/e2e/test_integrations_linear.py) a Linear issue → a run and exactly one comment in the
    fake Linear;
 7. a Policy requiring approval for pull-request write-backs: no pull request until the Approval is
@@ -558,7 +558,7 @@ def test_a_comment_command_from_a_stranger_is_rejected_naming_why_and_from_the_o
     number = new_issue(s, 5, "Run me by comment", labelled=False)
     s.apply_synced(github_source(s), {
         "apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "demo-on-comment"},
-        "spec": {"sourceRef": {"name": "web"}, "comment": {"allowedAgents": ["demo"]},
+        "spec": {"sourceRef": {"name": "web"}, "comment": {"allowedAgents": ["demo"]}, "concurrencyPolicy": "Forbid",
                  "run": {"agentRef": {"name": "demo"}}, "writeBack": {"comment": {}}}})
 
     def command_from(login: str, association: str) -> httpx.Response:
@@ -575,16 +575,21 @@ def test_a_comment_command_from_a_stranger_is_rejected_naming_why_and_from_the_o
     settle(s, 1)
     assert s.runs() == []
 
+    # The owner's command runs; the owner asking again at once, while that run is on, is Forbidden.
+    assert command_from(OWNER, "OWNER").status_code in (200, 202)
     assert command_from(OWNER, "OWNER").status_code in (200, 202)
     run = s.the_one_run()
     assert s.wait_run_ended(run)["phase"] == "Succeeded", s.tail()
     [ran] = dispatched(s)
     assert ran["spec"]["runRef"]["name"] == run and ran["spec"]["event"]["kind"] == "comment", ran
     assert ran["spec"]["event"]["actor"] == OWNER
-    assert len(s.executions()) == 2
-    # The run's own comment (write-back) is the one comment besides the two commands.
+    executions = s.wait("the three executions", lambda: len(e := s.executions()) == 3 and e)
+    assert sorted((e["spec"]["decision"], e["spec"].get("reason")) for e in executions) == [
+        ("Dispatched", None), ("Rejected", "ActorNotAllowed"), ("Rejected", "ConcurrencyForbidden")], executions
+    assert len(s.runs()) == 1
+    # The run's own comment (write-back) is the one comment besides the three commands.
     s.wait("the run's comment", lambda: any("Succeeded" in c["body"] for c in comments(s, number)))
-    assert len(comments(s, number)) == 3
+    assert len(comments(s, number)) == 4
 
 
 # --- 7. write-back behind an approval --------------------------------------------------------------
