@@ -38,7 +38,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,14 +57,13 @@ from joch.api.meta import parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.controllers import triggers
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
-from joch.controllers.issues import spec_name
+from joch.controllers.issues import spec_name, spec_of
 from joch.integrations.base import Issue, SecretLookup, TrackerError
 from joch.integrations.trackers import open_tracker
 from joch.store.base import ListOptions, Obj, Writer
 
 log = logging.getLogger("joch.controllers.sources")
 
-_TASK = re.compile(r"^\s*[-*+]\s+\[[ xX]\]\s+(.+?)\s*$")
 Change = Literal["created", "updated", "unchanged", "stale", "diverged"]
 ERROR_RETRY_SECONDS = 60.0
 
@@ -82,25 +80,6 @@ class SpecChange:
 
 
 # --- names and content -----------------------------------------------------------------------------
-
-def task_items(body: str) -> list[str]:
-    """The task-list items of a Markdown body (``- [ ] x``, ``- [x] x``), in order."""
-    return [m.group(1) for line in body.splitlines() if (m := _TASK.match(line))]
-
-
-def spec_of(issue: Issue) -> dict[str, Any]:
-    body = issue.body or ""
-    spec: dict[str, Any] = {
-        "text": f"# {issue.title}\n\n{body}".rstrip() + "\n",
-        "summary": issue.title,
-        "acceptanceCriteria": task_items(body),
-        "labels": sorted(issue.labels),
-        "source": {"provider": issue.provider, "externalId": issue.key, "url": issue.url},
-    }
-    if body.strip():
-        spec["description"] = body
-    return spec
-
 
 def spec_hash(spec: Any) -> str:
     """The hash of a spec as the source compares it: defaults and empty fields do not count."""

@@ -25,7 +25,8 @@ schedule (``TriggerController``) or ``joch trigger fire`` (the fire route).
   audit log shows it (with the request id of the webhook or fire request that caused it).
 * **The run.** ``spec.run``'s agent, parameters (a command's ``key=value`` over the rule's, and
   ``joch trigger fire -p`` over those), budget, timeout, labels and annotations; the issue's synced
-  ImplementationSpec (or ``implementation.inline`` rendered as a Jinja2 template over ``event``);
+  ImplementationSpec (or ``implementation.inline`` rendered as a Jinja2 template over ``event``; an
+  issue the source does not sync — a command on an issue its label filter leaves out — inline);
   ``execution`` from the rule or else the issue's repository at its default branch.
 
 ``TriggerController`` fires scheduled rules on ``ctx.clock``: the latest cron time due since the
@@ -62,7 +63,7 @@ from joch.api.integrations import (
 )
 from joch.api.meta import parse_time, set_condition
 from joch.controllers.base import Context, Controller, Key, Result
-from joch.controllers.issues import item_hash, spec_name
+from joch.controllers.issues import item_hash, spec_name, spec_of
 from joch.integrations import commands, schedule
 from joch.integrations.base import Issue
 from joch.store.base import ListOptions, Obj
@@ -249,8 +250,10 @@ def evaluate(
         blocked = _concurrency(store, spec, namespace, name, event)
         if blocked is not None:
             return _rejected(store, rule, record, key, now, "ConcurrencyForbidden", blocked)
+        synced = event.issue is not None and _exists(store, kinds.IMPLEMENTATION_SPEC, namespace,
+                                                      spec_name(event.issue))
         try:
-            run = _run(spec, namespace, name, target, event, agent, merged)
+            run = _run(spec, namespace, name, target, event, agent, merged, synced=synced)
         except _Refused as exc:
             return _rejected(store, rule, record, key, now, exc.reason, exc.message)
         execution = _execution(namespace, target, name, record, key, now, "Dispatched", run_name=target,
@@ -447,8 +450,16 @@ def _render(template: str, event: TriggerEvent, where: str) -> str:
         raise _Refused("InvalidTemplate", f"{where}: {exc}") from None
 
 
+def _exists(store: Any, kind: Any, namespace: str, name: str) -> bool:
+    try:
+        store.get(kind, namespace, name)
+    except errors.NotFound:
+        return False
+    return True
+
+
 def _run(spec: TriggerRuleSpec, namespace: str, rule: str, name: str, event: TriggerEvent, agent: str,
-         parameters: dict[str, str]) -> Obj:
+         parameters: dict[str, str], *, synced: bool = True) -> Obj:
     template = spec.run
     run_spec: dict[str, Any] = {"agentRef": {"name": agent}}
     given = template.implementation or {}
@@ -461,8 +472,10 @@ def _run(spec: TriggerRuleSpec, namespace: str, rule: str, name: str, event: Tri
         run_spec["implementation"] = {"inline": rendered}
     elif isinstance(ref, dict) and ref.get("name"):
         run_spec["implementationRef"] = {"name": str(ref["name"])}
-    elif event.issue is not None:
+    elif event.issue is not None and synced:
         run_spec["implementationRef"] = {"name": spec_name(event.issue)}
+    elif event.issue is not None:  # an issue the source's filters leave out (a command on it): the issue itself
+        run_spec["implementation"] = {"inline": spec_of(event.issue)}
     elif event.text:
         run_spec["implementation"] = {"inline": {"text": event.text}}
     else:

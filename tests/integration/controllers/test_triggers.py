@@ -131,6 +131,19 @@ def wait_for(check: Callable[[], Any], what: str, seconds: float = 10) -> Any:
     return found
 
 
+def advance_until(clock: FakeClock, seconds: float, check: Callable[[], Any], what: str) -> Any:
+    """Move the clock by ``seconds`` until ``check`` holds (a poll due just as the clock moved is
+    scheduled from the moved clock, so one step can be too few)."""
+    for _ in range(5):
+        clock.advance(seconds)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if found := check():
+                return found
+            time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def items(store: Store, kind: Any) -> list[dict[str, Any]]:
     return list(store.list(kind).items)
 
@@ -302,8 +315,7 @@ def test_a_cron_rule_fires_on_schedule(store: Store, clock: FakeClock, controlle
                                 "nightly").get("status") or {}).get("nextScheduleTime"), "the next schedule time")
     time.sleep(0.6)
     assert items(store, kinds.AGENT_RUN) == []
-    clock.advance(300)
-    [run] = wait_for(lambda: items(store, kinds.AGENT_RUN), "the scheduled run")
+    [run] = advance_until(clock, 300, lambda: items(store, kinds.AGENT_RUN), "the scheduled run")
     [execution] = items(store, TRIGGER_EXECUTION)
     assert execution["spec"]["event"]["kind"] == "schedule"
     assert execution["spec"]["dedupeKey"] == f"schedule:{execution['spec']['event']['scheduledTime']}"
@@ -402,11 +414,10 @@ def test_polling_alone_makes_the_spec_and_one_run(
                       and s, "the source status")
     assert source["status"]["counts"]["issues"] == 1 and condition(source, "Ready")["status"] == "True"
     linear.update_issue("ENG-1", remove_labels=["joch:demo"])
-    clock.advance(31)
-    wait_for(lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "lin-eng-1")["spec"]["labels"] == [], "the label gone")
+    advance_until(clock, 31, lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "lin-eng-1")["spec"]["labels"] == [],
+                  "the label gone")
     linear.update_issue("ENG-1", add_labels=["joch:demo"])
-    clock.advance(31)
-    wait_for(lambda: len(items(store, TRIGGER_EXECUTION)) == 2, "the second evaluation")
+    advance_until(clock, 31, lambda: len(items(store, TRIGGER_EXECUTION)) == 2, "the second evaluation")
     assert len(items(store, kinds.AGENT_RUN)) == 1
     assert decisions(store) == [("Deduplicated", "Duplicate"), ("Dispatched", None)]
 
@@ -531,9 +542,8 @@ def test_polling_github_alone_makes_the_spec_and_one_run(
     assert sorted(s["metadata"]["name"] for s in items(store, kinds.IMPLEMENTATION_SPEC)) == [
         "gh-acme-web-1", "gh-acme-web-2"]
     github.edit_issue(REPO, 1, title="Fix the bug, really")
-    clock.advance(61)
-    wait_for(lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")["spec"]["summary"]
-             == "Fix the bug, really", "the upstream edit")
+    advance_until(clock, 61, lambda: store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")["spec"]["summary"]
+                  == "Fix the bug, really", "the upstream edit")
     assert len(items(store, kinds.AGENT_RUN)) == 1
 
 
@@ -572,6 +582,23 @@ def rate_limited(store: Store, clock: FakeClock, github: FakeGitHub) -> None:
     clock.advance(30)  # past the poll interval, not past the reset: nothing is asked
     time.sleep(1.2)
     assert len(github.calls("GET")) == asked
-    clock.advance(max(0.0, reset - clock.time()) + 1)
-    wait_for(lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Ready")["status"] == "True",
-             "a sync after the reset")
+    advance_until(clock, max(0.0, reset - clock.time()) + 1,
+                  lambda: condition(store.get(IMPLEMENTATION_SOURCE, NS, "web"), "Ready")["status"] == "True",
+                  "a sync after the reset")
+
+
+def test_a_command_on_an_issue_the_source_does_not_sync_runs_the_issue_inline(
+    store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
+) -> None:
+    source = github_source(github)
+    source["spec"]["github"]["labels"] = ["joch"]
+    apply(store, secret("hook", secret=SECRET.decode()), secret("gh", token="ghp_fake_token"), *agent(), source,
+          rule("cmd", sourceRef={"name": "web"}, comment={}))
+    github.create_issue(REPO, "Unlabelled", "Do the thing")
+    owner = github.comment(REPO, 1, "/joch run", user="octocat", association="OWNER")
+    assert post(server, github.deliver("issue_comment", github.issue_comment_event(REPO, 1, owner["id"]),
+                                       SECRET)).status_code == 200
+    processed(store, 1)
+    assert items(store, kinds.IMPLEMENTATION_SPEC) == []
+    [run] = items(store, kinds.AGENT_RUN)
+    assert run["spec"]["implementation"]["inline"]["text"] == "# Unlabelled\n\nDo the thing\n"
