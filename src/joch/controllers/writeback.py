@@ -301,12 +301,32 @@ class WriteBackController(Controller):
         return self._ctx
 
     def secondary(self) -> Sequence[tuple[KindInfo, Mapper]]:
-        return ((WRITE_INTENT, _run_of_intent),)
+        # What decides a run's writes may arrive after the run (an Agent's writeBack applied with
+        # it, a spec synced a moment later): each change looks at the runs it concerns again.
+        return ((WRITE_INTENT, _run_of_intent), (kinds.AGENT, self._runs_of_agent),
+                (kinds.IMPLEMENTATION_SPEC, self._runs_of_spec), (TRIGGER_RULE, self._runs_of_rule))
 
     def setup(self, ctx: Context) -> None:
         self._ctx = ctx
         for kind in (WRITE_INTENT, TRIGGER_RULE, kinds.IMPLEMENTATION_SPEC, kinds.AGENT, IMPLEMENTATION_SOURCE):
             ctx.cache(kind)
+
+    def _runs(self, obj: Obj, wanted: Any) -> Iterable[Key]:
+        for run in self.ctx.cache(kinds.AGENT_RUN).list(obj["metadata"].get("namespace") or ""):
+            if wanted(run):
+                yield Key.of(run)
+
+    def _runs_of_agent(self, agent: Obj) -> Iterable[Key]:
+        name = agent["metadata"]["name"]
+        return self._runs(agent, lambda r: ((r.get("spec") or {}).get("agentRef") or {}).get("name") == name)
+
+    def _runs_of_spec(self, spec: Obj) -> Iterable[Key]:
+        name = spec["metadata"]["name"]
+        return self._runs(spec, lambda r: ((r.get("spec") or {}).get("implementationRef") or {}).get("name") == name)
+
+    def _runs_of_rule(self, rule: Obj) -> Iterable[Key]:
+        name = rule["metadata"]["name"]
+        return self._runs(rule, lambda r: ((r.get("metadata") or {}).get("labels") or {}).get(RULE_LABEL) == name)
 
     def reconcile(self, key: Key) -> Result | None:
         run = self.ctx.cache(kinds.AGENT_RUN).get(key.namespace, key.name)
@@ -324,9 +344,12 @@ class WriteBackController(Controller):
             return None
         intents = self._intents(run)
         pr_wb = wb.pullRequest if wb.pullRequest is not None and wb.pullRequest.enabled else None
+        problems: list[str] = []
         if pr_wb is not None and phase == "Succeeded" and "pr" not in intents:
             intent = self._pull_request_intent(run, origin, wb)
-            if intent is not None:
+            if isinstance(intent, str):
+                problems.append(f"the pull request: {intent}")
+            elif intent is not None:
                 intents["pr"] = self._create(intent)
         pr = intents.get("pr")
         pr_status = (pr or {}).get("status") or {}
@@ -336,7 +359,7 @@ class WriteBackController(Controller):
             intents["link"] = self._create(self._intent(run, "link", origin.target, wb, url=pr_status["url"],
                                                         title=title, requires=wb.requireApproval))
         if wb.comment is None or wb.comment.enabled:
-            body = self._comment_body(run, origin, wb, intents)
+            body = self._comment_body(run, origin, wb, intents, problems)
             comment = intents.get("comment")
             if comment is None:
                 intents["comment"] = self._create(self._intent(run, "comment", origin.target, wb, body=body,
@@ -402,7 +425,9 @@ class WriteBackController(Controller):
                                       "that name; it was removed") from None
             return existing
 
-    def _pull_request_intent(self, run: Obj, origin: Origin, wb: WriteBack) -> Obj | None:
+    def _pull_request_intent(self, run: Obj, origin: Origin, wb: WriteBack) -> Obj | str | None:
+        """The pull request intent; None when there is nothing to propose; a problem (text for the
+        comment) when there is a change but no way to propose it."""
         pr = wb.pullRequest
         status = run.get("status") or {}
         git = git_source(run)
@@ -416,8 +441,11 @@ class WriteBackController(Controller):
         source = self.ctx.cache(IMPLEMENTATION_SOURCE).get(namespace, source_name)
         github = ((source or {}).get("spec") or {}).get("github") or {}
         if not github:
-            # A run from Linear without pullRequest.sourceRef, or a source that is gone: the comment says why.
-            return None
+            if source is None:
+                return (f'ImplementationSource "{source_name}" not found in namespace "{namespace}": create it, or '
+                        "set writeBack.pullRequest.sourceRef to a GitHub source")
+            return (f'ImplementationSource "{source_name}" is not a GitHub source: set writeBack.pullRequest.sourceRef '
+                    "to the GitHub ImplementationSource whose repository gets the pull request")
         target = {"provider": "github", "sourceRef": {"name": source_name}, "owner": github.get("owner"),
                   "repo": github.get("repo")}
         closes = None
@@ -428,10 +456,13 @@ class WriteBackController(Controller):
                                                                   f'#{origin.target["number"]}'
         context = self._context(run, origin, {})
         name = run["metadata"]["name"]
-        title = render.render_text(f"writeBack.pullRequest.titleTemplate (run {name})",
-                                   pr.titleTemplate or DEFAULT_TITLE, context, limit=256).strip()
-        body = render.render_text(f"writeBack.pullRequest.bodyTemplate (run {name})",
-                                  pr.bodyTemplate or DEFAULT_BODY, context, limit=60_000).rstrip()
+        try:
+            title = render.render_text(f"writeBack.pullRequest.titleTemplate (run {name})",
+                                       pr.titleTemplate or DEFAULT_TITLE, context, limit=256).strip()
+            body = render.render_text(f"writeBack.pullRequest.bodyTemplate (run {name})",
+                                      pr.bodyTemplate or DEFAULT_BODY, context, limit=60_000).rstrip()
+        except render.TemplateError as exc:
+            return f"{exc}; fix the template on the TriggerRule or Agent"
         if closes and f"closes {closes}".lower() not in body.lower():
             body = f"{body}\n\nCloses {closes}"
         base = pr.base or (git.ref if git.ref not in ("", "HEAD") else "")
@@ -442,8 +473,10 @@ class WriteBackController(Controller):
         return self._intent(run, "pr", target, wb, requires=wb.requireApproval or pr.requireApproval,
                             pull_request=content)
 
-    def _comment_body(self, run: Obj, origin: Origin, wb: WriteBack, intents: Mapping[str, Obj]) -> str:
+    def _comment_body(self, run: Obj, origin: Origin, wb: WriteBack, intents: Mapping[str, Obj],
+                      problems: Sequence[str] = ()) -> str:
         context = self._context(run, origin, intents)
+        context["writeBack"]["failed"].extend(problems)
         template = (wb.comment.template if wb.comment is not None else None) or DEFAULT_COMMENT
         try:
             text = render.render_text(f'writeBack.comment.template (run {run["metadata"]["name"]})', template,
@@ -464,7 +497,9 @@ class WriteBackController(Controller):
         pull_request = ({"url": pr_status["url"], "number": pr_status.get("externalId"),
                          "branch": ((intents["pr"].get("spec") or {}).get("pullRequest") or {}).get("branch")}
                         if pr_status.get("url") else None)
-        pending, rejected, failed = [], [], []
+        pending: list[str] = []
+        rejected: list[str] = []
+        failed: list[str] = []
         for suffix, intent in intents.items():
             if suffix == "comment":
                 continue
@@ -694,8 +729,16 @@ class WriteIntentController(Controller):
         self.ctx.store.update_status(WRITE_INTENT, {**intent, "status": status})
         return None
 
-    def _send(self, intent: Obj) -> Result | None:
+    def _send(self, cached: Obj) -> Result | None:
         if not self.ctx.leading():
+            return None
+        # The cache may not have seen this controller's last write yet (a Retrying written a moment
+        # ago): what is sent is decided from the stored intent, never from a stale Sending.
+        try:
+            intent = self.ctx.store.get(WRITE_INTENT, cached["metadata"].get("namespace"), cached["metadata"]["name"])
+        except errors.NotFound:
+            return None
+        if (intent.get("status") or {}).get("phase") != "Sending" or intent["metadata"].get("deletionTimestamp"):
             return None
         what = describe(intent)
         spec = intent["spec"]

@@ -57,13 +57,13 @@ def git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30, debug: Callable[[], Any] | None = None) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (f": {debug()}" if debug else "")
         time.sleep(0.05)
 
 
@@ -443,3 +443,58 @@ def test_a_run_from_a_linear_issue_comments_and_links_its_pull_request(
     assert len(linear.comments("ENG-1")) == 1 and marker(env.run("r7")["metadata"]["uid"]) in final[0]["body"]
     assert env.intent_phase("r7-link") == "Succeeded"
     assert env.github.comments() == []  # the issue is Linear's: nothing is written on GitHub's issue #1
+
+
+def test_a_refused_token_fails_the_write_naming_the_secret_not_its_value(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    env = make_env(only_writeback=True)
+    wrong = "ghp_not_the_right_one_987654321"
+    env.apply({**SECRET, "spec": {"stringData": {"token": wrong}}}, provider(), agent({"comment": {}}))
+    env.create_run("r8", git_url=str(bare))
+    set_run_status(env, "r8", phase="Running")
+    wait_for(lambda: env.intent_phase("r8-comment") == "Failed", "Failed")
+    intent = env.intent("r8-comment")
+    assert intent is not None
+    error = intent["status"]["lastError"]
+    assert error.startswith("BadCredentials") and "gh-token" in error and intent["status"]["attempts"] == 1
+    for kind in (WRITE_INTENT, kinds.AGENT_RUN, kinds.EVENT):
+        assert all(wrong not in json.dumps(o) for o in env.store.list(kind).items)
+    assert all(wrong not in r.reason for r in env.store.audit_events(AuditQuery()).items)
+    assert env.github.comments() == []
+
+
+def test_a_rate_limit_waits_for_retry_after(make_env: Callable[..., Env], bare: Path,
+                                            github: fake_github.FakeGitHub) -> None:
+    clock = FakeClock(time.time())
+    env = make_env(only_writeback=True, clock=clock)
+    env.apply(provider(), agent({"comment": {}, "maxAttempts": 2}))
+    github.secondary_rate_limit(retry_after=120, times=1)
+    env.create_run("r9", git_url=str(bare))
+    set_run_status(env, "r9", phase="Running")
+    wait_for(lambda: env.intent_phase("r9-comment") == "Retrying", "Retrying", debug=lambda: env.intent("r9-comment"))
+    intent = env.intent("r9-comment")
+    assert intent is not None and intent["status"]["lastError"].startswith("RateLimited")
+    due = parse_time(intent["status"]["nextAttemptAt"]).timestamp()
+    assert clock.time() + 118 <= due <= clock.time() + 122  # Retry-After, not the 5 s backoff
+    clock.advance(30)
+    time.sleep(0.8)
+    assert env.intent_phase("r9-comment") == "Retrying" and env.github.comments() == [], env.intent("r9-comment")
+    # the second attempt is the last one (maxAttempts 2): a second failure ends it
+    github.fail_next(503, times=1)
+    clock.advance(100)
+    wait_for(lambda: env.intent_phase("r9-comment") == "Failed", "Failed after maxAttempts")
+    intent = env.intent("r9-comment")
+    assert intent is not None and intent["status"]["attempts"] == 2
+    assert intent["status"]["lastError"].startswith("Unavailable")
+
+
+def test_a_pull_request_with_no_github_source_is_explained_in_the_comment(
+        make_env: Callable[..., Env], bare: Path, linear: FakeLinear) -> None:
+    env = make_env()
+    env.apply(*linear_objects(linear.url), provider(), agent({"comment": {}, "pullRequest": {}}))
+    env.create_run("r10", git_url=str(bare), implementationRef={"name": "lin-eng-1"})
+    said = wait_for(lambda: [c for c in linear.comments("ENG-1") if "Write failed" in c["body"]], "the comment",
+                    timeout=60)
+    assert 'ImplementationSource "lin" is not a GitHub source' in said[0]["body"]
+    assert "writeBack.pullRequest.sourceRef" in said[0]["body"]
+    assert env.intent("r10-pr") is None and env.github.pulls() == []
