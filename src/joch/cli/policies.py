@@ -5,7 +5,8 @@ AgentProvider, a run's Agent and ImplementationSpec, the Environments). Policies
 are admitted the way the server would (a dry-run apply into a throwaway SQLite store), so a rule
 that does not compile is reported exactly as ``joch apply`` would report it. Then every other
 object is evaluated as the server would: the Policies of its namespace and ``joch-system``,
-narrowed by their selectors; admission rules for every object, dispatch rules for AgentRuns too.
+narrowed by their selectors; admission rules for every object, dispatch rules for AgentRuns too,
+writeBack rules for WriteIntents (with the run the intent names, when the files hold it).
 ``--user``/``--group`` are the ``request`` the admission rules see; a run's dispatch rules see its
 creator (``joch.dev/created-by``), which is ``--user`` unless the run's manifest records one.
 
@@ -89,6 +90,18 @@ def _evaluate(source: _Objects, obj: Obj) -> tuple[list[str], bool]:
     if obj.get("kind") == "AgentRun":
         phases.append("dispatch")
         fired.update({(o.policy.ref, o.rule.name, o.rule.phase): o for o in decisions.dispatch(source, obj)})
+    if obj.get("kind") == "WriteIntent":
+        # A write's rules see its run (from the files; a bare one named by spec.runRef otherwise), and
+        # a Policy selecting the run applies to the write too.
+        run_name = str((((obj.get("spec") or {}).get("runRef") or {}).get("name")) or "")
+        run = source.get(kinds.AGENT_RUN, namespace, run_name) or {
+            "apiVersion": kinds.AGENT_RUN.api_version, "kind": "AgentRun",
+            "metadata": {"name": run_name, "namespace": namespace}, "spec": {}}
+        phases.append("writeBack")
+        known = {p.ref for p in selected}
+        selected += [p for p in rules.applicable(decisions.candidates(source, namespace), run, environments)
+                     if p.ref not in known]
+        fired.update({(o.policy.ref, o.rule.name, o.rule.phase): o for o in decisions.write_back(source, obj, run)})
     lines, denied = [], False
     for policy in selected:
         for rule in policy.rules:

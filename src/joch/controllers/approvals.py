@@ -13,7 +13,11 @@ whether the run's creator is barred from deciding it (``separationOfDuties``: th
 ``ApprovalController`` gives a new Approval the ``Pending`` phase and expires it: a Pending
 Approval past ``expiresAt`` becomes ``Expired`` (condition ``Expired`` with the time; an Event and
 an audit record with verb ``expire``), and the controller asks to look again at the expiry time, so
-nothing polls. The run controller fails the run ``ApprovalExpired``. Deciding is the
+nothing polls. The run controller fails the run ``ApprovalExpired``.
+
+Write-back Approvals (action ``write-back``) are named after their WriteIntent and owned by it
+(``joch.controllers.writeback``); their ``runRef`` names the run, but the run controller only ever
+reads the run's ``<run>-dispatch`` Approval, so deciding one never starts or fails a run. Deciding is the
 ``/v1/.../approvals/{name}/decide`` route's job (``joch.server.runs``), which refuses a decision
 past ``expiresAt`` even before this controller has marked it.
 """

@@ -62,6 +62,7 @@ from joch.api.integrations import (
     TriggerRuleSpec,
 )
 from joch.api.meta import parse_time, set_condition
+from joch.controllers import events
 from joch.controllers.base import Context, Controller, Key, Result
 from joch.controllers.issues import item_hash, spec_name, spec_of
 from joch.integrations import commands, schedule
@@ -73,6 +74,7 @@ log = logging.getLogger("joch.controllers.triggers")
 EventKind = Literal["issue", "comment", "schedule", "webhook", "manual"]
 Decision = Literal["Dispatched", "Deduplicated", "Rejected"]
 TRIGGER_GROUP = "joch:triggers"
+COMPONENT = "joch-trigger-controller"
 ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
 FINAL_REJECTIONS = frozenset({"ActorNotAllowed", "InvalidCommand", "AgentNotAllowed"})
 STATUS_ATTEMPTS = 5
@@ -272,6 +274,8 @@ def evaluate(
             return _rejected(store, rule, record, key, now, "Invalid", _said(exc))
     _note(store, rule, now, dispatched=True)
     created: Obj = items.items[0].object
+    _event(store, rule, "Dispatched", f"started AgentRun {target}" + (f" for {event.item}" if event.item else "")
+           + f" ({key})", "Normal")
     return created
 
 
@@ -374,7 +378,16 @@ def _rejected(store: Any, rule: Obj, record: dict[str, Any], key: str, now: floa
             raise
         return _duplicate(store, rule, record, key, first, now)
     _note(store, rule, now, dispatched=False)
+    _event(store, rule, reason, message, "Warning")
     return out
+
+
+def _event(store: Any, rule: Obj, reason: str, message: str, type_: Literal["Normal", "Warning"]) -> None:
+    """An Event on the rule (``joch describe trigger`` shows them); never fails the evaluation."""
+    try:
+        events.record(store, rule, reason=reason, message=message, type=type_, component=COMPONENT)
+    except errors.JochError as exc:
+        log.warning("TriggerRule %s: the %s Event was not recorded: %s", rule["metadata"]["name"], reason, exc)
 
 
 def _said(exc: errors.JochError) -> str:

@@ -371,13 +371,17 @@ class WriteBackController(Controller):
 
     # --- what to write ---------------------------------------------------------------------------
 
-    def _write_back(self, run: Obj, origin: Origin) -> WriteBack | None:
+    def _rule_write_back(self, run: Obj, origin: Origin) -> dict[str, Any] | None:
         namespace = run["metadata"].get("namespace") or ""
         rule = self.ctx.cache(TRIGGER_RULE).get(namespace, origin.rule) if origin.rule else None
+        found = ((rule or {}).get("spec") or {}).get("writeBack")
+        return found if isinstance(found, dict) else None
+
+    def _write_back(self, run: Obj, origin: Origin) -> WriteBack | None:
+        namespace = run["metadata"].get("namespace") or ""
         agent_name = ((run.get("spec") or {}).get("agentRef") or {}).get("name")
         agent = self.ctx.cache(kinds.AGENT).get(namespace, agent_name) if agent_name else None
-        return merged_write_back(((rule or {}).get("spec") or {}).get("writeBack"),
-                                 ((agent or {}).get("spec") or {}).get("writeBack"))
+        return merged_write_back(self._rule_write_back(run, origin), ((agent or {}).get("spec") or {}).get("writeBack"))
 
     def _intents(self, run: Obj) -> dict[str, Obj]:
         namespace = run["metadata"].get("namespace") or ""
@@ -482,8 +486,11 @@ class WriteBackController(Controller):
             text = render.render_text(f'writeBack.comment.template (run {run["metadata"]["name"]})', template,
                                       context, limit=60_000)
         except render.TemplateError as exc:
+            where = "TriggerRule " + origin.rule if origin.rule and (
+                self._rule_write_back(run, origin) or {}).get("comment") else "Agent"
             text = f"**Joch** run `{run['metadata']['name']}`: {context['run']['phase']}\n\n" \
-                   f"(the comment template could not be rendered: {exc.message})"
+                   f"(the comment template could not be rendered: {exc.message}; fix writeBack.comment.template " \
+                   f"on the {where})"
         return f"{text.rstrip()}\n\n{marker(run['metadata']['uid'])}"
 
     def _context(self, run: Obj, origin: Origin, intents: Mapping[str, Obj]) -> dict[str, Any]:
@@ -651,9 +658,15 @@ class WriteIntentController(Controller):
                     "type": "AwaitingApproval", "status": "True", "reason": "ApprovalRequested",
                     "message": f"waiting for Approval {name}: joch approve approval {name}"})
                 out = w.update_status(WRITE_INTENT, {**intent, "status": status})
-                existing = self.ctx.cache(kinds.APPROVAL).get(intent["metadata"].get("namespace") or "", name)
+                namespace = intent["metadata"].get("namespace") or ""
+                existing = self.ctx.cache(kinds.APPROVAL).get(namespace, name)
+                if existing is not None and not _owned(existing, intent):
+                    # an earlier intent's of this name (an earlier run's): its decision is not this write's
+                    w.delete(kinds.APPROVAL, namespace, name, uid=existing["metadata"]["uid"])
+                    existing = None
                 if existing is None:
-                    w.create(kinds.APPROVAL, self._approval(intent, run, asked))
+                    approval = w.create(kinds.APPROVAL, self._approval(intent, run, asked))
+                    w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
                 events.record(w, out, reason="AwaitingApproval", message=f"{what}: approval {name} requested",
                               component=COMPONENT)
             else:

@@ -131,3 +131,37 @@ def test_an_invalid_policy_says_nothing_was_tested_not_applied(tmp_path: Path,
     result = joch_at(NOWHERE, "policy", "test", *files(tmp_path, "codex"), "-n", "shop")
     assert result.code == 2 and result.out == ""
     assert "is invalid; nothing was tested" in result.err and "applied" not in result.err
+
+
+def test_a_write_intent_is_tested_against_the_write_back_rules(tmp_path: Path,
+                                                               joch_at: Callable[..., Result]) -> None:
+    (tmp_path / "policy.yaml").write_text("""\
+apiVersion: joch.dev/v1alpha1
+kind: Policy
+metadata: {name: reviewed, namespace: shop}
+spec:
+  selector: {kinds: [AgentRun]}
+  rules:
+  - name: prs-need-a-human
+    phase: writeBack
+    action: requireApproval
+    expression: object.spec.type == "pullRequest" && run.spec.agentRef.name == "coder"
+    message: a person opens every pull request
+""")
+    (tmp_path / "objects.yaml").write_text(OBJECTS % {"provider": "p", "binary": "codex"} + """\
+---
+apiVersion: runtime.joch.dev/v1alpha1
+kind: WriteIntent
+metadata: {name: fix-pr, namespace: shop}
+spec:
+  runRef: {name: fix}
+  runUid: u1
+  type: pullRequest
+  target: {provider: github, sourceRef: {name: gh}, owner: acme, repo: shop}
+""")
+    result = joch_at(NOWHERE, "policy", "test", "-f", str(tmp_path / "policy.yaml"), "-f",
+                     str(tmp_path / "objects.yaml"))
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[lines.index("WriteIntent shop/fix-pr") + 1:] == [
+        "  REQUIRE-APPROVAL shop/reviewed prs-need-a-human (writeBack): a person opens every pull request"]

@@ -250,6 +250,8 @@ def test_comment_commands_run_only_for_allowed_commenters(
     assert rejected["spec"]["reason"] == "ActorNotAllowed"
     assert "mallory (author association NONE)" in rejected["spec"]["message"]
     assert items(store, kinds.AGENT_RUN) == []
+    warned = [e["spec"] for e in items(store, kinds.EVENT) if e["spec"]["involvedObject"]["name"] == "cmd"]
+    assert [(e["type"], e["reason"]) for e in warned] == [("Warning", "ActorNotAllowed")]
     owner = github.comment(REPO, 1, "Please.\n/joch run agent=demo effort=high", user="octocat", association="OWNER")
     assert post(server, github.deliver("issue_comment", github.issue_comment_event(REPO, 1, owner["id"]),
                                        SECRET)).status_code == 200

@@ -21,7 +21,7 @@ from joch.admission.apply import apply_documents, create_documents
 from joch.admission.documents import load_documents
 from joch.api import kinds
 from joch.api.audit import AuditQuery
-from joch.api.integrations import SOURCE_LABEL, WRITE_INTENT
+from joch.api.integrations import RULE_LABEL, SOURCE_ITEM, SOURCE_LABEL, WRITE_INTENT
 from joch.api.meta import parse_time
 from joch.controllers.approvals import ApprovalController
 from joch.controllers.assembly import build_controllers
@@ -498,3 +498,71 @@ def test_a_pull_request_with_no_github_source_is_explained_in_the_comment(
     assert 'ImplementationSource "lin" is not a GitHub source' in said[0]["body"]
     assert "writeBack.pullRequest.sourceRef" in said[0]["body"]
     assert env.intent("r10-pr") is None and env.github.pulls() == []
+
+
+# --- a TriggerRule's writeBack --------------------------------------------------------------------------
+
+def rule(write_back: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "on-label"},
+            "spec": {"sourceRef": {"name": "gh"}, "issue": {"label": "joch:demo"},
+                     "run": {"agentRef": {"name": "coder"}}, "writeBack": write_back}}
+
+
+def create_triggered_run(env: Env, name: str, git_url: str) -> None:
+    doc = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun",
+           "metadata": {"name": name, "labels": {RULE_LABEL: "on-label"},
+                        "annotations": {SOURCE_ITEM: "github:acme/web#1"}},
+           "spec": {"agentRef": {"name": "coder"}, "implementation": {"inline": {"text": "say hello"}},
+                    "execution": {"coordinates": {"git": {"url": git_url, "ref": "main"}}}}}
+    create_documents(env.store, load_documents(json.dumps(doc)), dry_run=False)
+
+
+def test_the_rules_template_wins_and_renders_in_the_sandbox(make_env: Callable[..., Env], bare: Path) -> None:
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({"comment": {"template": "agent's template"}}),
+              rule({"comment": {"template": "Rule: {{ run.name }} is {{ run.phase }} for {{ issue.item }}"}}))
+    create_triggered_run(env, "r11", str(bare))
+    set_run_status(env, "r11", phase="Running")
+    [comment] = wait_for(lambda: [c for c in env.github.comments() if "Running" in c["body"]], "the comment")
+    assert comment["body"].startswith("Rule: r11 is Running for github:acme/web#1\n")
+
+    env.apply(rule({"comment": {"template": "{{ ''.__class__.__mro__ }}"}}))
+    said = wait_for(lambda: [c for c in env.github.comments() if "could not be rendered" in c["body"]],
+                    "the sandbox's refusal")
+    assert "refused by the sandbox" in said[0]["body"]
+    assert "fix writeBack.comment.template on the TriggerRule on-label" in said[0]["body"]
+    assert len(env.github.comments()) == 1
+
+
+def test_the_rule_can_require_approval_for_every_write(make_env: Callable[..., Env], bare: Path) -> None:
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({"comment": {}}), rule({"requireApproval": True}))
+    create_triggered_run(env, "r12", str(bare))
+    set_run_status(env, "r12", phase="Running")
+    wait_for(lambda: env.intent_phase("r12-comment") == "PendingApproval", "the gate")
+    approval = env.store.get(kinds.APPROVAL, "default", "r12-comment")
+    assert approval["spec"]["action"] == "write-back" and approval["status"]["phase"] == "Pending"
+    time.sleep(0.5)
+    assert env.github.comments() == []
+    assert env.decide("r12-comment", "approve").status_code == 200
+    wait_for(lambda: env.github.comments(), "the comment")
+
+
+def test_an_approval_left_from_an_earlier_run_of_the_name_does_not_count(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({"comment": {}, "requireApproval": True}))
+    stray = env.store.create(kinds.APPROVAL, {"metadata": {"name": "r13-comment", "namespace": "default"},
+                                              "spec": {"runRef": {"name": "r13"}, "action": "write-back"}})
+    env.store.update_status(kinds.APPROVAL, {**stray, "status": {"phase": "Approved", "decidedBy": "mallory"}})
+    env.create_run("r13", git_url=str(bare))
+    set_run_status(env, "r13", phase="Running")
+    wait_for(lambda: env.intent_phase("r13-comment") == "PendingApproval", "the gate")
+    intent = env.intent("r13-comment")
+    assert intent is not None
+    approval = wait_for(lambda: (a := env.store.get(kinds.APPROVAL, "default", "r13-comment"))["metadata"]["uid"]
+                        != stray["metadata"]["uid"] and a, "the intent's own Approval")
+    assert [r["uid"] for r in approval["metadata"]["ownerReferences"]] == [intent["metadata"]["uid"]]
+    assert approval["status"]["phase"] == "Pending"
+    time.sleep(0.5)
+    assert env.github.comments() == [] and env.intent_phase("r13-comment") == "PendingApproval"
