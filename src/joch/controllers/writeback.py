@@ -308,7 +308,7 @@ class WriteBackController(Controller):
 
     def setup(self, ctx: Context) -> None:
         self._ctx = ctx
-        for kind in (WRITE_INTENT, TRIGGER_RULE, kinds.IMPLEMENTATION_SPEC, kinds.AGENT, IMPLEMENTATION_SOURCE):
+        for kind in (WRITE_INTENT, TRIGGER_RULE, kinds.IMPLEMENTATION_SPEC, kinds.AGENT):
             ctx.cache(kind)
 
     def _runs(self, obj: Obj, wanted: Any) -> Iterable[Key]:
@@ -442,7 +442,7 @@ class WriteBackController(Controller):
             return None
         namespace = run["metadata"].get("namespace") or ""
         source_name = pr.sourceRef or origin.source
-        source = self.ctx.cache(IMPLEMENTATION_SOURCE).get(namespace, source_name)
+        source = _read(self.ctx.store, IMPLEMENTATION_SOURCE, namespace, source_name)
         github = ((source or {}).get("spec") or {}).get("github") or {}
         if not github:
             if source is None:
@@ -591,8 +591,7 @@ class WriteIntentController(Controller):
 
     def setup(self, ctx: Context) -> None:
         self._ctx = ctx
-        for kind in (kinds.APPROVAL, IMPLEMENTATION_SOURCE, kinds.AGENT_RUN):
-            ctx.cache(kind)
+        ctx.cache(kinds.APPROVAL)
 
     def reconcile(self, key: Key) -> Result | None:
         intent = self.ctx.cache(WRITE_INTENT).get(key.namespace, key.name)
@@ -778,7 +777,8 @@ class WriteIntentController(Controller):
     def _source(self, intent: Obj) -> Obj:
         namespace = intent["metadata"].get("namespace") or ""
         name = intent["spec"]["target"]["sourceRef"]["name"]
-        source = self.ctx.cache(IMPLEMENTATION_SOURCE).get(namespace, name)
+        # From the store: a source applied a moment ago may not be in the cache yet.
+        source = _read(self.ctx.store, IMPLEMENTATION_SOURCE, namespace, name)
         if source is None:
             raise TrackerError("NotFound", f'ImplementationSource "{name}" not found in namespace "{namespace}": '
                                            f'WriteIntent {intent["metadata"]["name"]} writes with its credentials')
@@ -905,6 +905,14 @@ def _intent_of_approval(approval: Obj) -> Iterable[Key]:
         if isinstance(ref, dict) and ref.get("kind") == WRITE_INTENT.kind and ref.get("controller") is True \
                 and ref.get("name"):
             yield Key(approval["metadata"].get("namespace") or "", str(ref["name"]))
+
+
+def _read(store: Any, kind: KindInfo, namespace: str, name: str) -> Obj | None:
+    try:
+        found: Obj = store.get(kind, namespace, name)
+    except errors.NotFound:
+        return None
+    return found
 
 
 def _epoch(value: Any) -> float | None:

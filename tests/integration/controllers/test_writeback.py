@@ -441,7 +441,7 @@ def test_a_run_from_a_linear_issue_comments_and_links_its_pull_request(
     final = wait_for(lambda: [c for c in linear.comments("ENG-1") if pull["html_url"] in c["body"]
                               and "**Succeeded**" in c["body"]], "the final comment")
     assert len(linear.comments("ENG-1")) == 1 and marker(env.run("r7")["metadata"]["uid"]) in final[0]["body"]
-    assert env.intent_phase("r7-link") == "Succeeded"
+    wait_for(lambda: env.intent_phase("r7-link") == "Succeeded", "the link intent Succeeded")
     assert env.github.comments() == []  # the issue is Linear's: nothing is written on GitHub's issue #1
 
 
