@@ -271,8 +271,13 @@ class SourceController(Controller):
         return ()
 
     def reconcile(self, key: Key) -> Result | None:
-        source = self.ctx.cache(IMPLEMENTATION_SOURCE).get(key.namespace, key.name)
-        if source is None or source["metadata"].get("deletionTimestamp"):
+        if self.ctx.cache(IMPLEMENTATION_SOURCE).get(key.namespace, key.name) is None:
+            return None
+        try:  # the cache may not show this controller's last status yet: never poll twice for it
+            source = self.ctx.store.get(IMPLEMENTATION_SOURCE, key.namespace, key.name)
+        except errors.NotFound:
+            return None
+        if source["metadata"].get("deletionTimestamp"):
             return None
         spec = source_spec(source)
         status: dict[str, Any] = dict(source.get("status") or {})

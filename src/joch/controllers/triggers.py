@@ -561,8 +561,13 @@ class TriggerController(Controller):
 
     def reconcile(self, key: Key) -> Result | None:
 
-        rule = self.ctx.cache(TRIGGER_RULE).get(key.namespace, key.name)
-        if rule is None or rule["metadata"].get("deletionTimestamp"):
+        if self.ctx.cache(TRIGGER_RULE).get(key.namespace, key.name) is None:
+            return None
+        try:  # the cache may not show this controller's last lastScheduleTime yet: never fire a time twice
+            rule = self.ctx.store.get(TRIGGER_RULE, key.namespace, key.name)
+        except errors.NotFound:
+            return None
+        if rule["metadata"].get("deletionTimestamp"):
             return None
         try:
             spec = rule_spec(rule)

@@ -47,6 +47,16 @@ Two controllers split the work so that deciding *what* to write never waits on t
   ``maxAttempts``; others fail at once. Every send is audited (verb ``write``, kind WriteIntent,
   ``comment on github:acme/web#12``). Credentials are read from the Secret at the last moment
   and never reach status, audit or errors (``TrackerError`` messages name the Secret, not its value).
+
+What bit us, and holds now:
+
+* The caches lag the store. A send is decided from the *stored* intent (a cache still showing
+  ``Sending`` after this controller wrote ``Retrying`` sent again, ahead of the backoff), and the
+  ImplementationSource is read from the store when it is used (a source a moment behind in its
+  cache failed a write for good). Runs are looked at again when their Agent, synced spec or rule
+  changes, since those may reach their caches after the run.
+* A change that cannot be proposed (a run from Linear without ``pullRequest.sourceRef``, a title
+  template that does not render) is said in the comment, not retried.
 """
 
 from __future__ import annotations
@@ -54,7 +64,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import importlib
 import logging
 import random
 import re
@@ -84,7 +93,7 @@ from joch.compiler import render
 from joch.controllers import approvals, events
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.invocations import git_source
-from joch.integrations import trackers
+from joch.integrations import gitpush, trackers
 from joch.integrations.base import SecretLookup, Tracker, TrackerError
 from joch.policy import decisions
 from joch.runtime import base as rt
@@ -831,7 +840,6 @@ class WriteIntentController(Controller):
             base = pr.get("base") or tracker.repository().default_branch
             git_url = str(pr["gitUrl"])
             token = tracker.token() if git_url.startswith("https://") else None
-            gitpush: Any = importlib.import_module("joch.integrations.gitpush")
             with tempfile.TemporaryDirectory(prefix="joch-push-", dir=self.workdir) as tmp:
                 commit = gitpush.push_patch(
                     git_url=git_url, base_commit=pr["baseCommit"], fetch_ref=base, patch=patch, branch=pr["branch"],

@@ -537,7 +537,8 @@ def test_polling_github_alone_makes_the_spec_and_one_run(
     source["spec"]["pollIntervalSeconds"] = 60
     apply(store, secret("gh", token="ghp_fake_token"), *agent(), rule("fix", sourceRef={"name": "web"}, **LABELED),
           source)
-    [run] = wait_for(lambda: items(store, kinds.AGENT_RUN), "the run")
+    wait_for(lambda: (store.get(IMPLEMENTATION_SOURCE, NS, "web").get("status") or {}).get("counts"), "the sync")
+    [run] = items(store, kinds.AGENT_RUN)
     assert run["spec"]["implementationRef"] == {"name": "gh-acme-web-1"}
     assert run["spec"]["execution"]["coordinates"]["git"]["ref"] == "main"
     assert run["metadata"]["annotations"][SOURCE_ITEM] == "github:acme/web#1"

@@ -183,8 +183,8 @@ def agent(write_back: dict[str, Any], **spec: Any) -> dict[str, Any]:
 def make_env(tmp_path: Path, github: fake_github.FakeGitHub) -> Iterator[Callable[..., Env]]:
     made: list[tuple[Env, ServerThread]] = []
 
-    def make(*, only_writeback: bool = False, clock: FakeClock | None = None) -> Env:
-        store = open_store(f"sqlite:///{tmp_path / 'joch.db'}")
+    def make(*, only_writeback: bool = False, clock: FakeClock | None = None, store_url: str | None = None) -> Env:
+        store = open_store(store_url or f"sqlite:///{tmp_path / 'joch.db'}")
         data = tmp_path / "data"
         options = ControllerOptions(data_dir=data, leader_election=False, grace_seconds=1.0, resync_period=2.0)
         app = create_app(store)
@@ -228,8 +228,8 @@ def no_token_leaks(env: Env) -> None:
 # --- the whole path ----------------------------------------------------------------------------------
 
 def test_a_run_from_an_issue_comments_once_and_opens_one_pull_request(
-        make_env: Callable[..., Env], bare: Path) -> None:
-    env = make_env()
+        make_env: Callable[..., Env], bare: Path, store_url: str) -> None:
+    env = make_env(store_url=store_url)  # SQLite and PostgreSQL
     env.apply(provider(), agent({"comment": {}, "pullRequest": {"branchPrefix": "joch"}}))
     env.create_run("r1", git_url=str(bare))
     # the comment exists while the run is still going (created at start, edited in place later)
@@ -566,3 +566,24 @@ def test_an_approval_left_from_an_earlier_run_of_the_name_does_not_count(
     assert approval["status"]["phase"] == "Pending"
     time.sleep(0.5)
     assert env.github.comments() == [] and env.intent_phase("r13-comment") == "PendingApproval"
+
+
+def test_a_policy_can_deny_a_write(make_env: Callable[..., Env], bare: Path) -> None:
+    env = make_env(only_writeback=True)
+    env.apply({"apiVersion": "joch.dev/v1alpha1", "kind": "Policy", "metadata": {"name": "quiet"},
+               "spec": {"selector": {"kinds": ["WriteIntent"]},
+                        "rules": [{"name": "no-comments", "phase": "writeBack", "action": "deny",
+                                   "expression": 'object.spec.type == "comment" && object.spec.target.repo == "web"',
+                                   "message": "the web team reads no bot comments"}]}},
+              provider(), agent({"comment": {}}))
+    env.create_run("r14", git_url=str(bare))
+    set_run_status(env, "r14", phase="Running")
+    wait_for(lambda: env.intent_phase("r14-comment") == "Rejected", "Rejected")
+    intent = env.intent("r14-comment")
+    assert intent is not None
+    assert intent["status"]["lastError"] == ('Policy default/quiet rule "no-comments": the web team reads no bot '
+                                             "comments")
+    [row] = [r for r in env.store.audit_events(AuditQuery(verb="write")).items if r.name == "r14-comment"]
+    assert row.decision == "denied" and "comment on github:acme/web#1" in row.reason
+    time.sleep(0.5)
+    assert env.github.comments() == []
