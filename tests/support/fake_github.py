@@ -24,7 +24,9 @@ Every other request needs ``Authorization: token <t>`` or ``Bearer <t>`` with a 
 ``tokens`` or a live installation token, else 401 ``Bad credentials``. Every answer carries the
 ``x-ratelimit-*`` headers; ``exhaust_rate_limit()`` makes requests answer 403 (or 429) with
 ``x-ratelimit-remaining: 0`` until the reset, ``secondary_rate_limit()`` answers with ``Retry-After``,
-``fail_next()`` answers a 5xx. All times come from ``clock`` (share a fake clock with the client).
+``fail_next()`` answers a 5xx, ``hold_pull_requests()`` creates pull requests but keeps the answer
+until ``release()`` (a client that died after GitHub did the work). All times come from ``clock``
+(share a fake clock with the client).
 
 Using it::
 
@@ -157,6 +159,8 @@ class FakeGitHub(FakeModel):
         self.app_public_key_pem = key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
         self.lock = threading.RLock()
+        self._hold_pulls = False
+        self.held_pull_requests: list[int] = []  # numbers of pull requests created whose answer was held
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -491,6 +495,14 @@ class FakeGitHub(FakeModel):
         with self.lock:
             self._retry_after = (retry_after, status, times)
 
+    def hold_pull_requests(self) -> None:
+        """From now on ``POST /repos/{o}/{r}/pulls`` creates the pull request and then holds its answer
+        until ``release()`` (or ``stop()``), when the connection closes with no answer at all: a client
+        killed (or timed out) after GitHub did the work, which must find the pull request rather than
+        open a second one. ``held_pull_requests`` lists the numbers created so."""
+        with self.lock:
+            self._hold_pulls = True
+
     def fail_next(self, status: int = 502, times: int = 1) -> None:
         """The next ``times`` requests answer ``status`` (a 5xx: GitHub having a bad day)."""
         with self.lock:
@@ -619,6 +631,7 @@ _NOT_FOUND = {"message": "Not Found", "documentation_url": DOCS, "status": "404"
 
 class _Handler(FakeHandler):
     server_fake: FakeGitHub
+    _held = False
     json_type = "application/json; charset=utf-8"
 
     def do_GET(self) -> None:
@@ -682,6 +695,9 @@ class _Handler(FakeHandler):
             fake._remaining -= 1
             rate = fake._rate_headers()
             self._route(method, split.path, query, body, rate)
+        if self._held:
+            fake._released.wait(120)  # outside the lock: the fake keeps answering everyone else
+            self.close_connection = True
 
     def _access_token(self, installation: int) -> None:
         fake = self.server_fake
@@ -785,6 +801,10 @@ class _Handler(FakeHandler):
                                                                 "code": "invalid"}])
                 self._send(422, {"message": "Validation Failed", "errors": errors, "documentation_url": DOCS,
                                  "status": "422"}, rate)
+                return
+            if fake._hold_pulls:
+                fake.held_pull_requests.append(pr["number"])
+                self._held = True
                 return
             self._send(201, pr, {**rate, "Location": pr["url"]})
             return

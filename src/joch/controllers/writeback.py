@@ -145,6 +145,14 @@ Changes made by Joch run `{{ run.name }}` (agent `{{ run.agent }}`){% if issue.u
 {% endif %}"""
 
 
+def _cost_text(cost: Any, phase: str | None) -> str | None:
+    """The cost a comment shows: what the run reported; an ended run that reported no usage cost
+    nothing Joch metered ($0, said so), so the comment of every finished run shows a cost."""
+    if isinstance(cost, (int, float)):
+        return f"${cost:.4f}"
+    return "$0.0000 (the agent reported no usage)" if phase in ENDED else None
+
+
 def marker(run_uid: str) -> str:
     return f"<!-- joch:run:{run_uid} -->"
 
@@ -523,7 +531,7 @@ class WriteBackController(Controller):
             "run": {"name": run["metadata"]["name"], "namespace": run["metadata"].get("namespace"),
                     "uid": run["metadata"].get("uid"), "phase": status.get("phase") or "Pending",
                     "reason": status.get("reason"), "message": status.get("message"),
-                    "costUsd": cost, "cost": f"${cost:.4f}" if isinstance(cost, (int, float)) else None,
+                    "costUsd": cost, "cost": _cost_text(cost, status.get("phase")),
                     "attempt": status.get("attempt"), "startedAt": status.get("startedAt"),
                     "finishedAt": status.get("finishedAt"),
                     "agent": ((run.get("spec") or {}).get("agentRef") or {}).get("name")},
