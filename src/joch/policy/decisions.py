@@ -144,13 +144,7 @@ def dispatch(source: Source, run: Obj) -> list[rules.Outcome]:
     selected = rules.select(policies, run, environments)
     if not any(p.phase("dispatch") for p in selected):
         return []
-    creator = (m.get("annotations") or {}).get(CREATED_BY) or ""
-    variables = {**_references(source, run, rules.referenced(selected, "dispatch")), "object": run,
-                 "oldObject": None,
-                 "request": rules.request_variable(creator, (), "dispatch"),
-                 "namespace": rules.namespace_variable(namespace, environments),
-                 "environment": rules.environment_variable(environments)}
-    return rules.evaluate(selected, "dispatch", variables, reuse=_reuse(source))
+    return _evaluate_for_run(source, "dispatch", selected, run, run, environments)
 
 
 def write_back(source: Source, intent: Obj, run: Obj) -> list[rules.Outcome]:
@@ -168,13 +162,21 @@ def write_back(source: Source, intent: Obj, run: Obj) -> list[rules.Outcome]:
     selected = [p for p in policies if p.ref in matched]
     if not any(p.phase("writeBack") for p in selected):
         return []
+    return _evaluate_for_run(source, "writeBack", selected, intent, run, environments)
+
+
+def _evaluate_for_run(source: Source, phase: rules.Phase, selected: list[rules.Policy], obj: Obj, run: Obj,
+                      environments: list[Mapping[str, Any]]) -> list[rules.Outcome]:
+    """Evaluate ``phase``'s rules of ``selected`` on ``obj``, in the context of ``run``: its references,
+    and its creator as the request's user with ``phase`` as the verb."""
+    namespace = (obj.get("metadata") or {}).get("namespace")
     creator = ((run.get("metadata") or {}).get("annotations") or {}).get(CREATED_BY) or ""
-    variables = {**_references(source, run, rules.referenced(selected, "writeBack")), "object": intent,
+    variables = {**_references(source, run, rules.referenced(selected, phase)), "object": obj,
                  "oldObject": None,
-                 "request": rules.request_variable(creator, (), "writeBack"),
+                 "request": rules.request_variable(creator, (), phase),
                  "namespace": rules.namespace_variable(namespace, environments),
                  "environment": rules.environment_variable(environments)}
-    return rules.evaluate(selected, "writeBack", variables, reuse=_reuse(source))
+    return rules.evaluate(selected, phase, variables, reuse=_reuse(source))
 
 
 def _references(source: Source, obj: Obj, wanted: frozenset[str]) -> dict[str, Any]:
