@@ -142,9 +142,10 @@ def test_sync_source_against_an_unreachable_tracker_says_what_to_check(joch, tmp
     result = joch("sync", "source", "refused", "--timeout", "30")
     assert result.code == 1, (result.out, result.err)
     assert "implementationsource.joch.dev/refused sync requested" in result.out
-    said = result.out + result.err
-    assert "Traceback" not in said
-    assert f"GitHub at http://127.0.0.1:{closed_port} could not be reached" in said, said
-    assert "check spec.github.apiUrl" in said, said
+    assert "Traceback" not in result.err
+    error = [line for line in result.err.splitlines() if line.strip()]
+    assert len(error) == 1 and error[0].startswith("error: GitHub at http://127.0.0.1:"), result.err
+    assert f"GitHub at http://127.0.0.1:{closed_port} could not be reached" in error[0], result.err
+    assert "check spec.github.apiUrl" in error[0], result.err
     described = joch.ok("describe", "source", "refused").out
     assert "check spec.github.apiUrl" in described, described
