@@ -5,6 +5,9 @@ tracker it cannot reach says what to check instead of hanging or printing a trac
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import time
 from pathlib import Path
 
 import httpx
@@ -149,3 +152,30 @@ def test_sync_source_against_an_unreachable_tracker_says_what_to_check(joch, tmp
     assert "check spec.github.apiUrl" in error[0], result.err
     described = joch.ok("describe", "source", "refused").out
     assert "check spec.github.apiUrl" in described, described
+
+
+def test_the_generic_webhook_example_starts_one_run_per_deployment(joch) -> None:
+    """What the comment of schedule-and-webhook.yaml tells a user to send: a signed JSON body. The run's
+    text renders ``event.payload``; the same deployment id again starts nothing."""
+    joch.ok("apply", "-f", str(ROOT / "examples" / "quickstart"))
+    joch.ok("apply", "-f", str(ROOT / "examples" / "integrations" / "schedule-and-webhook.yaml"))
+    body = b'{"deployment": {"id": "d-1", "version": "1.2.3"}}'
+    signature = "sha256=" + hmac.new(b"replace-me", body, hashlib.sha256).hexdigest()
+    url = f"{joch.server.url}/v1/webhooks/default/on-deploy"
+    headers = {"Content-Type": "application/json", "X-Joch-Signature-256": signature}
+    for _ in range(2):
+        response = httpx.post(url, content=body, headers=headers, timeout=10)
+        assert response.status_code == 200, response.text
+
+    api = f"{joch.server.url}/apis/runtime.joch.dev/v1alpha1/namespaces/default"
+    deadline = time.monotonic() + 15
+    while True:
+        executions = httpx.get(f"{api}/triggerexecutions", timeout=10).json()["items"]
+        if executions or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert [x["spec"]["decision"] for x in executions] == ["Dispatched"], executions
+    run = executions[0]["spec"]["runRef"]["name"]
+    made = httpx.get(f"{api}/agentruns/{run}", timeout=10).json()
+    assert made["spec"]["implementation"]["inline"]["text"] == \
+        'Add a line "Deployed 1.2.3" to the end of CHANGELOG.md.'
