@@ -20,9 +20,14 @@ Joch did about it (``WebhookDelivery``, ``TriggerExecution``, ``WriteIntent``).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronsim import CronSim, CronSimError
 from pydantic import Field, model_validator
 
 from joch.api.kinds import JOCH, RUNTIME, V1ALPHA1, CheckedSpec, Problem
@@ -59,6 +64,69 @@ SOURCE_ITEM_HASH = "joch.dev/source-item-hash"
 """On a triggered AgentRun: the source item hashed to a label value (concurrencyPolicy lists by it)."""
 WRITE_RUN = "joch.dev/run"
 """On a WriteIntent: the run it writes for (label)."""
+
+
+# --- checks shared with joch.integrations (admission says it before a controller would) -----------
+
+_CRON_EXAMPLE = 'five fields "minute hour day-of-month month day-of-week", e.g. "0 9 * * MON-FRI"'
+
+
+def time_zone_problem(tz: str) -> str | None:
+    """Why ``tz`` is not an IANA time zone this machine knows, or None."""
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        return (f'time zone "{tz[:80]}" is unknown: use an IANA name such as "UTC", "Europe/Berlin" or '
+                '"America/New_York"')
+    return None
+
+
+def cron_problem(cron: str, tz: str = "UTC") -> str | None:
+    """Why ``cron`` is not a five-field cron expression that fires (evaluated in ``tz``, which must be
+    valid), or None. ``joch.integrations.schedule`` evaluates what this admits."""
+    fields = cron.split()
+    if cron.strip().startswith("@"):
+        return (f'cron "{cron[:80]}" is a macro (@reboot, @daily...), which schedules do not take: write '
+                f'{_CRON_EXAMPLE}, e.g. "0 0 * * *" for daily')
+    if len(fields) != 5:
+        return f'cron "{cron[:80]}" has {len(fields)} fields: write {_CRON_EXAMPLE}'
+    try:
+        sim = CronSim(cron, datetime.now(ZoneInfo(tz)))
+    except CronSimError as exc:
+        return f'cron "{cron[:80]}" is not valid ({exc}): write {_CRON_EXAMPLE}'
+    try:
+        next(sim)
+    except StopIteration:
+        return f'cron "{cron[:80]}" never fires (no such date within 50 years): pick a day that exists'
+    return None
+
+
+def api_url_problem(url: str) -> str | None:
+    """Why a token may not be sent to ``url``, or None: it must be https, or http to this machine only
+    (a local test server or proxy), with no user or password in it. The message starts with the URL
+    (or "the URL"); callers put the field's name before it."""
+    parts = urlsplit(url)
+    try:
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        host = ""
+    if parts.scheme not in ("https", "http") or not host:
+        return f'"{url[:80]}" is not an http(s) URL: give an https URL such as https://api.github.com'
+    if parts.username is not None or parts.password is not None:
+        return "the URL holds a user or password: leave credentials to the auth Secret and give the URL without them"
+    if parts.scheme == "http" and not _loopback(host):
+        return (f'"http://{host}" is plain http to another machine: the token would cross the network '
+                "unencrypted; use https (http is allowed to localhost only)")
+    return None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # --- joch.dev/ImplementationSource ---------------------------------------------------------------
@@ -135,6 +203,11 @@ class ImplementationSourceSpec(CheckedSpec):
                 yield ((provider,), f'provider is "{provider}": set spec.{provider}', "FieldValueRequired")
             if provider != self.provider and given:
                 yield ((provider,), f'provider is "{self.provider}": remove spec.{provider}', "FieldValueForbidden")
+        for provider, section in (("github", self.github), ("linear", self.linear)):
+            if section is not None:
+                problem = api_url_problem(section.apiUrl)
+                if problem is not None:
+                    yield ((provider, "apiUrl"), problem, "FieldValueInvalid")
 
 
 class SyncCounts(Model):
@@ -232,6 +305,14 @@ class TriggerRuleSpec(CheckedSpec):
         if (self.issue is not None or self.comment is not None) and self.sourceRef is None:
             yield (("sourceRef",), "issue and comment triggers need the ImplementationSource whose events they "
                    "follow: set spec.sourceRef.name", "FieldValueRequired")
+        if self.schedule is not None:
+            zone = time_zone_problem(self.schedule.timeZone)
+            if zone is not None:
+                yield (("schedule", "timeZone"), zone, "FieldValueInvalid")
+            else:
+                cron = cron_problem(self.schedule.cron, self.schedule.timeZone)
+                if cron is not None:
+                    yield (("schedule", "cron"), cron, "FieldValueInvalid")
 
 
 class TriggerRuleStatus(ConditionedStatus):
@@ -398,4 +479,4 @@ WRITE_INTENT = register(KindInfo(
 
 __all__ = ["EXECUTION_ANNOTATION", "IMPLEMENTATION_SOURCE", "RULE_LABEL", "SOURCE_ITEM", "SOURCE_ITEM_HASH",
            "SOURCE_LABEL", "SYNCED_HASH", "SYNC_REQUESTED", "TRIGGER_EXECUTION", "TRIGGER_RULE", "WEBHOOK_DELIVERY",
-           "WRITE_INTENT", "WRITE_RUN"]
+           "WRITE_INTENT", "WRITE_RUN", "api_url_problem", "cron_problem", "time_zone_problem"]

@@ -86,9 +86,10 @@ def sync(client: Client, namespace: str, name: str, *, wait: bool, timeout: floa
                 f'ImplementationSource "{name}" did not sync within {timeout:g}s: is a controller running '
                 "(joch server without --no-controllers, or joch controller)? See joch describe source " + name)
         time.sleep(POLL_SECONDS)
+    failed = bool(status.get("lastError"))
     for line in outcome(status):
-        typer.echo(line)
-    return 1 if status.get("lastError") else 0
+        typer.echo(line, err=failed)  # a failed sync is an error: one ``error:`` line on stderr
+    return 1 if failed else 0
 
 
 def outcome(status: dict[str, Any]) -> list[str]:

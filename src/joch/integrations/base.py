@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
-from urllib.parse import urlsplit
 
-from joch.api.integrations import WriteTarget
+from joch.api.integrations import WriteTarget, api_url_problem
 
 SecretLookup = Callable[[str, str], str]
 """``(secret name, key) → value`` in the source's namespace; raises ``TrackerError("MissingSecret")``."""
@@ -31,29 +29,13 @@ class TrackerError(Exception):
 
 
 def checked_api_url(url: str, field: str) -> str:
-    """``url`` when a token may be sent to it: https, or http to this machine only (a local test server
-    or proxy), and no user or password in it (messages name the URL). ``TrackerError("Invalid")``
-    naming ``field`` otherwise, before any request carries the token."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("https", "http") or not host:
-        raise TrackerError("Invalid", f"{field} must be an https URL such as https://api.github.com")
-    if parts.username is not None or parts.password is not None:
-        raise TrackerError("Invalid", f"{field} holds a user or password: leave credentials to the auth Secret "
-                                      "and give the URL without them")
-    if parts.scheme == "http" and not _loopback(host):
-        raise TrackerError("Invalid", f"{field} is http://{host}: the token would cross the network unencrypted; "
-                                      "use https")
+    """``url`` when a token may be sent to it (``joch.api.integrations.api_url_problem``: https, or http
+    to this machine only, no user or password in it). ``TrackerError("Invalid")`` naming ``field``
+    otherwise, before any request carries the token."""
+    problem = api_url_problem(url)
+    if problem is not None:
+        raise TrackerError("Invalid", f"{field}: {problem}")
     return url
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -317,11 +317,12 @@ class GitHubTracker:
     def _failure(self, exc: GitHubException, what: str, *, missing: str | None = None) -> TrackerError:
         if isinstance(exc, RequestTimeout):
             return TrackerError("Unavailable", f"GitHub at {self.source.apiUrl} did not answer in time while "
-                                f"asked for {what}")
+                                f"asked for {what}; check spec.github.apiUrl, or try again later")
         if not isinstance(exc, RequestFailed):
             cause = exc.exc if isinstance(exc, RequestError) else exc
             return TrackerError("Unavailable", f"GitHub at {self.source.apiUrl} could not be reached while asked "
-                                f"for {what}: {cause}")
+                                f"for {what}: {cause}; check spec.github.apiUrl and that the Joch server can "
+                                "reach it (DNS, proxy, firewall)")
         response = exc.response.raw_response
         status = response.status_code
         message = _github_message(response)

@@ -293,7 +293,9 @@ class LinearTracker:
             response = self._http.post(url, json={"query": query, "variables": variables, "operationName": operation},
                                        headers=headers)
         except httpx.HTTPError as exc:
-            raise TrackerError("Unavailable", f"Linear at {url} is unreachable: {type(exc).__name__}: {exc}") from None
+            raise TrackerError("Unavailable", f"Linear at {url} is unreachable: {type(exc).__name__}: {exc}; check "
+                               "spec.linear.apiUrl and that the Joch server can reach it (DNS, proxy, "
+                               "firewall)") from None
         try:
             answer = response.json()
         except ValueError:

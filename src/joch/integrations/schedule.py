@@ -11,33 +11,17 @@ should have fired since it last did — one catch-up run, never one per missed s
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from cronsim import CronSim, CronSimError
+from cronsim import CronSim
 
-_EXAMPLE = 'five fields "minute hour day-of-month month day-of-week", e.g. "0 9 * * MON-FRI"'
+from joch.api.integrations import cron_problem, time_zone_problem
 
 
 def validate(cron: str, tz: str) -> str | None:
-    """What is wrong with the schedule (to show a person), or None."""
-    zone = _zone(tz)
-    if isinstance(zone, str):
-        return zone
-    fields = cron.split()
-    if cron.strip().startswith("@"):
-        return (f'cron "{cron[:80]}" is a macro (@reboot, @daily...), which schedules do not take: write '
-                f'{_EXAMPLE}, e.g. "0 0 * * *" for daily')
-    if len(fields) != 5:
-        return f'cron "{cron[:80]}" has {len(fields)} fields: write {_EXAMPLE}'
-    try:
-        sim = CronSim(cron, datetime.now(zone))
-    except CronSimError as exc:
-        return f'cron "{cron}" is not valid ({exc}): write {_EXAMPLE}'
-    try:
-        next(sim)
-    except StopIteration:
-        return f'cron "{cron}" never fires (no such date within 50 years): pick a day that exists'
-    return None
+    """What is wrong with the schedule (to show a person), or None. Admission says the same
+    (``joch.api.integrations``), so a rule that got in fails here only if this machine lacks a zone."""
+    return time_zone_problem(tz) or cron_problem(cron, tz)
 
 
 def next_after(cron: str, tz: str, after: datetime) -> datetime:
@@ -64,14 +48,6 @@ def latest_due(cron: str, tz: str, since: datetime, now: datetime) -> datetime |
     except StopIteration:
         return None
     return latest if since < latest <= now else None
-
-
-def _zone(tz: str) -> ZoneInfo | str:
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        return (f'time zone "{tz[:80]}" is unknown: use an IANA name such as "UTC", "Europe/Berlin" or '
-                '"America/New_York"')
 
 
 def _checked(cron: str, tz: str) -> ZoneInfo:
