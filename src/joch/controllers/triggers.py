@@ -252,8 +252,7 @@ def evaluate(
         blocked = _concurrency(store, spec, namespace, name, event)
         if blocked is not None:
             return _rejected(store, rule, record, key, now, "ConcurrencyForbidden", blocked)
-        synced = event.issue is not None and _exists(store, kinds.IMPLEMENTATION_SPEC, namespace,
-                                                      spec_name(event.issue))
+        synced = event.issue is not None and _synced(store, namespace, event.issue)
         try:
             run = _run(spec, namespace, name, target, event, agent, merged, synced=synced)
         except _Refused as exc:
@@ -463,12 +462,15 @@ def _render(template: str, event: TriggerEvent, where: str) -> str:
         raise _Refused("InvalidTemplate", f"{where}: {exc}") from None
 
 
-def _exists(store: Any, kind: Any, namespace: str, name: str) -> bool:
+def _synced(store: Any, namespace: str, issue: Issue) -> bool:
+    """Whether the spec named for ``issue`` is this issue's: two repositories can normalise to one name
+    (``acme-x/web`` and ``acme/x-web``), and a run must never implement another issue's spec."""
     try:
-        store.get(kind, namespace, name)
+        found = store.get(kinds.IMPLEMENTATION_SPEC, namespace, spec_name(issue))
     except errors.NotFound:
         return False
-    return True
+    source = (found.get("spec") or {}).get("source") or {}
+    return bool(source.get("provider") == issue.provider and source.get("externalId") == issue.key)
 
 
 def _run(spec: TriggerRuleSpec, namespace: str, rule: str, name: str, event: TriggerEvent, agent: str,

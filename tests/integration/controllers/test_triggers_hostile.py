@@ -1,0 +1,76 @@
+"""Hostile cases of the inbound side: names that collide after normalisation, webhook dedupe keys
+that would copy credentials, rule names too long for a label value."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from joch.admission.apply import apply_documents
+from joch.admission.documents import Document
+from joch.api import kinds
+from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE
+from joch.controllers.sources import apply_issue
+from joch.controllers.triggers import TriggerEvent, evaluate
+from joch.integrations.base import Issue, Repository
+from joch.store import Store, open_store
+from support import provider
+
+NS = "default"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'joch.db'}")
+    yield s
+    s.close()
+
+
+def apply(store: Store, *objects: dict[str, Any]) -> None:
+    apply_documents(store, [Document(index=i, source="test", obj=o) for i, o in enumerate(objects)], namespace=NS)
+
+
+def agent() -> list[dict[str, Any]]:
+    return [provider("demo-provider"),
+            {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "demo"},
+             "spec": {"providerRef": {"name": "demo-provider"}}}]
+
+
+def source(name: str, owner: str, repo: str) -> dict[str, Any]:
+    return {"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSource", "metadata": {"name": name},
+            "spec": {"provider": "github", "pollIntervalSeconds": 0,
+                     "github": {"owner": owner, "repo": repo,
+                                "auth": {"tokenSecretRef": {"name": "gh", "key": "token"}}}}}
+
+
+def gh_issue(owner: str, repo: str, number: int, title: str) -> Issue:
+    repository = Repository(owner=owner, name=repo, clone_url=f"https://github.com/{owner}/{repo}.git",
+                            default_branch="main")
+    return Issue(provider="github", id=f"{owner}/{repo}/{number}", key=f"{owner}/{repo}#{number}", title=title,
+                 body="", url=f"https://github.com/{owner}/{repo}/issues/{number}", state="open", labels=(),
+                 updated_at="v1", number=number, repository=repository, version="v1")
+
+
+def test_a_run_never_implements_the_spec_of_another_repository_whose_name_normalises_alike(store: Store) -> None:
+    # acme-x/web#1 and acme/x-web#1 are both "gh-acme-x-web-1": the second is not synced into the first's spec,
+    # and its run must carry its own issue, not point at the other repository's spec.
+    apply(store, *agent(), source("first", "acme-x", "web"), source("second", "acme", "x-web"),
+          {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "fix"},
+           "spec": {"sourceRef": {"name": "second"}, "issue": {"actions": ["opened"]},
+                    "run": {"agentRef": {"name": "demo"}}}})
+    first = store.get(IMPLEMENTATION_SOURCE, NS, "first")
+    assert apply_issue(store, first, gh_issue("acme-x", "web", 1, "Theirs"), 1.0).change == "created"
+    mine = gh_issue("acme", "x-web", 1, "Mine")
+    assert apply_issue(store, store.get(IMPLEMENTATION_SOURCE, NS, "second"), mine, 2.0).change == "unchanged"
+    execution = evaluate(store, store.get(TRIGGER_RULE, NS, "fix"),
+                         TriggerEvent(kind="issue", provider="github", action="opened", issue=mine),
+                         kind="issue", now=3.0)
+    assert execution["spec"]["decision"] == "Dispatched"
+    run = store.get(kinds.AGENT_RUN, NS, execution["spec"]["runRef"]["name"])
+    assert "implementationRef" not in run["spec"]
+    assert run["spec"]["implementation"]["inline"]["source"]["externalId"] == "acme/x-web#1"
+    assert run["spec"]["implementation"]["inline"]["text"].startswith("# Mine")
+
