@@ -157,9 +157,12 @@ class WebhookRoutes:
                      body: bytes, headers: Mapping[str, str]) -> str:
         if webhook.dedupeKey:
             event = triggers.TriggerEvent(kind="webhook", payload=payload, headers=kept)
+            # The key is stored (the delivery's deliveryId, the execution's dedupeKey): the template never
+            # sees the signature or a credential header, so no rule can copy one into a readable object.
+            visible = events.generic(rule, payload, headers).headers
             try:
                 rendered = triggers.TEMPLATES.from_string(webhook.dedupeKey).render(
-                    payload=payload, headers={k.lower(): v for k, v in headers.items()}, event=event.context())
+                    payload=payload, headers=visible, event=event.context())
             except Exception as exc:  # noqa: BLE001 - any template failure is the rule's to fix
                 raise errors.BadRequest(f"TriggerRule {rule} spec.webhook.dedupeKey cannot be rendered for this "
                                         f"delivery: {exc}") from None

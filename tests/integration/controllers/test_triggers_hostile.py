@@ -3,6 +3,8 @@ that would copy credentials, rule names too long for a label value."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,13 @@ import pytest
 from joch.admission.apply import apply_documents
 from joch.admission.documents import Document
 from joch.api import kinds
-from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE
+from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE, WEBHOOK_DELIVERY
 from joch.controllers.sources import apply_issue
 from joch.controllers.triggers import TriggerEvent, evaluate
 from joch.integrations.base import Issue, Repository
-from joch.store import Store, open_store
+from joch.integrations.signatures import sign
+from joch.server.testing import live_server
+from joch.store import ListOptions, Store, open_store
 from support import provider
 
 NS = "default"
@@ -74,3 +78,25 @@ def test_a_run_never_implements_the_spec_of_another_repository_whose_name_normal
     assert run["spec"]["implementation"]["inline"]["source"]["externalId"] == "acme/x-web#1"
     assert run["spec"]["implementation"]["inline"]["text"].startswith("# Mine")
 
+
+def test_a_generic_dedupe_key_template_never_sees_the_signature_or_credential_headers(store: Store) -> None:
+    secret = b"whsec-generic-0123"
+    apply(store, *agent(),
+          {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "hook"},
+           "spec": {"data": {"secret": base64.b64encode(secret).decode()}}},
+          {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "deploy"},
+           "spec": {"webhook": {"secretRef": {"name": "hook", "key": "secret"},
+                                "dedupeKey": "{{ headers.get('x-joch-signature-256', '-') }}"
+                                             "/{{ headers.get('x-api-key', '-') }}/{{ headers['x-request-id'] }}"},
+                    "run": {"agentRef": {"name": "demo"}, "implementation": {"inline": {"text": "Deploy"}}}}})
+    body = json.dumps({"ref": "v1"}).encode()
+    signature = "sha256=" + sign(secret, body)
+    with live_server(store) as server:
+        answer = server.http.post("/v1/webhooks/default/deploy", content=body, headers={
+            "Content-Type": "application/json", "X-Joch-Signature-256": signature, "X-Api-Key": "key-value-1",
+            "X-Request-Id": "req-7"})
+    assert answer.status_code == 200, answer.text
+    [delivery] = store.list(WEBHOOK_DELIVERY, ListOptions(namespace=NS)).items
+    stored = json.dumps(delivery)
+    assert signature.removeprefix("sha256=") not in stored and "key-value-1" not in stored
+    assert delivery["spec"]["deliveryId"] == "-/-/req-7"
