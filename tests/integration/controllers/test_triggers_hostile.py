@@ -13,10 +13,10 @@ import pytest
 
 from joch.admission.apply import apply_documents
 from joch.admission.documents import Document
-from joch.api import kinds
+from joch.api import errors, kinds
 from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE, WEBHOOK_DELIVERY
 from joch.controllers.sources import apply_issue
-from joch.controllers.triggers import TriggerEvent, evaluate
+from joch.controllers.triggers import TriggerEvent, evaluate, fire, rules_for_source
 from joch.integrations.base import Issue, Repository
 from joch.integrations.signatures import sign
 from joch.server.testing import live_server
@@ -100,3 +100,18 @@ def test_a_generic_dedupe_key_template_never_sees_the_signature_or_credential_he
     stored = json.dumps(delivery)
     assert signature.removeprefix("sha256=") not in stored and "key-value-1" not in stored
     assert delivery["spec"]["deliveryId"] == "-/-/req-7"
+
+
+def test_a_rule_whose_name_cannot_be_a_label_value_is_refused_with_the_fix_not_crashed(store: Store) -> None:
+    # 64..253 characters is a valid name, but not a valid value of the joch.dev/trigger-rule label that its
+    # executions and runs carry: evaluating it used to raise admission's "1 of 1 document is invalid".
+    name = "r" * 70
+    apply(store, *agent(), {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": name},
+                            "spec": {"sourceRef": {"name": "web"}, "issue": {"actions": ["opened"]},
+                                     "run": {"agentRef": {"name": "demo"}}}})
+    rule = store.get(TRIGGER_RULE, NS, name)
+    with pytest.raises(errors.Invalid) as raised:
+        fire(store, rule, actor="someone", now=1.0, text="Do it")
+    assert "metadata.name" in raised.value.message and "shorter name" in raised.value.message
+    assert rules_for_source([rule], "web") == []
+    assert store.list(kinds.AGENT_RUN, ListOptions(namespace=NS)).items == []
