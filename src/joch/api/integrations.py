@@ -21,8 +21,11 @@ Joch did about it (``WebhookDelivery``, ``TriggerExecution``, ``WriteIntent``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronsim import CronSim, CronSimError
 from pydantic import Field, model_validator
 
 from joch.api.kinds import JOCH, RUNTIME, V1ALPHA1, CheckedSpec, Problem
@@ -232,6 +235,33 @@ class TriggerRuleSpec(CheckedSpec):
         if (self.issue is not None or self.comment is not None) and self.sourceRef is None:
             yield (("sourceRef",), "issue and comment triggers need the ImplementationSource whose events they "
                    "follow: set spec.sourceRef.name", "FieldValueRequired")
+        if self.schedule is not None:
+            yield from _schedule_problems(self.schedule)
+
+
+_CRON = 'five fields "minute hour day-of-month month day-of-week", e.g. "0 9 * * MON-FRI"'
+
+
+def _schedule_problems(schedule: ScheduleTrigger) -> Iterator[Problem]:
+    """A cron or time zone no schedule can use, refused when the rule is applied (the controller's
+    ``joch.integrations.schedule.validate`` says the same of a rule stored before this check)."""
+    try:
+        ZoneInfo(schedule.timeZone)
+    except (ZoneInfoNotFoundError, ValueError):
+        yield (("schedule", "timeZone"), f'time zone "{schedule.timeZone[:80]}" is unknown: use an IANA name such '
+               'as "UTC", "Europe/Berlin" or "America/New_York"', "FieldValueInvalid")
+    cron = schedule.cron
+    if cron.strip().startswith("@"):
+        problem = f'cron "{cron[:80]}" is a macro (@reboot, @daily...), which schedules do not take: write {_CRON}'
+    elif len(cron.split()) != 5:
+        problem = f'cron "{cron[:80]}" has {len(cron.split())} fields: write {_CRON}'
+    else:
+        try:
+            CronSim(cron, datetime.now(UTC))
+            return
+        except CronSimError as exc:
+            problem = f'cron "{cron[:80]}" is not valid ({exc}): write {_CRON}'
+    yield (("schedule", "cron"), problem, "FieldValueInvalid")
 
 
 class TriggerRuleStatus(ConditionedStatus):

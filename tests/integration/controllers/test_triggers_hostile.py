@@ -115,3 +115,18 @@ def test_a_rule_whose_name_cannot_be_a_label_value_is_refused_with_the_fix_not_c
     assert "metadata.name" in raised.value.message and "shorter name" in raised.value.message
     assert rules_for_source([rule], "web") == []
     assert store.list(kinds.AGENT_RUN, ListOptions(namespace=NS)).items == []
+
+
+@pytest.mark.parametrize(("schedule", "field", "said"), [
+    ({"cron": "61 * * * *"}, "spec.schedule.cron", "write five fields"),
+    ({"cron": "@daily"}, "spec.schedule.cron", "macro"),
+    ({"cron": "0 9 * * *", "timeZone": "Mars/Olympus"}, "spec.schedule.timeZone", "IANA name"),
+])
+def test_a_schedule_no_cron_can_use_is_refused_when_applied(store: Store, schedule: dict[str, Any], field: str,
+                                                            said: str) -> None:
+    with pytest.raises(errors.Invalid) as raised:
+        apply(store, {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "nightly"},
+                      "spec": {"schedule": schedule, "run": {"agentRef": {"name": "demo"}}}})
+    causes = [c for c in raised.value.causes if c.field.endswith(field)]
+    assert causes and said in causes[0].message, raised.value.causes
+    assert store.list(TRIGGER_RULE, ListOptions(namespace=NS)).items == []
