@@ -57,6 +57,7 @@ from joch.api.integrations import TRIGGER_EXECUTION, TRIGGER_RULE, WEBHOOK_DELIV
 from joch.api.meta import now as now_text
 from joch.controllers import sources, triggers
 from joch.integrations import events, signatures
+from joch.integrations.base import TrackerError
 from joch.server import resources, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
@@ -103,7 +104,10 @@ class WebhookRoutes:
         if not verified:
             self._refuse("github", f"X-Hub-Signature-256 of GitHub delivery {delivery} ({event_name}) for {where} "
                                    "does not verify with the webhook secret of any ImplementationSource following it")
-        event = events.parse_github(event_name, delivery, payload)
+        try:
+            event = events.parse_github(event_name, delivery, payload)
+        except TrackerError as exc:  # signed by a source, but not shaped as GitHub sends it
+            raise errors.BadRequest(exc.message) from None
         return self._record("github", delivery, event_name, event, verified)
 
     # --- Linear ------------------------------------------------------------------------------------
@@ -114,14 +118,20 @@ class WebhookRoutes:
         delivery = headers.get("linear-delivery") or str(payload.get("webhookId") or "") + ":" + \
             str(payload.get("webhookTimestamp") or "")
         event_name = headers.get("linear-event") or str(payload.get("type") or "")
-        event = events.parse_linear(delivery, payload)
+        try:
+            event: events.TrackerEvent | None = events.parse_linear(delivery, payload)
+            problem = None
+        except TrackerError as exc:  # unreadable: only a signature may tell the sender it is malformed
+            event, problem = None, exc.message
         signature = headers.get("linear-signature")
-        candidates = sources.sources_of_team(self.store, getattr(event, "team_key", None))
+        candidates = sources.sources_of_team(self.store, event.team_key if event is not None else None)
         verified = [s for s in candidates if (secret := self._source_secret(s)) is not None
                     and signatures.verify_linear(secret, body, signature)]
         if not verified:
             self._refuse("linear", f"Linear-Signature of Linear delivery {delivery} ({event_name}) does not verify "
                                    "with the webhook secret of any ImplementationSource of its team")
+        if event is None:
+            raise errors.BadRequest(problem or "the Linear delivery cannot be read")
         if not signatures.linear_fresh(payload, self.clock()):
             self._refuse("linear", f"Linear delivery {delivery}: webhookTimestamp {payload.get('webhookTimestamp')} "
                                    "is more than 60 s from the server's clock (a replay, or the clocks differ)")

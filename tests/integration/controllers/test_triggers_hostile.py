@@ -130,3 +130,33 @@ def test_a_schedule_no_cron_can_use_is_refused_when_applied(store: Store, schedu
     causes = [c for c in raised.value.causes if c.field.endswith(field)]
     assert causes and said in causes[0].message, raised.value.causes
     assert store.list(TRIGGER_RULE, ListOptions(namespace=NS)).items == []
+
+
+def test_a_delivery_not_shaped_as_github_or_linear_sends_it_is_401_unsigned_and_400_signed_never_500(
+    store: Store,
+) -> None:
+    secret = b"whsec-shape-0123"
+    github = source("web", "acme", "web")
+    github["spec"]["webhook"] = {"secretRef": {"name": "hook", "key": "secret"}}
+    linear = {"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSource", "metadata": {"name": "eng"},
+              "spec": {"provider": "linear", "pollIntervalSeconds": 0,
+                       "webhook": {"secretRef": {"name": "hook", "key": "secret"}},
+                       "linear": {"teamKey": "ENG", "auth": {"apiKeySecretRef": {"name": "lin", "key": "key"}}}}}
+    apply(store, {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "hook"},
+                  "spec": {"data": {"secret": base64.b64encode(secret).decode()}}}, github, linear)
+    bad_github = json.dumps({"action": "opened", "issue": {}, "repository": {"name": "web",
+                                                                          "owner": {"login": "acme"}}}).encode()
+    bad_linear = json.dumps({"type": "Issue", "action": "create", "data": {"labels": 5},
+                             "webhookTimestamp": 0}).encode()
+    gh = {"Content-Type": "application/json", "X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-1"}
+    lin = {"Content-Type": "application/json; charset=utf-8", "Linear-Delivery": "d-2"}
+    with live_server(store) as server:
+        assert server.http.post("/v1/webhooks/linear", content=bad_linear, headers=lin).status_code == 401
+        signed = server.http.post("/v1/webhooks/linear", content=bad_linear,
+                                  headers={**lin, "Linear-Signature": sign(secret, bad_linear)})
+        assert signed.status_code == 400 and "not shaped as Linear sends it" in signed.json()["message"]
+        assert server.http.post("/v1/webhooks/github", content=bad_github, headers=gh).status_code == 401
+        signed = server.http.post("/v1/webhooks/github", content=bad_github,
+                                  headers={**gh, "X-Hub-Signature-256": "sha256=" + sign(secret, bad_github)})
+        assert signed.status_code == 400 and "not shaped as GitHub sends it" in signed.json()["message"]
+    assert store.list(WEBHOOK_DELIVERY, ListOptions()).items == []
