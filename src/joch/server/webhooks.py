@@ -189,6 +189,9 @@ class WebhookRoutes:
         return _secret(self.store, source["metadata"].get("namespace") or "", ref["name"], ref["key"])
 
     def _refuse(self, provider: str, reason: str) -> NoReturn:
+        # Anyone may call these routes and every refusal is an audit row: the sender's headers and body
+        # (delivery id, event, repository) are clipped, so a request cannot write 64 KiB into the log.
+        reason = _clipped(reason)
         outer = current_request()
         user = webhook_user(provider)
         self.store.audit(AuditEntry(verb="create", kind=WEBHOOK_DELIVERY.kind, decision="denied", reason=reason,
@@ -271,6 +274,10 @@ def _json(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.BadRequest("the webhook body must be a JSON object")
     return value
+
+
+def _clipped(text: str, limit: int = 600) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
 
 
 def _mapping(value: Any) -> dict[str, Any]:

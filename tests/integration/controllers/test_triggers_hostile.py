@@ -14,6 +14,7 @@ import pytest
 from joch.admission.apply import apply_documents
 from joch.admission.documents import Document
 from joch.api import errors, kinds
+from joch.api.audit import AuditQuery
 from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE, WEBHOOK_DELIVERY
 from joch.controllers.sources import apply_issue
 from joch.controllers.triggers import TriggerEvent, evaluate, fire, rules_for_source
@@ -160,3 +161,15 @@ def test_a_delivery_not_shaped_as_github_or_linear_sends_it_is_401_unsigned_and_
                                   headers={**gh, "X-Hub-Signature-256": "sha256=" + sign(secret, bad_github)})
         assert signed.status_code == 400 and "not shaped as GitHub sends it" in signed.json()["message"]
     assert store.list(WEBHOOK_DELIVERY, ListOptions()).items == []
+
+
+def test_a_refused_delivery_writes_a_bounded_audit_reason_whatever_its_headers(store: Store) -> None:
+    body = json.dumps({"repository": {"name": "w" * 5000, "owner": {"login": "acme"}}}).encode()
+    with live_server(store) as server:
+        answer = server.http.post("/v1/webhooks/github", content=body, headers={
+            "Content-Type": "application/json", "X-GitHub-Event": "e" * 5000, "X-GitHub-Delivery": "d" * 5000})
+        assert answer.status_code == 401 and len(answer.json()["message"]) < 1200
+        assert server.http.post("/v1/webhooks/default/" + "r" * 5000, content=b"{}",
+                                headers={"Content-Type": "application/json"}).status_code == 401
+    denied = [e for e in store.audit_events(AuditQuery()).items if e.decision == "denied"]
+    assert len(denied) == 2 and all(len(e.reason or "") < 1000 for e in denied)
