@@ -19,6 +19,7 @@ from joch.api.integrations import IMPLEMENTATION_SOURCE, TRIGGER_RULE, WEBHOOK_D
 from joch.controllers.sources import apply_issue
 from joch.controllers.triggers import TriggerEvent, evaluate, fire, rules_for_source
 from joch.integrations.base import Issue, Repository
+from joch.integrations.events import parse_linear
 from joch.integrations.signatures import sign
 from joch.server.testing import live_server
 from joch.store import ListOptions, Store, open_store
@@ -173,3 +174,14 @@ def test_a_refused_delivery_writes_a_bounded_audit_reason_whatever_its_headers(s
                                 headers={"Content-Type": "application/json"}).status_code == 401
     denied = [e for e in store.audit_events(AuditQuery()).items if e.decision == "denied"]
     assert len(denied) == 2 and all(len(e.reason or "") < 1000 for e in denied)
+
+
+def test_a_linear_comment_author_is_never_its_display_name() -> None:
+    # A workspace member may name themselves "grace@example.com"; allowedActors must not match that.
+    body = {"action": "create", "type": "Comment", "webhookTimestamp": 0,
+            "data": {"id": "c-1", "body": "/joch run", "issueId": "i-1",
+                     "issue": {"id": "i-1", "identifier": "ENG-1", "title": "T", "team": {"key": "ENG"}},
+                     "user": {"id": "u-9", "name": "grace@example.com"}},
+            "actor": {"id": "u-9", "type": "user", "name": "grace@example.com"}}
+    event = parse_linear("ld", body)
+    assert event.comment is not None and event.comment.author == "u-9"
