@@ -147,6 +147,9 @@ def _generic(store: Any, namespace: str, delivery: Obj, now: float) -> list[str]
         raise _Unusable(f'TriggerRule "{rule_name}" no longer exists') from None
     if (rule.get("spec") or {}).get("enabled", True) is False:
         return [f"TriggerRule/{rule_name} is disabled: nothing evaluated"]
+    problem = triggers.name_problem(rule)
+    if problem is not None:
+        raise _Unusable(problem)
     payload = spec.get("payload") or {}
     body = payload.get("payload")
     body = body if isinstance(body, dict) else payload

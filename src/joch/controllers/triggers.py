@@ -78,6 +78,7 @@ COMPONENT = "joch-trigger-controller"
 ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
 FINAL_REJECTIONS = frozenset({"ActorNotAllowed", "InvalidCommand", "AgentNotAllowed"})
 STATUS_ATTEMPTS = 5
+MAX_LABEL_VALUE = 63
 TEMPLATES = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
 
 
@@ -149,10 +150,22 @@ def rule_spec(rule: Obj) -> TriggerRuleSpec:
     return TriggerRuleSpec.model_validate(rule.get("spec") or {})
 
 
+def name_problem(rule: Obj) -> str | None:
+    """Why the rule cannot dispatch under its name: it is the value of the label ``joch.dev/trigger-rule``
+    on its executions and runs, and a label value has at most 63 characters (a name may have 253)."""
+    name = str(rule["metadata"]["name"])
+    if len(name) <= MAX_LABEL_VALUE:
+        return None
+    return (f'TriggerRule "{name[:70]}..." has a {len(name)}-character metadata.name, but its name is the value of '
+            f"the label {RULE_LABEL} on its executions and runs, which is at most {MAX_LABEL_VALUE} characters: "
+            "recreate the rule with a shorter name")
+
+
 def rules_for_source(rules: Iterable[Obj], source: str) -> list[Obj]:
-    """The enabled rules of ``rules`` whose ``sourceRef`` names ``source``, by name."""
+    """The enabled rules of ``rules`` whose ``sourceRef`` names ``source``, by name (a rule whose name
+    cannot be a label value is left out: its Ready condition says why)."""
     found = [r for r in rules if ((r.get("spec") or {}).get("sourceRef") or {}).get("name") == source
-             and (r.get("spec") or {}).get("enabled", True) is not False]
+             and (r.get("spec") or {}).get("enabled", True) is not False and name_problem(r) is None]
     return sorted(found, key=lambda r: str(r["metadata"]["name"]))
 
 
@@ -226,6 +239,10 @@ def evaluate(
     """Evaluate ``rule`` for ``event``; returns the TriggerExecution it recorded (see the module docstring)."""
     m = rule["metadata"]
     namespace, name = m.get("namespace") or "", m["name"]
+    problem = name_problem(rule)
+    if problem is not None:  # not even a Rejected execution can be recorded under this name
+        raise errors.Invalid(problem, kind=TRIGGER_RULE.plural, name=name[:253],
+                             causes=[errors.Cause("metadata.name", problem, "FieldValueInvalid")])
     event = event or TriggerEvent(kind=kind, actor=actor)
     if actor and not event.actor:
         event = replace(event, actor=actor)
@@ -252,8 +269,7 @@ def evaluate(
         blocked = _concurrency(store, spec, namespace, name, event)
         if blocked is not None:
             return _rejected(store, rule, record, key, now, "ConcurrencyForbidden", blocked)
-        synced = event.issue is not None and _exists(store, kinds.IMPLEMENTATION_SPEC, namespace,
-                                                      spec_name(event.issue))
+        synced = event.issue is not None and _synced(store, namespace, event.issue)
         try:
             run = _run(spec, namespace, name, target, event, agent, merged, synced=synced)
         except _Refused as exc:
@@ -463,12 +479,15 @@ def _render(template: str, event: TriggerEvent, where: str) -> str:
         raise _Refused("InvalidTemplate", f"{where}: {exc}") from None
 
 
-def _exists(store: Any, kind: Any, namespace: str, name: str) -> bool:
+def _synced(store: Any, namespace: str, issue: Issue) -> bool:
+    """Whether the spec named for ``issue`` is this issue's: two repositories can normalise to one name
+    (``acme-x/web`` and ``acme/x-web``), and a run must never implement another issue's spec."""
     try:
-        store.get(kind, namespace, name)
+        found = store.get(kinds.IMPLEMENTATION_SPEC, namespace, spec_name(issue))
     except errors.NotFound:
         return False
-    return True
+    source = (found.get("spec") or {}).get("source") or {}
+    return bool(source.get("provider") == issue.provider and source.get("externalId") == issue.key)
 
 
 def _run(spec: TriggerRuleSpec, namespace: str, rule: str, name: str, event: TriggerEvent, agent: str,
@@ -568,6 +587,10 @@ class TriggerController(Controller):
         except errors.NotFound:
             return None
         if rule["metadata"].get("deletionTimestamp"):
+            return None
+        problem = name_problem(rule)
+        if problem is not None:
+            self._ready(rule, "False", "NameTooLong", problem)
             return None
         try:
             spec = rule_spec(rule)

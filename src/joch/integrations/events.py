@@ -19,7 +19,8 @@ rules read, whichever tracker sent it. A ``WebhookDelivery`` stores ``to_payload
   ``deleted``; its ``issue`` is partial (id, identifier, title, url, team), so ask the tracker for the
   rest.
 * ``actor`` and a comment's ``author``: GitHub logins; Linear's user email when the payload has one,
-  else the name. ``association`` is GitHub's ``author_association`` (None for Linear).
+  else the name (``actor``) or the user id (a comment's ``author``, which commands are authorized by:
+  a display name is anyone's to choose). ``association`` is GitHub's ``author_association`` (None for Linear).
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def _parse_linear(delivery_id: str, body: Mapping[str, Any]) -> TrackerEvent:
     if kind == "Comment" and data:
         partial = _linear_comment_issue(data, body)
         comment = CommentEvent(id=str(data.get("id") or ""), body=str(data.get("body") or ""),
-                               author=_linear_user(data.get("user")) or actor)
+                               author=_linear_identity(data.get("user")) or _linear_identity(body.get("actor")))
         return TrackerEvent(kind="comment", action=_LINEAR_COMMENT_ACTIONS.get(raw_action, raw_action),
                             issue=partial, comment=comment, team_key=partial.team_key if partial else None,
                             **common)
@@ -248,6 +249,15 @@ def _linear_comment_issue(data: Mapping[str, Any], body: Mapping[str, Any]) -> I
     node = {"id": issue_id, "identifier": identifier, "title": raw.get("title"), "url": raw.get("url"),
             "team": raw.get("team"), "updatedAt": raw.get("updatedAt")}
     return linear_issue(node)
+
+
+def _linear_identity(obj: Any) -> str | None:
+    """Who wrote a comment, as ``allowedActors`` matches it: the email, else the user id; never the
+    display name, which any workspace member may set to an allowed person's name or email."""
+    if not isinstance(obj, Mapping):
+        return None
+    value = obj.get("email") or obj.get("id")
+    return str(value) if value else None
 
 
 def _linear_user(obj: Any) -> str | None:

@@ -57,6 +57,7 @@ from joch.api.integrations import TRIGGER_EXECUTION, TRIGGER_RULE, WEBHOOK_DELIV
 from joch.api.meta import now as now_text
 from joch.controllers import sources, triggers
 from joch.integrations import events, signatures
+from joch.integrations.base import TrackerError
 from joch.server import resources, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
@@ -103,7 +104,10 @@ class WebhookRoutes:
         if not verified:
             self._refuse("github", f"X-Hub-Signature-256 of GitHub delivery {delivery} ({event_name}) for {where} "
                                    "does not verify with the webhook secret of any ImplementationSource following it")
-        event = events.parse_github(event_name, delivery, payload)
+        try:
+            event = events.parse_github(event_name, delivery, payload)
+        except TrackerError as exc:  # signed by a source, but not shaped as GitHub sends it
+            raise errors.BadRequest(exc.message) from None
         return self._record("github", delivery, event_name, event, verified)
 
     # --- Linear ------------------------------------------------------------------------------------
@@ -114,14 +118,20 @@ class WebhookRoutes:
         delivery = headers.get("linear-delivery") or str(payload.get("webhookId") or "") + ":" + \
             str(payload.get("webhookTimestamp") or "")
         event_name = headers.get("linear-event") or str(payload.get("type") or "")
-        event = events.parse_linear(delivery, payload)
+        try:
+            event: events.TrackerEvent | None = events.parse_linear(delivery, payload)
+            problem = None
+        except TrackerError as exc:  # unreadable: only a signature may tell the sender it is malformed
+            event, problem = None, exc.message
         signature = headers.get("linear-signature")
-        candidates = sources.sources_of_team(self.store, getattr(event, "team_key", None))
+        candidates = sources.sources_of_team(self.store, event.team_key if event is not None else None)
         verified = [s for s in candidates if (secret := self._source_secret(s)) is not None
                     and signatures.verify_linear(secret, body, signature)]
         if not verified:
             self._refuse("linear", f"Linear-Signature of Linear delivery {delivery} ({event_name}) does not verify "
                                    "with the webhook secret of any ImplementationSource of its team")
+        if event is None:
+            raise errors.BadRequest(problem or "the Linear delivery cannot be read")
         if not signatures.linear_fresh(payload, self.clock()):
             self._refuse("linear", f"Linear delivery {delivery}: webhookTimestamp {payload.get('webhookTimestamp')} "
                                    "is more than 60 s from the server's clock (a replay, or the clocks differ)")
@@ -157,9 +167,12 @@ class WebhookRoutes:
                      body: bytes, headers: Mapping[str, str]) -> str:
         if webhook.dedupeKey:
             event = triggers.TriggerEvent(kind="webhook", payload=payload, headers=kept)
+            # The key is stored (the delivery's deliveryId, the execution's dedupeKey): the template never
+            # sees the signature or a credential header, so no rule can copy one into a readable object.
+            visible = events.generic(rule, payload, headers).headers
             try:
                 rendered = triggers.TEMPLATES.from_string(webhook.dedupeKey).render(
-                    payload=payload, headers={k.lower(): v for k, v in headers.items()}, event=event.context())
+                    payload=payload, headers=visible, event=event.context())
             except Exception as exc:  # noqa: BLE001 - any template failure is the rule's to fix
                 raise errors.BadRequest(f"TriggerRule {rule} spec.webhook.dedupeKey cannot be rendered for this "
                                         f"delivery: {exc}") from None
@@ -176,6 +189,9 @@ class WebhookRoutes:
         return _secret(self.store, source["metadata"].get("namespace") or "", ref["name"], ref["key"])
 
     def _refuse(self, provider: str, reason: str) -> NoReturn:
+        # Anyone may call these routes and every refusal is an audit row: the sender's headers and body
+        # (delivery id, event, repository) are clipped, so a request cannot write 64 KiB into the log.
+        reason = _clipped(reason)
         outer = current_request()
         user = webhook_user(provider)
         self.store.audit(AuditEntry(verb="create", kind=WEBHOOK_DELIVERY.kind, decision="denied", reason=reason,
@@ -258,6 +274,10 @@ def _json(body: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.BadRequest("the webhook body must be a JSON object")
     return value
+
+
+def _clipped(text: str, limit: int = 600) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
 
 
 def _mapping(value: Any) -> dict[str, Any]:
