@@ -11,7 +11,8 @@ editor     viewer, and create, update, patch, delete every kind except the admin
 approver   viewer, and deciding approvals: ``update`` on ``approvals/decide``
            (``POST /v1/namespaces/NS/approvals/NAME/decide``)
 admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, Events, Policies, Teams,
-           Environments, Leases, status subresources, the namespace's audit log
+           Environments, Leases, WebhookDeliveries, TriggerExecutions, WriteIntents (editors read them),
+           status subresources, the namespace's audit log
 =========  ==============================================================================================
 
 A RoleBinding has Kubernetes' shape: ``roleRef`` and ``subjects`` are top-level keys (no ``spec``).
@@ -66,8 +67,12 @@ HIDDEN = frozenset({"secrets", "auditevents", ALL})  # not even viewers read the
 # Events are what Joch's controllers and admission say happened (as in Kubernetes' edit role,
 # editors read them): an editor must not forge "approved by" one or delete a policy warning.
 FIRE = ("create", "triggerrules", "fire")  # the one subresource editors write: firing a rule starts a run
+# WebhookDeliveries, TriggerExecutions and WriteIntents are Joch's own records of what came in and
+# what goes out, as Events are: a forged delivery would be processed as verified, a forged execution
+# would block an event's dedupe key, and a forged WriteIntent would be sent with a source's token.
 ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "events", "policies", "teams",
-                        "environments", "leases", "auditevents", ALL})
+                        "environments", "leases", "auditevents", "webhookdeliveries", "triggerexecutions",
+                        "writeintents", ALL})
 
 
 @dataclass(frozen=True)
