@@ -28,7 +28,8 @@ from joch.controllers.assembly import build_controllers
 from joch.controllers.base import Controller
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
-from joch.controllers.writeback import WriteBackController, WriteIntentController, marker
+from joch.controllers.writeback import WriteBackController
+from joch.controllers.writeintents import WriteIntentController, marker
 from joch.runtime.local import LocalRuntime
 from joch.server.app import create_app
 from joch.server.testing import ServerThread

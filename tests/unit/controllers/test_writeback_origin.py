@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from joch.api.integrations import RULE_LABEL, SOURCE_ITEM, SOURCE_LABEL
-from joch.controllers.writeback import content_hash, merged_write_back, origin_of
+from joch.controllers.writeback import merged_write_back, origin_of
+from joch.controllers.writeintents import content_hash
 from joch.store.base import Obj
 
 
