@@ -44,10 +44,11 @@ from typing import Any
 
 from joch.api import errors, kinds
 from joch.api.integrations import (
+    EXECUTION_ANNOTATION,
     IMPLEMENTATION_SOURCE,
     RULE_LABEL,
-    SOURCE_ITEM,
     SOURCE_LABEL,
+    TRIGGER_EXECUTION,
     TRIGGER_RULE,
     WRITE_INTENT,
     WRITE_RUN,
@@ -55,6 +56,7 @@ from joch.api.integrations import (
 from joch.api.registry import KindInfo
 from joch.api.writeback import WriteBack
 from joch.compiler import render
+from joch.controllers import approvals, triggers
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.invocations import git_source
 from joch.controllers.writeintents import PATCH_LIMIT, marker, owned, read_artifact, read_obj
@@ -126,17 +128,43 @@ class Origin:
     rule: str | None = None
 
 
-def origin_of(run: Obj, rules: Any, specs: Any) -> Origin | None:
-    """``rules``/``specs``: caches (``get(namespace, name)``) of TriggerRules and ImplementationSpecs."""
+def triggered_by(run: Obj, executions: Any) -> Obj | None:
+    """The TriggerExecution that dispatched ``run``, when a TriggerRule really made it; else None.
+
+    The ``RULE_LABEL`` label and the ``SOURCE_ITEM``/``EXECUTION_ANNOTATION`` annotations are written
+    by the trigger, but anyone who may create or edit AgentRuns can write them too — and they decide
+    which issue Joch writes to with the source's credentials. So they are trusted only when admission
+    recorded the rule's own user as the run's creator and the execution they name is ``Dispatched``
+    for this run by this rule; the item is then the execution's (a record written once), never the
+    annotation's. ``executions``: ``get(namespace, name)`` of TriggerExecutions."""
     m = run.get("metadata") or {}
     namespace = m.get("namespace") or ""
-    labels = m.get("labels") or {}
-    annotations = m.get("annotations") or {}
-    rule_name = labels.get(RULE_LABEL)
+    rule_name = (m.get("labels") or {}).get(RULE_LABEL)
+    name = (m.get("annotations") or {}).get(EXECUTION_ANNOTATION)
+    if not rule_name or not name or executions is None:
+        return None
+    if approvals.creator_of(run) != triggers.trigger_user(namespace, rule_name).name:
+        return None
+    execution: Obj | None = executions.get(namespace, name)
+    spec = (execution or {}).get("spec") or {}
+    if (spec.get("decision") != "Dispatched" or (spec.get("ruleRef") or {}).get("name") != rule_name
+            or (spec.get("runRef") or {}).get("name") != m.get("name")):
+        return None
+    return execution
+
+
+def origin_of(run: Obj, rules: Any, specs: Any, executions: Any = None) -> Origin | None:
+    """``rules``/``specs``/``executions``: caches (``get(namespace, name)``) of TriggerRules,
+    ImplementationSpecs and TriggerExecutions. A run's trigger labels and annotations count only when
+    ``triggered_by`` vouches for them."""
+    m = run.get("metadata") or {}
+    namespace = m.get("namespace") or ""
+    execution = triggered_by(run, executions)
+    rule_name = (m.get("labels") or {}).get(RULE_LABEL) if execution is not None else None
     spec_name = ((run.get("spec") or {}).get("implementationRef") or {}).get("name")
     synced = specs.get(namespace, spec_name) if spec_name else None
     source: str | None = None
-    item: str | None = annotations.get(SOURCE_ITEM)
+    item: str | None = (((execution or {}).get("spec") or {}).get("event") or {}).get("item")
     url = title = None
     if synced is not None:
         source = ((synced.get("metadata") or {}).get("labels") or {}).get(SOURCE_LABEL)
@@ -162,6 +190,16 @@ def origin_of(run: Obj, rules: Any, specs: Any) -> Origin | None:
                   "identifier": found["identifier"]}
         return Origin(source, "linear", target, item, url, title, rule_name)
     return None
+
+
+class _Stored:
+    """``get(namespace, name)`` of ``kind`` straight from the store."""
+
+    def __init__(self, store: Any, kind: KindInfo) -> None:
+        self.store, self.kind = store, kind
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return read_obj(self.store, self.kind, namespace, name)
 
 
 def merged_write_back(rule: Mapping[str, Any] | None, agent: Mapping[str, Any] | None) -> WriteBack | None:
@@ -240,7 +278,10 @@ class WriteBackController(Controller):
         phase = status.get("phase")
         if phase is None:
             return None
-        origin = origin_of(run, self.ctx.cache(TRIGGER_RULE), self.ctx.cache(kinds.IMPLEMENTATION_SPEC))
+        # The execution is read from the store: it is created with the run, and a cache a moment
+        # behind would leave the run without its write-back.
+        origin = origin_of(run, self.ctx.cache(TRIGGER_RULE), self.ctx.cache(kinds.IMPLEMENTATION_SPEC),
+                           _Stored(self.ctx.store, TRIGGER_EXECUTION))
         if origin is None:
             return None
         wb = self._write_back(run, origin)

@@ -21,7 +21,7 @@ from joch.admission.apply import apply_documents, create_documents
 from joch.admission.documents import load_documents
 from joch.api import kinds
 from joch.api.audit import AuditQuery
-from joch.api.integrations import RULE_LABEL, SOURCE_ITEM, SOURCE_LABEL, WRITE_INTENT
+from joch.api.integrations import EXECUTION_ANNOTATION, RULE_LABEL, SOURCE_ITEM, SOURCE_LABEL, WRITE_INTENT
 from joch.api.meta import parse_time
 from joch.controllers.approvals import ApprovalController
 from joch.controllers.assembly import build_controllers
@@ -512,10 +512,16 @@ def rule(write_back: dict[str, Any]) -> dict[str, Any]:
 def create_triggered_run(env: Env, name: str, git_url: str) -> None:
     doc = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun",
            "metadata": {"name": name, "labels": {RULE_LABEL: "on-label"},
-                        "annotations": {SOURCE_ITEM: "github:acme/web#1"}},
+                        "annotations": {SOURCE_ITEM: "github:acme/web#1", EXECUTION_ANNOTATION: name,
+                                        kinds.CREATED_BY: "system:joch:trigger:default:on-label"}},
            "spec": {"agentRef": {"name": "coder"}, "implementation": {"inline": {"text": "say hello"}},
                     "execution": {"coordinates": {"git": {"url": git_url, "ref": "main"}}}}}
-    create_documents(env.store, load_documents(json.dumps(doc)), dry_run=False)
+    execution = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "TriggerExecution",
+                 "metadata": {"name": name, "labels": {RULE_LABEL: "on-label"}},
+                 "spec": {"ruleRef": {"name": "on-label"}, "decision": "Dispatched", "runRef": {"name": name},
+                          "dedupeKey": f"manual:{name}", "evaluatedAt": "2026-01-01T00:00:00Z",
+                          "event": {"kind": "issue", "item": "github:acme/web#1"}}}
+    create_documents(env.store, load_documents(json.dumps(execution) + "\n---\n" + json.dumps(doc)), dry_run=False)
 
 
 def test_the_rules_template_wins_and_renders_in_the_sandbox(make_env: Callable[..., Env], bare: Path) -> None:
@@ -588,3 +594,4 @@ def test_a_policy_can_deny_a_write(make_env: Callable[..., Env], bare: Path) -> 
     assert row.decision == "denied" and "comment on github:acme/web#1" in row.reason
     time.sleep(0.5)
     assert env.github.comments() == []
+
