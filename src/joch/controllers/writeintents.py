@@ -327,6 +327,13 @@ class WriteIntentController(Controller):
             sent = self._deliver(tracker, intent)
         except TrackerError as exc:
             return self._failed(intent, exc)
+        except Exception as exc:  # anything else must still count the attempt and back off
+            # Left alone it would leave the intent Sending, sent again at once and forever with no
+            # attempt counted. Only its type reaches status: its text may hold anything.
+            logger.exception("%s: WriteIntent %s/%s: unexpected error while sending", what,
+                             intent["metadata"].get("namespace"), intent["metadata"]["name"])
+            return self._failed(intent, TrackerError(
+                "Unavailable", f"unexpected {type(exc).__name__} while sending; see the Joch server's log"))
         fresh = self.ctx.store.get(WRITE_INTENT, intent["metadata"].get("namespace"), intent["metadata"]["name"])
         status = dict(fresh.get("status") or {})
         status.update(phase="Succeeded", sentAt=now(), sentHash=content_hash(spec), **sent)

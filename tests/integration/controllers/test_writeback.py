@@ -5,6 +5,7 @@ the fake itself."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -595,3 +596,19 @@ def test_a_policy_can_deny_a_write(make_env: Callable[..., Env], bare: Path) -> 
     time.sleep(0.5)
     assert env.github.comments() == []
 
+
+def test_an_unexpected_error_while_sending_counts_the_attempt_and_backs_off(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    """Not a TrackerError (here: a token Secret that is not UTF-8): the intent must not stay Sending,
+    resent at once and forever with no attempt counted."""
+    env = make_env(only_writeback=True)
+    garbled = base64.b64encode(b"\xff\xfe\xfd").decode()
+    env.apply({**SECRET, "spec": {"data": {"token": garbled}}}, provider(), agent({"comment": {}, "maxAttempts": 2}))
+    env.create_run("r20", git_url=str(bare))
+    set_run_status(env, "r20", phase="Running")
+    wait_for(lambda: env.intent_phase("r20-comment") == "Retrying", "Retrying", debug=lambda: env.intent("r20-comment"))
+    intent = env.intent("r20-comment")
+    assert intent is not None and intent["status"]["attempts"] == 1
+    assert intent["status"]["lastError"].startswith("Unavailable: unexpected UnicodeDecodeError")
+    assert intent["status"]["nextAttemptAt"]
+    assert env.github.comments() == []
