@@ -46,6 +46,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from joch.api import errors, kinds
 from joch.api.audit import AuditEntry
@@ -392,6 +393,16 @@ class WriteIntentController(Controller):
         name = intent["metadata"]["name"]
         if not pr:
             raise TrackerError("Invalid", f"WriteIntent {name}: spec.pullRequest is not set")
+        git_url = str(pr["gitUrl"])
+        repository = tracker.repository()
+        if git_url.startswith("https://") and _repo_key(git_url) != _repo_key(repository.clone_url):
+            # The token goes with an https push: only ever to the source's own repository, never to
+            # whatever host a run's (user-written) execution coordinates name.
+            raise TrackerError("Invalid", f"WriteIntent {name}: the run's repository {_safe_url(git_url)} is not "
+                                          f"{repository.owner}/{repository.name}, the repository of "
+                                          f'ImplementationSource "{spec["target"]["sourceRef"]["name"]}" that gets '
+                                          "the pull request; run the agent on that repository, or set "
+                                          "writeBack.pullRequest.sourceRef to the source of the run's repository")
         found = tracker.find_pull_request(pr["branch"])
         commit = (intent.get("status") or {}).get("commit")
         if found is None:
@@ -401,8 +412,7 @@ class WriteIntentController(Controller):
                 raise TrackerError("NotFound", f'WriteIntent {name}: the changes.patch of run '
                                                f'"{spec["runRef"]["name"]}" is gone (its files were removed?); '
                                                "nothing to push")
-            base = pr.get("base") or tracker.repository().default_branch
-            git_url = str(pr["gitUrl"])
+            base = pr.get("base") or repository.default_branch
             token = tracker.token() if git_url.startswith("https://") else None
             with tempfile.TemporaryDirectory(prefix="joch-push-", dir=self.workdir) as tmp:
                 commit = gitpush.push_patch(
@@ -466,6 +476,21 @@ def describe(intent: Obj) -> str:
         where = f'linear:{t.get("identifier") or t.get("issueId")}'
     what = {"comment": "comment", "pullRequest": "pull request", "link": "link"}.get(str(spec.get("type")), "write")
     return f"{what} on {where}"
+
+
+def _repo_key(url: str) -> tuple[str, str, str]:
+    """An https git URL compared as (scheme, host, path without ``.git``), case-insensitively."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/").lower().removesuffix(".git")
+    return parts.scheme.lower(), (parts.hostname or "").lower(), path
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without any user or password in it (it goes into status)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _target(raw: Mapping[str, Any]) -> WriteTarget:

@@ -612,3 +612,28 @@ def test_an_unexpected_error_while_sending_counts_the_attempt_and_backs_off(
     assert intent["status"]["lastError"].startswith("Unavailable: unexpected UnicodeDecodeError")
     assert intent["status"]["nextAttemptAt"]
     assert env.github.comments() == []
+
+
+def test_the_token_is_pushed_only_to_the_sources_own_repository(make_env: Callable[..., Env], bare: Path) -> None:
+    """A run's git URL is the run author's to write: an https push there must not carry the source's
+    token to another host or repository."""
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({}))
+    env.create_run("r21", git_url=str(bare))
+    run = env.run("r21")
+    content = {"gitUrl": "https://evil.invalid/acme/web.git", "branch": "joch/r21", "base": "main",
+               "baseCommit": "0" * 40, "title": "t", "body": "b", "authorDate": "2026-01-01T00:00:00Z"}
+    env.store.create(WRITE_INTENT, {
+        "apiVersion": WRITE_INTENT.api_version, "kind": WRITE_INTENT.kind,
+        "metadata": {"name": "r21-evil", "namespace": "default"},
+        "spec": {"runRef": {"name": "r21"}, "runUid": run["metadata"]["uid"], "type": "pullRequest",
+                 "target": {"provider": "github", "sourceRef": {"name": "gh"}, "owner": "acme", "repo": "web"},
+                 "pullRequest": content, "maxAttempts": 1}})
+    wait_for(lambda: env.intent_phase("r21-evil") == "Failed", "Failed", debug=lambda: env.intent("r21-evil"))
+    intent = env.intent("r21-evil")
+    assert intent is not None
+    error = intent["status"]["lastError"]
+    assert error.startswith("Invalid:") and "https://evil.invalid/acme/web.git is not acme/web" in error
+    assert env.github.pulls() == []
+    no_token_leaks(env)
+
