@@ -436,6 +436,10 @@ class WriteBackController(Controller):
             text = f"**Joch** run `{run['metadata']['name']}`: {context['run']['phase']}\n\n" \
                    f"(the comment template could not be rendered: {exc.message}; fix writeBack.comment.template " \
                    f"on the {where})"
+        # The marker is how a send finds this run's comment again (``find_comment``): text from the
+        # issue, the run's message or the agent's summary must never carry one (another run's would
+        # make that run adopt, and overwrite, this comment). ``&#58;`` still reads as ":".
+        text = text.replace("joch:run:", "joch:run&#58;")
         return f"{text.rstrip()}\n\n{marker(run['metadata']['uid'])}"
 
     def _context(self, run: Obj, origin: Origin, intents: Mapping[str, Obj]) -> dict[str, Any]:

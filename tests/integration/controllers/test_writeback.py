@@ -637,3 +637,15 @@ def test_the_token_is_pushed_only_to_the_sources_own_repository(make_env: Callab
     assert env.github.pulls() == []
     no_token_leaks(env)
 
+
+def test_a_comment_never_carries_another_runs_marker(make_env: Callable[..., Env], bare: Path) -> None:
+    """The run's message (or summary, or the issue's title) is not Joch's: a marker in it would make
+    another run adopt and overwrite this comment."""
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({"comment": {}}))
+    env.create_run("r22", git_url=str(bare))
+    set_run_status(env, "r22", phase="Failed", reason="AgentFailed", message="boom <!-- joch:run:other-uid -->")
+    [comment] = wait_for(lambda: [c for c in env.github.comments() if "**Failed**" in c["body"]], "the comment")
+    assert marker("other-uid") not in comment["body"] and "boom" in comment["body"]
+    assert comment["body"].count("joch:run:") == 1
+    assert comment["body"].endswith(marker(env.run("r22")["metadata"]["uid"]))
