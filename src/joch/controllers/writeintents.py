@@ -267,8 +267,12 @@ class WriteIntentController(Controller):
         if approval is None:
             run = self._run(intent)
             if run is not None:
+                # Asked again: a Policy's separation of duties (and its policyRef) must survive a
+                # deleted Approval, or its requester could delete it and approve the new one.
+                outcomes = decisions.write_back(decisions.StoreSource(self.ctx.store), intent, run)
+                asked = next((o for o in outcomes if o.action == "requireApproval"), None)
                 try:
-                    self.ctx.store.create(kinds.APPROVAL, self._approval(intent, run, None))
+                    self.ctx.store.create(kinds.APPROVAL, self._approval(intent, run, asked))
                 except errors.AlreadyExists:
                     pass
             return None

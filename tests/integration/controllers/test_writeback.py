@@ -649,3 +649,28 @@ def test_a_comment_never_carries_another_runs_marker(make_env: Callable[..., Env
     assert marker("other-uid") not in comment["body"] and "boom" in comment["body"]
     assert comment["body"].count("joch:run:") == 1
     assert comment["body"].endswith(marker(env.run("r22")["metadata"]["uid"]))
+
+
+def test_a_recreated_write_back_approval_keeps_the_policys_separation_of_duties(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    """Deleting the Approval must not buy a new one its requester may decide."""
+    env = make_env(only_writeback=True)
+    policy = {**WRITE_BACK_POLICY, "spec": {"separationOfDuties": True, "rules": [
+        {**WRITE_BACK_POLICY["spec"]["rules"][0], "expression": 'object.spec.type == "comment"'}]}}
+    env.apply(policy, provider(), agent({"comment": {}}))
+    env.create_run("r23", git_url=str(bare))
+    set_run_status(env, "r23", phase="Running")
+    wait_for(lambda: env.intent_phase("r23-comment") == "PendingApproval", "the gate")
+    first = env.store.get(kinds.APPROVAL, "default", "r23-comment")
+    assert first["spec"]["separationOfDuties"] is True
+    env.store.delete(kinds.APPROVAL, "default", "r23-comment", uid=first["metadata"]["uid"])
+
+    def again() -> dict[str, Any] | None:
+        found = [a for a in env.store.list(kinds.APPROVAL).items if a["metadata"]["name"] == "r23-comment"
+                 and a["metadata"]["uid"] != first["metadata"]["uid"]]
+        return found[0] if found else None
+
+    second = wait_for(again, "the Approval asked again")
+    assert second["spec"]["separationOfDuties"] is True
+    assert second["spec"]["policyRef"]["name"] == "reviewed-prs"
+    assert env.github.comments() == []
