@@ -407,7 +407,11 @@ class WriteIntentController(Controller):
                                           f'ImplementationSource "{spec["target"]["sourceRef"]["name"]}" that gets '
                                           "the pull request; run the agent on that repository, or set "
                                           "writeBack.pullRequest.sourceRef to the source of the run's repository")
-        found = tracker.find_pull_request(pr["branch"])
+        # This run's pull request carries its marker: one left on the branch by an earlier run of the
+        # same name (closed, merged) is not adopted as this run's.
+        mark = marker(spec["runUid"])
+        body = f'{str(pr["body"]).replace("joch:run:", "joch:run&#58;").rstrip()}\n\n{mark}'
+        found = tracker.find_pull_request(pr["branch"], marker=mark)
         commit = (intent.get("status") or {}).get("commit")
         if found is None:
             run = self._run(intent)
@@ -424,8 +428,8 @@ class WriteIntentController(Controller):
                     message=f'{pr["title"]}\n\nJoch run {spec["runRef"]["name"]}', author_name=COMMIT_AUTHOR[0],
                     author_email=COMMIT_AUTHOR[1], date=pr["authorDate"], token=token, workdir=Path(tmp))
             # Found again: a PR opened for the branch between the first look and the push is adopted.
-            found = tracker.find_pull_request(pr["branch"]) or tracker.create_pull_request(
-                head=pr["branch"], base=base, title=pr["title"], body=pr["body"], draft=bool(pr.get("draft")))
+            found = tracker.find_pull_request(pr["branch"], marker=mark) or tracker.create_pull_request(
+                head=pr["branch"], base=base, title=pr["title"], body=body, draft=bool(pr.get("draft")))
         out: dict[str, Any] = {"externalId": str(found.number), "url": found.url}
         if commit:
             out["commit"] = commit

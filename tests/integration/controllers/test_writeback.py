@@ -674,3 +674,21 @@ def test_a_recreated_write_back_approval_keeps_the_policys_separation_of_duties(
     assert second["spec"]["separationOfDuties"] is True
     assert second["spec"]["policyRef"]["name"] == "reviewed-prs"
     assert env.github.comments() == []
+
+
+def test_a_closed_pull_request_of_an_earlier_run_of_the_name_is_not_adopted(
+        make_env: Callable[..., Env], bare: Path, github: fake_github.FakeGitHub) -> None:
+    env = make_env()
+    git("branch", "joch/r24", "main", cwd=bare)
+    old = github.open_pull_request("acme/web", head="joch/r24", base="main", title="an earlier r24", body="old")
+    with github.lock:
+        github._repo("acme/web").pulls[old["number"]]["state"] = "closed"
+    env.apply(provider(), agent({"comment": {}, "pullRequest": {"branchPrefix": "joch"}}))
+    env.create_run("r24", git_url=str(bare))
+    run = wait_for(lambda: (r := env.run("r24")).get("status", {}).get("writeBack", {}).get("pullRequest") and r,
+                   "the pull request in the run's status", timeout=60)
+    ref = run["status"]["writeBack"]["pullRequest"]
+    assert ref["number"] != old["number"]
+    new = [p for p in env.github.pulls() if p["number"] == ref["number"]]
+    assert new and new[0]["state"] == "open" and marker(run["metadata"]["uid"]) in new[0]["body"]
+    assert git("show", f'{ref["commit"]}:README.md', cwd=bare) == "# web\nHello from Joch"
