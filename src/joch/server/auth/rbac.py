@@ -11,7 +11,7 @@ editor     viewer, and create, update, patch, delete every kind except the admin
 approver   viewer, and deciding approvals: ``update`` on ``approvals/decide``
            (``POST /v1/namespaces/NS/approvals/NAME/decide``)
 admin      everything in the namespace: Secrets, RoleBindings, Budgets, Models, Events, Policies, Teams,
-           Environments, Leases, status subresources, the namespace's audit log
+           Environments, Leases, WriteIntents, TriggerExecutions, status subresources, the namespace's audit log
 =========  ==============================================================================================
 
 A RoleBinding has Kubernetes' shape: ``roleRef`` and ``subjects`` are top-level keys (no ``spec``).
@@ -66,8 +66,11 @@ HIDDEN = frozenset({"secrets", "auditevents", ALL})  # not even viewers read the
 # Events are what Joch's controllers and admission say happened (as in Kubernetes' edit role,
 # editors read them): an editor must not forge "approved by" one or delete a policy warning.
 FIRE = ("create", "triggerrules", "fire")  # the one subresource editors write: firing a rule starts a run
+# WriteIntents and TriggerExecutions are what Joch's controllers decided: a WriteIntent an editor
+# wrote would be sent with the ImplementationSource's token to any issue or repository, and the
+# TriggerExecution is what write-back trusts for a triggered run's issue.
 ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "events", "policies", "teams",
-                        "environments", "leases", "auditevents", ALL})
+                        "environments", "leases", "auditevents", "writeintents", "triggerexecutions", ALL})
 
 
 @dataclass(frozen=True)
