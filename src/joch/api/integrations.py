@@ -15,7 +15,7 @@ Joch did about it (``WebhookDelivery``, ``TriggerExecution``, ``WriteIntent``).
   once, everything in ``spec``.
 * ``WriteIntent`` (runtime.joch.dev): one outward write (a comment, a pull request, a link), with the
   phases ``PendingApproval → ReadyToSend → Sending → Succeeded | Retrying | Failed | Rejected``
-  (``joch.controllers.writeback``).
+  (``joch.controllers.writeback`` decides them, ``joch.controllers.writeintents`` sends them).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ an audit record with verb ``expire``), and the controller asks to look again at 
 nothing polls. The run controller fails the run ``ApprovalExpired``.
 
 Write-back Approvals (action ``write-back``) are named after their WriteIntent and owned by it
-(``joch.controllers.writeback``); their ``runRef`` names the run, but the run controller only ever
+(``joch.controllers.writeintents``); their ``runRef`` names the run, but the run controller only ever
 reads the run's ``<run>-dispatch`` Approval, so deciding one never starts or fails a run. Deciding is the
 ``/v1/.../approvals/{name}/decide`` route's job (``joch.server.runs``), which refuses a decision
 past ``expiresAt`` even before this controller has marked it.

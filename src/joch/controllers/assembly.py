@@ -16,7 +16,8 @@ def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions
     from joch.controllers.runs import RunController
     from joch.controllers.sources import SourceController
     from joch.controllers.triggers import TriggerController
-    from joch.controllers.writeback import WriteBackController, WriteIntentController
+    from joch.controllers.writeback import WriteBackController
+    from joch.controllers.writeintents import WriteIntentController
 
     return [AgentController(), RunController(runtime, options), ApprovalController(),
             BudgetController(options.resync_period), SourceController(), TriggerController(), DeliveryController(),

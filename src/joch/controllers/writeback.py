@@ -22,97 +22,52 @@ Two controllers split the work so that deciding *what* to write never waits on t
     GitHub issue). Fixed once created.
   - ``<run>-link``: for a Linear issue, the pull request's URL attached to it once the PR is open.
 
-  It copies where the writes landed into the run's ``status.writeBack``.
-
-* ``WriteIntentController`` (primary WriteIntent, secondary Approval) sends one intent::
-
-      (new) ──► PendingApproval ──► ReadyToSend ──► Sending ──► Succeeded
-        │             └──► Rejected (denied, expired)   │  ▲ └──► Retrying ──► Sending …
-        └──► Rejected (a Policy denies)                 │  └── a comment whose body changed
-                                                        └──► Failed (not retryable, or maxAttempts)
-
-  A new intent asks the Policies (phase ``writeBack``: ``joch.policy.decisions.write_back``): ``deny``
-  rejects it; ``requireApproval`` — or ``spec.requiresApproval`` — creates the Approval named after
-  the intent (action ``write-back``, ``runRef`` the run, owned by the intent: the run controller only
-  ever looks at the run's own ``<run>-dispatch`` Approval, so it never mistakes this one for a
-  dispatch decision). ``joch approve``/``joch deny`` decide it like any other.
-
-  **Nothing is written twice.** The controller records ``Sending`` (and the attempt) before it
-  touches the tracker, and every send starts by looking for what an earlier, interrupted send may
-  have left: a comment is looked up by its marker before one is created (or edited by its recorded
-  id), a pull request by its branch before one is opened, and the branch push is a forced push of
-  a commit that is the same on every retry. A server killed mid-send finds the intent ``Sending``
-  and adopts what is there. A retryable failure (rate limit, 5xx, network) waits ``5 s · 2^n``
-  (at most 10 minutes, with jitter, and never before the tracker's ``retry_at``) until
-  ``maxAttempts``; others fail at once. Every send is audited (verb ``write``, kind WriteIntent,
-  ``comment on github:acme/web#12``). Credentials are read from the Secret at the last moment
-  and never reach status, audit or errors (``TrackerError`` messages name the Secret, not its value).
+  It copies where the writes landed into the run's ``status.writeBack``. The intents are sent by
+  ``joch.controllers.writeintents.WriteIntentController`` (phases, approvals, policy, backoff, audit).
 
 What bit us, and holds now:
 
-* The caches lag the store. A send is decided from the *stored* intent (a cache still showing
-  ``Sending`` after this controller wrote ``Retrying`` sent again, ahead of the backoff), and the
-  ImplementationSource is read from the store when it is used (a source a moment behind in its
-  cache failed a write for good). Runs are looked at again when their Agent, synced spec or rule
-  changes, since those may reach their caches after the run.
+* Runs are looked at again when their Agent, synced spec or rule changes, since those may reach
+  their caches after the run.
 * A change that cannot be proposed (a run from Linear without ``pullRequest.sourceRef``, a title
   template that does not render) is said in the comment, not retried.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import hashlib
 import logging
-import random
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from joch.api import errors, kinds
-from joch.api.audit import AuditEntry
-from joch.api.identity import CONTROLLER
 from joch.api.integrations import (
+    EXECUTION_ANNOTATION,
     IMPLEMENTATION_SOURCE,
     RULE_LABEL,
-    SOURCE_ITEM,
     SOURCE_LABEL,
+    TRIGGER_EXECUTION,
     TRIGGER_RULE,
     WRITE_INTENT,
     WRITE_RUN,
-    WriteTarget,
 )
-from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.api.writeback import WriteBack
 from joch.compiler import render
-from joch.controllers import approvals, events
+from joch.controllers import approvals, triggers
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.invocations import git_source
-from joch.integrations import gitpush, trackers
-from joch.integrations.base import SecretLookup, Tracker, TrackerError
-from joch.policy import decisions
+from joch.controllers.writeintents import PATCH_LIMIT, marker, owned, read_artifact, read_obj
 from joch.runtime import base as rt
 from joch.store.base import Obj
 
 logger = logging.getLogger("joch.controllers.writeback")
 
-COMPONENT = "joch-writeback-controller"
-ACTION = "write-back"
-BACKOFF_BASE = 5.0
-BACKOFF_CAP = 600.0
-JITTER = 0.2
 SUMMARY_BYTES = 4000
-PATCH_LIMIT = 64 * 1024 * 1024
-COMMIT_AUTHOR = ("Joch", "joch@users.noreply.joch.dev")
-ACTIVE = frozenset({"Pending", "AwaitingApproval", "Queued", "Running"})
 ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
-NORMAL: Literal["Normal", "Warning"] = "Normal"
-WARNING: Literal["Normal", "Warning"] = "Warning"
+
 
 DEFAULT_COMMENT = """\
 **Joch** run `{{ run.name }}` (agent `{{ run.agent }}`): **{{ run.phase }}**\
@@ -153,23 +108,6 @@ def _cost_text(cost: Any, phase: str | None) -> str | None:
     return "$0.0000 (the agent reported no usage)" if phase in ENDED else None
 
 
-def marker(run_uid: str) -> str:
-    return f"<!-- joch:run:{run_uid} -->"
-
-
-def content_hash(spec: Mapping[str, Any]) -> str:
-    """What a send wrote, hashed: a comment whose body changed is sent again."""
-    kind = spec.get("type")
-    if kind == "comment":
-        text = str(spec.get("body") or "")
-    elif kind == "link":
-        text = f'{spec.get("url")}\0{spec.get("title") or ""}'
-    else:
-        pr = spec.get("pullRequest") or {}
-        text = "\0".join(str(pr.get(k) or "") for k in ("branch", "baseCommit", "base", "title", "body"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 # --- where a run's work came from ----------------------------------------------------------------
 
 _GITHUB_ITEM = re.compile(r"^github:(?P<owner>[^/\s]+)/(?P<repo>[^#\s]+)#(?P<number>\d+)$")
@@ -190,17 +128,43 @@ class Origin:
     rule: str | None = None
 
 
-def origin_of(run: Obj, rules: Any, specs: Any) -> Origin | None:
-    """``rules``/``specs``: caches (``get(namespace, name)``) of TriggerRules and ImplementationSpecs."""
+def triggered_by(run: Obj, executions: Any) -> Obj | None:
+    """The TriggerExecution that dispatched ``run``, when a TriggerRule really made it; else None.
+
+    The ``RULE_LABEL`` label and the ``SOURCE_ITEM``/``EXECUTION_ANNOTATION`` annotations are written
+    by the trigger, but anyone who may create or edit AgentRuns can write them too — and they decide
+    which issue Joch writes to with the source's credentials. So they are trusted only when admission
+    recorded the rule's own user as the run's creator and the execution they name is ``Dispatched``
+    for this run by this rule; the item is then the execution's (a record written once), never the
+    annotation's. ``executions``: ``get(namespace, name)`` of TriggerExecutions."""
     m = run.get("metadata") or {}
     namespace = m.get("namespace") or ""
-    labels = m.get("labels") or {}
-    annotations = m.get("annotations") or {}
-    rule_name = labels.get(RULE_LABEL)
+    rule_name = (m.get("labels") or {}).get(RULE_LABEL)
+    name = (m.get("annotations") or {}).get(EXECUTION_ANNOTATION)
+    if not rule_name or not name or executions is None:
+        return None
+    if approvals.creator_of(run) != triggers.trigger_user(namespace, rule_name).name:
+        return None
+    execution: Obj | None = executions.get(namespace, name)
+    spec = (execution or {}).get("spec") or {}
+    if (spec.get("decision") != "Dispatched" or (spec.get("ruleRef") or {}).get("name") != rule_name
+            or (spec.get("runRef") or {}).get("name") != m.get("name")):
+        return None
+    return execution
+
+
+def origin_of(run: Obj, rules: Any, specs: Any, executions: Any = None) -> Origin | None:
+    """``rules``/``specs``/``executions``: caches (``get(namespace, name)``) of TriggerRules,
+    ImplementationSpecs and TriggerExecutions. A run's trigger labels and annotations count only when
+    ``triggered_by`` vouches for them."""
+    m = run.get("metadata") or {}
+    namespace = m.get("namespace") or ""
+    execution = triggered_by(run, executions)
+    rule_name = (m.get("labels") or {}).get(RULE_LABEL) if execution is not None else None
     spec_name = ((run.get("spec") or {}).get("implementationRef") or {}).get("name")
     synced = specs.get(namespace, spec_name) if spec_name else None
     source: str | None = None
-    item: str | None = annotations.get(SOURCE_ITEM)
+    item: str | None = (((execution or {}).get("spec") or {}).get("event") or {}).get("item")
     url = title = None
     if synced is not None:
         source = ((synced.get("metadata") or {}).get("labels") or {}).get(SOURCE_LABEL)
@@ -228,6 +192,16 @@ def origin_of(run: Obj, rules: Any, specs: Any) -> Origin | None:
     return None
 
 
+class _Stored:
+    """``get(namespace, name)`` of ``kind`` straight from the store."""
+
+    def __init__(self, store: Any, kind: KindInfo) -> None:
+        self.store, self.kind = store, kind
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return read_obj(self.store, self.kind, namespace, name)
+
+
 def merged_write_back(rule: Mapping[str, Any] | None, agent: Mapping[str, Any] | None) -> WriteBack | None:
     """The rule's ``writeBack`` over the Agent's: sections the rule has replace the Agent's,
     ``maxAttempts`` is the rule's, ``requireApproval`` holds when either asks."""
@@ -243,52 +217,11 @@ def merged_write_back(rule: Mapping[str, Any] | None, agent: Mapping[str, Any] |
     return WriteBack.model_validate(out)
 
 
-def secret_lookup(store: Any, namespace: str) -> SecretLookup:
-    """Secret values of ``namespace``, read (decrypted) when a client asks for them."""
-
-    def lookup(name: str, key: str) -> str:
-        try:
-            secret = store.reveal(kinds.SECRET, namespace, name)
-        except errors.NotFound:
-            raise TrackerError("MissingSecret", f'Secret "{name}" not found in namespace "{namespace}": create it '
-                                                f'with the key "{key}"') from None
-        data = (secret.get("spec") or {}).get("data") or {}
-        if key not in data:
-            raise TrackerError("MissingSecret", f'Secret "{name}" in namespace "{namespace}" has no key "{key}": '
-                                                "add it, or point the source at the right key")
-        return base64.b64decode(str(data[key]).replace("\n", "")).decode("utf-8")
-
-    return lookup
-
-
 def _intent_name(run_name: str, suffix: str) -> str:
     name = f"{run_name}-{suffix}"
     if len(name) <= 253:
         return name
     return f"{run_name[:220]}-{hashlib.sha256(run_name.encode()).hexdigest()[:10]}-{suffix}"
-
-
-def _owned(obj: Obj, owner: Obj) -> bool:
-    uid = owner["metadata"].get("uid")
-    return any(isinstance(r, dict) and r.get("uid") == uid and r.get("controller") is True
-               for r in (obj.get("metadata") or {}).get("ownerReferences") or [])
-
-
-def _read_artifact(runtime: rt.Runtime, run: Obj, name: str, limit: int) -> bytes | None:
-    """The run's artifact ``name`` (at most ``limit`` bytes), or None when it has none."""
-    status = run.get("status") or {}
-    ref = rt.own_ref(status.get("runtimeRef"), str(run["metadata"].get("uid") or ""), status.get("attempt"))
-    if ref is None or ref.get("pending"):
-        return None
-    try:
-        _, stream = runtime.open_artifact(ref, name)
-    except KeyError:
-        return None
-    except (ValueError, OSError) as exc:
-        logger.warning("run %s: cannot read artifact %s: %s", run["metadata"]["name"], name, exc)
-        return None
-    with stream:
-        return stream.read(limit)
 
 
 # --- WriteBackController ---------------------------------------------------------------------------
@@ -345,7 +278,10 @@ class WriteBackController(Controller):
         phase = status.get("phase")
         if phase is None:
             return None
-        origin = origin_of(run, self.ctx.cache(TRIGGER_RULE), self.ctx.cache(kinds.IMPLEMENTATION_SPEC))
+        # The execution is read from the store: it is created with the run, and a cache a moment
+        # behind would leave the run without its write-back.
+        origin = origin_of(run, self.ctx.cache(TRIGGER_RULE), self.ctx.cache(kinds.IMPLEMENTATION_SPEC),
+                           _Stored(self.ctx.store, TRIGGER_EXECUTION))
         if origin is None:
             return None
         wb = self._write_back(run, origin)
@@ -397,7 +333,7 @@ class WriteBackController(Controller):
         out: dict[str, Obj] = {}
         for suffix in ("comment", "pr", "link"):
             found = self.ctx.cache(WRITE_INTENT).get(namespace, _intent_name(run["metadata"]["name"], suffix))
-            if found is not None and _owned(found, run):
+            if found is not None and owned(found, run):
                 out[suffix] = found
         return out
 
@@ -446,12 +382,12 @@ class WriteBackController(Controller):
         git = git_source(run)
         if pr is None or git is None or not status.get("baseCommit"):
             return None
-        patch = _read_artifact(self.runtime, run, "changes.patch", PATCH_LIMIT)
+        patch = read_artifact(self.runtime, run, "changes.patch", PATCH_LIMIT)
         if not patch or not patch.strip():
             return None
         namespace = run["metadata"].get("namespace") or ""
         source_name = pr.sourceRef or origin.source
-        source = _read(self.ctx.store, IMPLEMENTATION_SOURCE, namespace, source_name)
+        source = read_obj(self.ctx.store, IMPLEMENTATION_SOURCE, namespace, source_name)
         github = ((source or {}).get("spec") or {}).get("github") or {}
         if not github:
             if source is None:
@@ -500,6 +436,10 @@ class WriteBackController(Controller):
             text = f"**Joch** run `{run['metadata']['name']}`: {context['run']['phase']}\n\n" \
                    f"(the comment template could not be rendered: {exc.message}; fix writeBack.comment.template " \
                    f"on the {where})"
+        # The marker is how a send finds this run's comment again (``find_comment``): text from the
+        # issue, the run's message or the agent's summary must never carry one (another run's would
+        # make that run adopt, and overwrite, this comment). ``&#58;`` still reads as ":".
+        text = text.replace("joch:run:", "joch:run&#58;")
         return f"{text.rstrip()}\n\n{marker(run['metadata']['uid'])}"
 
     def _context(self, run: Obj, origin: Origin, intents: Mapping[str, Obj]) -> dict[str, Any]:
@@ -507,7 +447,7 @@ class WriteBackController(Controller):
         cost = status.get("costUsd")
         summary = None
         if status.get("phase") in ENDED:
-            raw = _read_artifact(self.runtime, run, "summary", SUMMARY_BYTES)
+            raw = read_artifact(self.runtime, run, "summary", SUMMARY_BYTES)
             summary = raw.decode("utf-8", errors="replace").strip() if raw else None
         pr_status = ((intents.get("pr") or {}).get("status") or {})
         pull_request = ({"url": pr_status["url"], "number": pr_status.get("externalId"),
@@ -573,364 +513,3 @@ def _run_of_intent(intent: Obj) -> Iterable[Key]:
     ref = (intent.get("spec") or {}).get("runRef") or {}
     if ref.get("name"):
         yield Key(intent["metadata"].get("namespace") or "", ref["name"])
-
-
-# --- WriteIntentController -------------------------------------------------------------------------
-
-class WriteIntentController(Controller):
-    """Sends each WriteIntent once, through its approval gate; see the module docstring."""
-
-    name = "writeintents"
-    kind = WRITE_INTENT
-
-    def __init__(self, runtime: rt.Runtime, *, rng: random.Random | None = None, workdir: Path | None = None) -> None:
-        self.runtime = runtime
-        self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
-        self.workdir = workdir
-        self._ctx: Context | None = None
-
-    @property
-    def ctx(self) -> Context:
-        if self._ctx is None:
-            raise RuntimeError("WriteIntentController used before setup()")
-        return self._ctx
-
-    def secondary(self) -> Sequence[tuple[KindInfo, Mapper]]:
-        return ((kinds.APPROVAL, _intent_of_approval),)
-
-    def setup(self, ctx: Context) -> None:
-        self._ctx = ctx
-        ctx.cache(kinds.APPROVAL)
-
-    def reconcile(self, key: Key) -> Result | None:
-        intent = self.ctx.cache(WRITE_INTENT).get(key.namespace, key.name)
-        if intent is None or intent["metadata"].get("deletionTimestamp"):
-            return None
-        status = intent.get("status") or {}
-        phase = status.get("phase")
-        if phase is None:
-            return self._gate(intent)
-        if phase == "PendingApproval":
-            return self._pending(intent)
-        if phase == "Retrying":
-            due = _epoch(status.get("nextAttemptAt"))
-            left = (due or 0.0) - self.ctx.clock.time()
-            if left > 0:
-                return Result(requeue_after=left)
-        if phase in ("ReadyToSend", "Retrying"):
-            return self._begin(intent)
-        if phase == "Sending":
-            return self._send(intent)
-        if phase == "Succeeded" and intent["spec"].get("type") == "comment" \
-                and status.get("sentHash") != content_hash(intent["spec"]):
-            return self._begin(intent, again=True)
-        return None
-
-    # --- the gate ----------------------------------------------------------------------------------
-
-    def _run(self, intent: Obj) -> Obj | None:
-        try:
-            run = self.ctx.store.get(kinds.AGENT_RUN, intent["metadata"].get("namespace"),
-                                     intent["spec"]["runRef"]["name"])
-        except errors.NotFound:
-            return None
-        return run if run["metadata"].get("uid") == intent["spec"].get("runUid") else None
-
-    def _gate(self, intent: Obj) -> Result | None:
-        run = self._run(intent)
-        if run is None:
-            return None  # its run is gone: there is nothing to write for
-        outcomes = decisions.write_back(decisions.StoreSource(self.ctx.store), intent, run)
-        status = dict(intent.get("status") or {})
-        what = describe(intent)
-        denied = next((o for o in outcomes if o.action == "deny"), None)
-        if denied is not None:
-            status.update(phase="Rejected", lastError=denied.reason)
-            status["conditions"] = set_condition(list(status.get("conditions") or []), {
-                "type": "Rejected", "status": "True", "reason": "PolicyDenied", "message": denied.reason})
-            with self.ctx.store.transaction() as w:
-                out = w.update_status(WRITE_INTENT, {**intent, "status": status})
-                events.record(w, out, reason="PolicyDenied", message=f"{what}: {denied.reason}", type="Warning",
-                              component=COMPONENT)
-                w.audit(self._audit(intent, "denied", f"{what}: {denied.reason}"))
-            return None
-        with self.ctx.store.transaction() as w:
-            for warning in (o for o in outcomes if o.action == "warn"):
-                events.record(w, intent, reason="PolicyWarning", message=warning.reason, type="Warning",
-                              component=COMPONENT)
-            asked = next((o for o in outcomes if o.action == "requireApproval"), None)
-            if intent["spec"].get("requiresApproval") or asked is not None:
-                name = intent["metadata"]["name"]
-                status.update(phase="PendingApproval", approvalRef=name)
-                status["conditions"] = set_condition(list(status.get("conditions") or []), {
-                    "type": "AwaitingApproval", "status": "True", "reason": "ApprovalRequested",
-                    "message": f"waiting for Approval {name}: joch approve approval {name}"})
-                out = w.update_status(WRITE_INTENT, {**intent, "status": status})
-                namespace = intent["metadata"].get("namespace") or ""
-                existing = self.ctx.cache(kinds.APPROVAL).get(namespace, name)
-                if existing is not None and not _owned(existing, intent):
-                    # an earlier intent's of this name (an earlier run's): its decision is not this write's
-                    w.delete(kinds.APPROVAL, namespace, name, uid=existing["metadata"]["uid"])
-                    existing = None
-                if existing is None:
-                    approval = w.create(kinds.APPROVAL, self._approval(intent, run, asked))
-                    w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
-                events.record(w, out, reason="AwaitingApproval", message=f"{what}: approval {name} requested",
-                              component=COMPONENT)
-            else:
-                status.update(phase="ReadyToSend")
-                w.update_status(WRITE_INTENT, {**intent, "status": status})
-        return None
-
-    def _approval(self, intent: Obj, run: Obj, asked: Any) -> Obj:
-        name = intent["metadata"]["name"]
-        reason = (f'Policy {asked.policy.ref} rule "{asked.rule.name}" requires approval: {asked.message}'
-                  if asked is not None else "the write-back settings require approval")
-        agent = ((run.get("spec") or {}).get("agentRef") or {}).get("name") or ""
-        body = approvals.for_run(run, name, agent, action=ACTION, reason=f"{describe(intent)}: {reason}",
-                                 separation_of_duties=bool(asked is not None and asked.policy.separation_of_duties),
-                                 policy_ref=({"namespace": asked.policy.namespace, "name": asked.policy.name,
-                                              "rule": asked.rule.name} if asked is not None else None))
-        m = intent["metadata"]
-        body["metadata"]["ownerReferences"] = [{"apiVersion": WRITE_INTENT.api_version, "kind": WRITE_INTENT.kind,
-                                                "name": m["name"], "uid": m["uid"], "controller": True}]
-        return body
-
-    def _pending(self, intent: Obj) -> Result | None:
-        status = dict(intent.get("status") or {})
-        namespace = intent["metadata"].get("namespace") or ""
-        name = status.get("approvalRef") or intent["metadata"]["name"]
-        approval = self.ctx.cache(kinds.APPROVAL).get(namespace, name)
-        if approval is not None and not _owned(approval, intent):
-            # Left by an earlier intent of this name (an earlier run's): its decision is not this
-            # write's. It goes, and the next look asks again.
-            self.ctx.store.delete(kinds.APPROVAL, namespace, name, uid=approval["metadata"]["uid"])
-            return None
-        if approval is None:
-            run = self._run(intent)
-            if run is not None:
-                try:
-                    self.ctx.store.create(kinds.APPROVAL, self._approval(intent, run, None))
-                except errors.AlreadyExists:
-                    pass
-            return None
-        decision = (approval.get("status") or {}).get("phase")
-        who = (approval.get("status") or {}).get("decidedBy") or "someone"
-        why = (approval.get("status") or {}).get("reason")
-        what = describe(intent)
-        if decision == "Approved":
-            status.update(phase="ReadyToSend")
-            status["conditions"] = set_condition(list(status.get("conditions") or []), {
-                "type": "AwaitingApproval", "status": "False", "reason": "Approved", "message": f"approved by {who}"})
-            message, kind = f"{what}: approval {name} approved by {who}", NORMAL
-        elif decision in ("Denied", "Expired"):
-            if decision == "Denied":
-                said = f"write-back Approval {name} denied by {who}" + (f": {why}" if why else "")
-            else:
-                said = f"write-back Approval {name} expired at {approval['spec'].get('expiresAt')} without a decision"
-            status.update(phase="Rejected", lastError=said)
-            status["conditions"] = set_condition(list(status.get("conditions") or []), {
-                "type": "AwaitingApproval", "status": "False", "reason": decision, "message": said})
-            message, kind = f"{what}: {said}", WARNING
-        else:
-            return None
-        with self.ctx.store.transaction() as w:
-            out = w.update_status(WRITE_INTENT, {**intent, "status": status})
-            events.record(w, out, reason=f"Approval{decision}", message=message, type=kind, component=COMPONENT)
-        return None
-
-    # --- sending -----------------------------------------------------------------------------------
-
-    def _begin(self, intent: Obj, *, again: bool = False) -> Result | None:
-        """Records ``Sending`` (and the attempt) before anything leaves: a crash from here on is
-        recovered by adopting what the tracker has."""
-        status = dict(intent.get("status") or {})
-        status.update(phase="Sending", attempts=(0 if again else int(status.get("attempts") or 0)) + 1)
-        status.pop("nextAttemptAt", None)
-        self.ctx.store.update_status(WRITE_INTENT, {**intent, "status": status})
-        return None
-
-    def _send(self, cached: Obj) -> Result | None:
-        if not self.ctx.leading():
-            return None
-        # The cache may not have seen this controller's last write yet (a Retrying written a moment
-        # ago): what is sent is decided from the stored intent, never from a stale Sending.
-        try:
-            intent = self.ctx.store.get(WRITE_INTENT, cached["metadata"].get("namespace"), cached["metadata"]["name"])
-        except errors.NotFound:
-            return None
-        if (intent.get("status") or {}).get("phase") != "Sending" or intent["metadata"].get("deletionTimestamp"):
-            return None
-        what = describe(intent)
-        spec = intent["spec"]
-        try:
-            source = self._source(intent)
-            tracker = trackers.open_tracker(source, secret_lookup(self.ctx.store, intent["metadata"].get("namespace")
-                                                                   or ""), self.ctx.clock.time)
-            sent = self._deliver(tracker, intent)
-        except TrackerError as exc:
-            return self._failed(intent, exc)
-        fresh = self.ctx.store.get(WRITE_INTENT, intent["metadata"].get("namespace"), intent["metadata"]["name"])
-        status = dict(fresh.get("status") or {})
-        status.update(phase="Succeeded", sentAt=now(), sentHash=content_hash(spec), **sent)
-        status.pop("lastError", None)
-        status.pop("nextAttemptAt", None)
-        status["conditions"] = set_condition(list(status.get("conditions") or []), {
-            "type": "Sent", "status": "True", "reason": "Sent", "message": f"{what}: {status.get('url') or 'sent'}"})
-        with self.ctx.store.transaction() as w:
-            out = w.update_status(WRITE_INTENT, {**fresh, "status": status})
-            events.record(w, out, reason="Sent", message=f"{what}: {status.get('url') or 'sent'}", component=COMPONENT)
-            w.audit(self._audit(intent, "allowed", what))
-        return None
-
-    def _source(self, intent: Obj) -> Obj:
-        namespace = intent["metadata"].get("namespace") or ""
-        name = intent["spec"]["target"]["sourceRef"]["name"]
-        # From the store: a source applied a moment ago may not be in the cache yet.
-        source = _read(self.ctx.store, IMPLEMENTATION_SOURCE, namespace, name)
-        if source is None:
-            raise TrackerError("NotFound", f'ImplementationSource "{name}" not found in namespace "{namespace}": '
-                                           f'WriteIntent {intent["metadata"]["name"]} writes with its credentials')
-        return source
-
-    def _deliver(self, tracker: Tracker, intent: Obj) -> dict[str, Any]:
-        """Sends the intent, adopting what an interrupted send left; the status fields to record."""
-        spec = intent["spec"]
-        status = intent.get("status") or {}
-        target = _target(spec["target"])
-        kind = spec["type"]
-        if kind == "comment":
-            body = str(spec.get("body") or "")
-            existing_id = status.get("externalId")
-            if existing_id:
-                comment = tracker.update_comment(target, str(existing_id), body)
-            else:
-                found = tracker.find_comment(target, marker(spec["runUid"]))
-                if found is None:
-                    comment = tracker.create_comment(target, body)
-                elif found.body != body:
-                    comment = tracker.update_comment(target, found.id, body)
-                else:
-                    comment = found
-            return {"externalId": comment.id, "url": comment.url}
-        if kind == "link":
-            attach = getattr(tracker, "attach_link", None)
-            if attach is None:
-                raise TrackerError("Invalid", f"{tracker.provider} issues take no links; the WriteIntent "
-                                              f'{intent["metadata"]["name"]} cannot be sent')
-            external = attach(target, str(spec.get("url")), str(spec.get("title") or spec.get("url")))
-            return {"externalId": str(external), "url": spec.get("url")}
-        return self._pull_request(tracker, intent)
-
-    def _pull_request(self, tracker: Any, intent: Obj) -> dict[str, Any]:
-        spec = intent["spec"]
-        pr = spec.get("pullRequest") or {}
-        name = intent["metadata"]["name"]
-        if not pr:
-            raise TrackerError("Invalid", f"WriteIntent {name}: spec.pullRequest is not set")
-        found = tracker.find_pull_request(pr["branch"])
-        commit = (intent.get("status") or {}).get("commit")
-        if found is None:
-            run = self._run(intent)
-            patch = _read_artifact(self.runtime, run, "changes.patch", PATCH_LIMIT) if run is not None else None
-            if not patch:
-                raise TrackerError("NotFound", f'WriteIntent {name}: the changes.patch of run '
-                                               f'"{spec["runRef"]["name"]}" is gone (its files were removed?); '
-                                               "nothing to push")
-            base = pr.get("base") or tracker.repository().default_branch
-            git_url = str(pr["gitUrl"])
-            token = tracker.token() if git_url.startswith("https://") else None
-            with tempfile.TemporaryDirectory(prefix="joch-push-", dir=self.workdir) as tmp:
-                commit = gitpush.push_patch(
-                    git_url=git_url, base_commit=pr["baseCommit"], fetch_ref=base, patch=patch, branch=pr["branch"],
-                    message=f'{pr["title"]}\n\nJoch run {spec["runRef"]["name"]}', author_name=COMMIT_AUTHOR[0],
-                    author_email=COMMIT_AUTHOR[1], date=pr["authorDate"], token=token, workdir=Path(tmp))
-            # Found again: a PR opened for the branch between the first look and the push is adopted.
-            found = tracker.find_pull_request(pr["branch"]) or tracker.create_pull_request(
-                head=pr["branch"], base=base, title=pr["title"], body=pr["body"], draft=bool(pr.get("draft")))
-        out: dict[str, Any] = {"externalId": str(found.number), "url": found.url}
-        if commit:
-            out["commit"] = commit
-        return out
-
-    def _failed(self, intent: Obj, exc: TrackerError) -> Result | None:
-        fresh = self.ctx.store.get(WRITE_INTENT, intent["metadata"].get("namespace"), intent["metadata"]["name"])
-        status = dict(fresh.get("status") or {})
-        attempts = int(status.get("attempts") or 1)
-        limit = int(intent["spec"].get("maxAttempts") or 8)
-        what = describe(intent)
-        message = f"{exc.reason}: {exc.message}"
-        status["lastError"] = message
-        requeue: float | None = None
-        if exc.retryable and attempts < limit:
-            clock = self.ctx.clock.time()
-            delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempts - 1))
-            delay = min(BACKOFF_CAP, delay * self.rng.uniform(1 - JITTER, 1 + JITTER))
-            if exc.retry_at is not None:
-                delay = max(delay, exc.retry_at - clock)
-            status.update(phase="Retrying", nextAttemptAt=_rfc3339(clock + delay))
-            reason, said, requeue = "Retrying", f"{what}: attempt {attempts} of {limit} failed ({message}); " \
-                                                f"retrying at {status['nextAttemptAt']}", delay
-        else:
-            status.update(phase="Failed")
-            status.pop("nextAttemptAt", None)
-            why = f"after {attempts} attempts" if exc.retryable else "not retryable"
-            reason, said = "Failed", f"{what}: failed {why}: {message}"
-        status["conditions"] = set_condition(list(status.get("conditions") or []), {
-            "type": "Sent", "status": "False", "reason": exc.reason, "message": message})
-        with self.ctx.store.transaction() as w:
-            out = w.update_status(WRITE_INTENT, {**fresh, "status": status})
-            events.record(w, out, reason=reason, message=said, type="Warning", component=COMPONENT)
-            w.audit(self._audit(intent, "allowed", f"{what} failed: {message}"))
-        return Result(requeue_after=requeue) if requeue is not None else None
-
-    def _audit(self, intent: Obj, decision: Any, reason: str) -> AuditEntry:
-        m = intent["metadata"]
-        return AuditEntry(verb="write", kind=WRITE_INTENT.kind, namespace=m.get("namespace"), name=m["name"],
-                          decision=decision, reason=reason, actor=CONTROLLER.name, groups=CONTROLLER.groups)
-
-
-def describe(intent: Obj) -> str:
-    """``comment on github:acme/web#12``, ``pull request on github:acme/web``, ``link on linear:ENG-12``."""
-    spec = intent.get("spec") or {}
-    t = spec.get("target") or {}
-    if t.get("provider") == "github":
-        where = f'github:{t.get("owner")}/{t.get("repo")}' + (f'#{t["number"]}' if t.get("number") else "")
-        if spec.get("type") == "pullRequest":
-            where = f'github:{t.get("owner")}/{t.get("repo")}'
-    else:
-        where = f'linear:{t.get("identifier") or t.get("issueId")}'
-    what = {"comment": "comment", "pullRequest": "pull request", "link": "link"}.get(str(spec.get("type")), "write")
-    return f"{what} on {where}"
-
-
-def _target(raw: Mapping[str, Any]) -> WriteTarget:
-    return WriteTarget.model_validate(raw)
-
-
-def _intent_of_approval(approval: Obj) -> Iterable[Key]:
-    for ref in (approval.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("kind") == WRITE_INTENT.kind and ref.get("controller") is True \
-                and ref.get("name"):
-            yield Key(approval["metadata"].get("namespace") or "", str(ref["name"]))
-
-
-def _read(store: Any, kind: KindInfo, namespace: str, name: str) -> Obj | None:
-    try:
-        found: Obj = store.get(kind, namespace, name)
-    except errors.NotFound:
-        return None
-    return found
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value).timestamp()
-    except ValueError:
-        return None
-
-
-def _rfc3339(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -99,6 +99,7 @@ class RemotePullRequest:
     url: str
     state: str
     head: str
+    body: str = ""
 
 
 class Tracker(Protocol):

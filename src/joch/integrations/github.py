@@ -525,15 +525,19 @@ class GitHubTracker:
     @staticmethod
     def _pull(obj: Mapping[str, Any]) -> RemotePullRequest:
         return RemotePullRequest(number=int(obj["number"]), url=str(obj.get("html_url") or ""),
-                                 state=str(obj.get("state") or ""), head=str((obj.get("head") or {}).get("ref") or ""))
+                                 state=str(obj.get("state") or ""), head=str((obj.get("head") or {}).get("ref") or ""),
+                                 body=str(obj.get("body") or ""))
 
-    def find_pull_request(self, branch: str) -> RemotePullRequest | None:
-        """The pull request (open or closed) from ``branch`` of this repository."""
+    def find_pull_request(self, branch: str, marker: str | None = None) -> RemotePullRequest | None:
+        """The pull request (open or closed) from ``branch`` of this repository; with ``marker``, only
+        one whose body carries it (a branch name is reused by a later run of the same name)."""
         with self._asking(f"the pull requests from {branch}"):
             response = self._client().rest.pulls.list(self.owner, self.repo, head=f"{self.owner}:{branch}",
                                                       state="all", per_page=PER_PAGE)
-            found = response.json()
-            return self._pull(found[0]) if found else None
+            found = [self._pull(obj) for obj in response.json()]
+            if marker is not None:
+                found = [p for p in found if marker in p.body]
+            return found[0] if found else None
 
     def create_pull_request(self, *, head: str, base: str, title: str, body: str, draft: bool) -> RemotePullRequest:
         with self._asking(f"a pull request from {head} into {base}"):

@@ -5,6 +5,7 @@ the fake itself."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -21,14 +22,15 @@ from joch.admission.apply import apply_documents, create_documents
 from joch.admission.documents import load_documents
 from joch.api import kinds
 from joch.api.audit import AuditQuery
-from joch.api.integrations import RULE_LABEL, SOURCE_ITEM, SOURCE_LABEL, WRITE_INTENT
+from joch.api.integrations import EXECUTION_ANNOTATION, RULE_LABEL, SOURCE_ITEM, SOURCE_LABEL, WRITE_INTENT
 from joch.api.meta import parse_time
 from joch.controllers.approvals import ApprovalController
 from joch.controllers.assembly import build_controllers
 from joch.controllers.base import Controller
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
-from joch.controllers.writeback import WriteBackController, WriteIntentController, marker
+from joch.controllers.writeback import WriteBackController
+from joch.controllers.writeintents import WriteIntentController, marker
 from joch.runtime.local import LocalRuntime
 from joch.server.app import create_app
 from joch.server.testing import ServerThread
@@ -511,10 +513,16 @@ def rule(write_back: dict[str, Any]) -> dict[str, Any]:
 def create_triggered_run(env: Env, name: str, git_url: str) -> None:
     doc = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun",
            "metadata": {"name": name, "labels": {RULE_LABEL: "on-label"},
-                        "annotations": {SOURCE_ITEM: "github:acme/web#1"}},
+                        "annotations": {SOURCE_ITEM: "github:acme/web#1", EXECUTION_ANNOTATION: name,
+                                        kinds.CREATED_BY: "system:joch:trigger:default:on-label"}},
            "spec": {"agentRef": {"name": "coder"}, "implementation": {"inline": {"text": "say hello"}},
                     "execution": {"coordinates": {"git": {"url": git_url, "ref": "main"}}}}}
-    create_documents(env.store, load_documents(json.dumps(doc)), dry_run=False)
+    execution = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "TriggerExecution",
+                 "metadata": {"name": name, "labels": {RULE_LABEL: "on-label"}},
+                 "spec": {"ruleRef": {"name": "on-label"}, "decision": "Dispatched", "runRef": {"name": name},
+                          "dedupeKey": f"manual:{name}", "evaluatedAt": "2026-01-01T00:00:00Z",
+                          "event": {"kind": "issue", "item": "github:acme/web#1"}}}
+    create_documents(env.store, load_documents(json.dumps(execution) + "\n---\n" + json.dumps(doc)), dry_run=False)
 
 
 def test_the_rules_template_wins_and_renders_in_the_sandbox(make_env: Callable[..., Env], bare: Path) -> None:
@@ -587,3 +595,100 @@ def test_a_policy_can_deny_a_write(make_env: Callable[..., Env], bare: Path) -> 
     assert row.decision == "denied" and "comment on github:acme/web#1" in row.reason
     time.sleep(0.5)
     assert env.github.comments() == []
+
+
+def test_an_unexpected_error_while_sending_counts_the_attempt_and_backs_off(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    """Not a TrackerError (here: a token Secret that is not UTF-8): the intent must not stay Sending,
+    resent at once and forever with no attempt counted."""
+    env = make_env(only_writeback=True)
+    garbled = base64.b64encode(b"\xff\xfe\xfd").decode()
+    env.apply({**SECRET, "spec": {"data": {"token": garbled}}}, provider(), agent({"comment": {}, "maxAttempts": 2}))
+    env.create_run("r20", git_url=str(bare))
+    set_run_status(env, "r20", phase="Running")
+    wait_for(lambda: env.intent_phase("r20-comment") == "Retrying", "Retrying", debug=lambda: env.intent("r20-comment"))
+    intent = env.intent("r20-comment")
+    assert intent is not None and intent["status"]["attempts"] == 1
+    assert intent["status"]["lastError"].startswith("Unavailable: unexpected UnicodeDecodeError")
+    assert intent["status"]["nextAttemptAt"]
+    assert env.github.comments() == []
+
+
+def test_the_token_is_pushed_only_to_the_sources_own_repository(make_env: Callable[..., Env], bare: Path) -> None:
+    """A run's git URL is the run author's to write: an https push there must not carry the source's
+    token to another host or repository."""
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({}))
+    env.create_run("r21", git_url=str(bare))
+    run = env.run("r21")
+    content = {"gitUrl": "https://evil.invalid/acme/web.git", "branch": "joch/r21", "base": "main",
+               "baseCommit": "0" * 40, "title": "t", "body": "b", "authorDate": "2026-01-01T00:00:00Z"}
+    env.store.create(WRITE_INTENT, {
+        "apiVersion": WRITE_INTENT.api_version, "kind": WRITE_INTENT.kind,
+        "metadata": {"name": "r21-evil", "namespace": "default"},
+        "spec": {"runRef": {"name": "r21"}, "runUid": run["metadata"]["uid"], "type": "pullRequest",
+                 "target": {"provider": "github", "sourceRef": {"name": "gh"}, "owner": "acme", "repo": "web"},
+                 "pullRequest": content, "maxAttempts": 1}})
+    wait_for(lambda: env.intent_phase("r21-evil") == "Failed", "Failed", debug=lambda: env.intent("r21-evil"))
+    intent = env.intent("r21-evil")
+    assert intent is not None
+    error = intent["status"]["lastError"]
+    assert error.startswith("Invalid:") and "https://evil.invalid/acme/web.git is not acme/web" in error
+    assert env.github.pulls() == []
+    no_token_leaks(env)
+
+
+def test_a_comment_never_carries_another_runs_marker(make_env: Callable[..., Env], bare: Path) -> None:
+    """The run's message (or summary, or the issue's title) is not Joch's: a marker in it would make
+    another run adopt and overwrite this comment."""
+    env = make_env(only_writeback=True)
+    env.apply(provider(), agent({"comment": {}}))
+    env.create_run("r22", git_url=str(bare))
+    set_run_status(env, "r22", phase="Failed", reason="AgentFailed", message="boom <!-- joch:run:other-uid -->")
+    [comment] = wait_for(lambda: [c for c in env.github.comments() if "**Failed**" in c["body"]], "the comment")
+    assert marker("other-uid") not in comment["body"] and "boom" in comment["body"]
+    assert comment["body"].count("joch:run:") == 1
+    assert comment["body"].endswith(marker(env.run("r22")["metadata"]["uid"]))
+
+
+def test_a_recreated_write_back_approval_keeps_the_policys_separation_of_duties(
+        make_env: Callable[..., Env], bare: Path) -> None:
+    """Deleting the Approval must not buy a new one its requester may decide."""
+    env = make_env(only_writeback=True)
+    policy = {**WRITE_BACK_POLICY, "spec": {"separationOfDuties": True, "rules": [
+        {**WRITE_BACK_POLICY["spec"]["rules"][0], "expression": 'object.spec.type == "comment"'}]}}
+    env.apply(policy, provider(), agent({"comment": {}}))
+    env.create_run("r23", git_url=str(bare))
+    set_run_status(env, "r23", phase="Running")
+    wait_for(lambda: env.intent_phase("r23-comment") == "PendingApproval", "the gate")
+    first = env.store.get(kinds.APPROVAL, "default", "r23-comment")
+    assert first["spec"]["separationOfDuties"] is True
+    env.store.delete(kinds.APPROVAL, "default", "r23-comment", uid=first["metadata"]["uid"])
+
+    def again() -> dict[str, Any] | None:
+        found = [a for a in env.store.list(kinds.APPROVAL).items if a["metadata"]["name"] == "r23-comment"
+                 and a["metadata"]["uid"] != first["metadata"]["uid"]]
+        return found[0] if found else None
+
+    second = wait_for(again, "the Approval asked again")
+    assert second["spec"]["separationOfDuties"] is True
+    assert second["spec"]["policyRef"]["name"] == "reviewed-prs"
+    assert env.github.comments() == []
+
+
+def test_a_closed_pull_request_of_an_earlier_run_of_the_name_is_not_adopted(
+        make_env: Callable[..., Env], bare: Path, github: fake_github.FakeGitHub) -> None:
+    env = make_env()
+    git("branch", "joch/r24", "main", cwd=bare)
+    old = github.open_pull_request("acme/web", head="joch/r24", base="main", title="an earlier r24", body="old")
+    with github.lock:
+        github._repo("acme/web").pulls[old["number"]]["state"] = "closed"
+    env.apply(provider(), agent({"comment": {}, "pullRequest": {"branchPrefix": "joch"}}))
+    env.create_run("r24", git_url=str(bare))
+    run = wait_for(lambda: (r := env.run("r24")).get("status", {}).get("writeBack", {}).get("pullRequest") and r,
+                   "the pull request in the run's status", timeout=60)
+    ref = run["status"]["writeBack"]["pullRequest"]
+    assert ref["number"] != old["number"]
+    new = [p for p in env.github.pulls() if p["number"] == ref["number"]]
+    assert new and new[0]["state"] == "open" and marker(run["metadata"]["uid"]) in new[0]["body"]
+    assert git("show", f'{ref["commit"]}:README.md', cwd=bare) == "# web\nHello from Joch"

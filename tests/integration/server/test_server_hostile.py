@@ -122,3 +122,35 @@ def test_an_editor_cannot_forge_or_remove_the_events_joch_writes(auth: AuthServe
     with auth.as_("editor-token") as http:
         assert http.delete(f"{events}/forged").status_code == 403
         assert http.get(f"{events}/forged").status_code == 200
+
+
+WRITE_INTENT_YAML = """\
+apiVersion: runtime.joch.dev/v1alpha1
+kind: WriteIntent
+metadata: {name: r-comment, namespace: default}
+spec:
+  runRef: {name: r}
+  runUid: u
+  type: comment
+  body: hello
+  target: {provider: github, sourceRef: {name: gh}, owner: victim, repo: secret, number: 1}
+"""
+EXECUTION_YAML = """\
+apiVersion: runtime.joch.dev/v1alpha1
+kind: TriggerExecution
+metadata: {name: r, namespace: default}
+spec: {ruleRef: {name: on-label}, decision: Dispatched, runRef: {name: r}, dedupeKey: k,
+       evaluatedAt: "2026-01-01T00:00:00Z", event: {kind: issue, item: "github:victim/secret#1"}}
+"""
+
+
+@pytest.mark.parametrize(("doc", "plural"), [(WRITE_INTENT_YAML, "writeintents"),
+                                             (EXECUTION_YAML, "triggerexecutions")])
+def test_an_editor_cannot_write_what_write_back_trusts(auth: AuthServer, doc: str, plural: str) -> None:
+    # A WriteIntent is sent with the source's token wherever its target says; a TriggerExecution names
+    # the issue a triggered run writes back to. Only Joch's controllers (and admins) write them.
+    response = auth.apply("editor-token", doc)
+    assert response.status_code == 403, response.text
+    assert plural in response.json()["message"]
+    with auth.as_("editor-token") as http:
+        assert http.get(f"/apis/runtime.joch.dev/v1alpha1/namespaces/default/{plural}").status_code == 200

@@ -69,7 +69,8 @@ HIDDEN = frozenset({"secrets", "auditevents", ALL})  # not even viewers read the
 FIRE = ("create", "triggerrules", "fire")  # the one subresource editors write: firing a rule starts a run
 # WebhookDeliveries, TriggerExecutions and WriteIntents are Joch's own records of what came in and
 # what goes out, as Events are: a forged delivery would be processed as verified, a forged execution
-# would block an event's dedupe key, and a forged WriteIntent would be sent with a source's token.
+# would block an event's dedupe key (and is what write-back trusts for a triggered run's issue), and a
+# forged WriteIntent would be sent with a source's token to any issue or repository.
 ADMIN_ONLY = frozenset({"secrets", "rolebindings", "budgets", "models", "events", "policies", "teams",
                         "environments", "leases", "auditevents", "webhookdeliveries", "triggerexecutions",
                         "writeintents", ALL})
