@@ -5,7 +5,8 @@ TriggerExecution saying what was decided and why.
 (``joch.controllers.deliveries``), a poll of the source (``sources.SourceController``), the
 schedule (``TriggerController``) or ``joch trigger fire`` (the fire route).
 
-* **Dedupe keys.** Every event has one: ``issue:<item>:<action>[:<label>]``,
+* **Dedupe keys.** Every event has one: ``issue:<item>:<action>[:<label>]`` (a rule on a label:
+  ``issue:<item>:labeled:<label>`` whatever the action),
   ``comment:<item>:<comment id>``, ``schedule:<RFC 3339 time>``, ``webhook:<delivery id or the
   rule's dedupeKey template>``, ``manual:<uuid or --key>``. A dispatched execution is named
   ``<rule>-<sha256(key)[:10]>`` and created in ONE admission batch with its AgentRun, of the same
@@ -187,7 +188,11 @@ def issue_matches(spec: TriggerRuleSpec, action: str, label: str | None, issue: 
     return trigger.label in issue.labels
 
 
-def issue_key(item: str, action: str, label: str | None) -> str:
+def issue_key(item: str, action: str, label: str | None, rule_label: str | None = None) -> str:
+    """A rule on a label (``rule_label``) fires once per issue carrying it, however the label came: an
+    issue opened with it (GitHub sends ``opened`` and then ``labeled``), labelled later, or reopened."""
+    if rule_label:
+        return f"issue:{item}:labeled:{rule_label}"
     return f"issue:{item}:{action}" + (f":{label}" if action == "labeled" and label else "")
 
 
@@ -216,8 +221,8 @@ def issue_changed(
             if issue_matches(spec, change, name, issue):
                 event = TriggerEvent(kind="issue", provider=issue.provider, action=change, issue=issue, label=name,
                                      actor=actor, delivery=delivery)
-                out.append(evaluate(store, rule, event, kind="issue", now=now, actor=actor,
-                                    dedupe_key=issue_key(issue.item, change, name)))
+                key = issue_key(issue.item, change, name, spec.issue.label if spec.issue else None)
+                out.append(evaluate(store, rule, event, kind="issue", now=now, actor=actor, dedupe_key=key))
     return out
 
 

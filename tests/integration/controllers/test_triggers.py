@@ -236,6 +236,22 @@ def test_label_removed_and_added_again_under_forbid_starts_one_run(
     assert decisions(store) == [("Deduplicated", "Duplicate"), ("Dispatched", None)]
 
 
+def test_an_issue_opened_with_the_label_starts_one_run_under_allow(
+    store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
+) -> None:
+    """GitHub sends ``opened`` and then ``labeled`` for an issue opened with a label: a rule on that
+    label that also fires on ``opened`` must see one labelling, not two events."""
+    setup_github(store, github, rule("fix", sourceRef={"name": "web"}, concurrencyPolicy="Allow",
+                                     issue={"label": "joch:demo", "actions": ["opened", "labeled"]}))
+    github.create_issue(REPO, "Fix the bug", labels=["joch:demo"])
+    for action, label in (("opened", None), ("labeled", "joch:demo")):
+        assert post(server, github.deliver("issues", github.issues_event(REPO, 1, action, label=label),
+                                           SECRET)).status_code == 200
+    processed(store, 2)
+    assert len(items(store, kinds.AGENT_RUN)) == 1
+    assert [d for d, _ in decisions(store)].count("Dispatched") == 1
+
+
 def test_comment_commands_run_only_for_allowed_commenters(
     store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
 ) -> None:
