@@ -236,7 +236,12 @@ class WebhookRoutes:
             except errors.AlreadyExists:
                 return None
             created = result.items[0].object
-            return self.store.update_status(WEBHOOK_DELIVERY, {**created, "status": {"phase": "Received"}})
+            try:
+                return self.store.update_status(WEBHOOK_DELIVERY, {**created, "status": {"phase": "Received"}})
+            except errors.Conflict:
+                # The deliveries controller saw the new object on its watch and wrote its status first:
+                # the delivery is further along than Received, which is what this write would have said.
+                return created
 
     # --- fire --------------------------------------------------------------------------------------
 

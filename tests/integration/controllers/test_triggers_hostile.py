@@ -185,3 +185,40 @@ def test_a_linear_comment_author_is_never_its_display_name() -> None:
             "actor": {"id": "u-9", "type": "user", "name": "grace@example.com"}}
     event = parse_linear("ld", body)
     assert event.comment is not None and event.comment.author == "u-9"
+
+
+class _ControllerWritesFirst:
+    """The store as the webhook route sees it when the deliveries controller, watching, writes a new
+    delivery's status between the route's create and its own status write (CI saw this as a 409)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.raced = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def update_status(self, kind: Any, obj: dict[str, Any]) -> dict[str, Any]:
+        if kind is WEBHOOK_DELIVERY and not (obj.get("status") or {}).get("phase") == "Processed":
+            self.raced += 1
+            self._store.update_status(kind, {**obj, "status": {"phase": "Processed"}})
+        return self._store.update_status(kind, obj)
+
+
+def test_a_delivery_the_controller_took_up_first_is_accepted_not_a_409(store: Store) -> None:
+    secret = b"whsec-generic-0123"
+    apply(store, *agent(),
+          {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "hook"},
+           "spec": {"data": {"secret": base64.b64encode(secret).decode()}}},
+          {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": "deploy"},
+           "spec": {"webhook": {"secretRef": {"name": "hook", "key": "secret"}},
+                    "run": {"agentRef": {"name": "demo"}, "implementation": {"inline": {"text": "Deploy"}}}}})
+    body = json.dumps({"ref": "v2"}).encode()
+    racing = _ControllerWritesFirst(store)
+    with live_server(racing) as server:  # type: ignore[arg-type]
+        answer = server.http.post("/v1/webhooks/default/deploy", content=body, headers={
+            "Content-Type": "application/json", "X-Joch-Signature-256": "sha256=" + sign(secret, body)})
+    assert answer.status_code == 200, answer.text
+    assert racing.raced == 1 and answer.json()["duplicate"] is False
+    [delivery] = store.list(WEBHOOK_DELIVERY, ListOptions(namespace=NS)).items
+    assert delivery["status"]["phase"] == "Processed"  # the controller's word stands
