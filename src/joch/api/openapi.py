@@ -102,7 +102,7 @@ def kind_schema(kind: KindInfo) -> Schema:
         "kind": {"type": "string", "description": KIND_DOC},
         "metadata": {"type": "object", "description": METADATA_DOC},
     }
-    body = model_schema(kind.spec_model)
+    body = copy.deepcopy(model_schema(kind.spec_model))  # the cached one stays as pydantic says
     required: list[str] = []
     if kind.body == "spec":
         properties["spec"] = {**body, "description": body.get("description") or SPEC_DOC.format(kind=kind.kind)}
@@ -112,7 +112,7 @@ def kind_schema(kind: KindInfo) -> Schema:
         properties.update(body.get("properties", {}))
         required.extend(body.get("required", []))
     if kind.status_model is not None:
-        status = model_schema(kind.status_model)
+        status = copy.deepcopy(model_schema(kind.status_model))
         properties["status"] = {**status, "description": status.get("description")
                                 or STATUS_DOC.format(kind=kind.kind)}
     schema: Schema = {"type": "object", "description": _kind_description(kind), "properties": properties}
@@ -120,6 +120,14 @@ def kind_schema(kind: KindInfo) -> Schema:
         schema["required"] = required
     for path, extra in EXTENSIONS.get(kind.key, {}).items():
         _at(schema, path, kind).update(copy.deepcopy(extra))
+    for ref in kind.references:  # spec.providerRef.name: say what providerRef refers to
+        parent, _, leaf = ref.path.rpartition(".")
+        node = _at(schema, parent, kind) if parent else schema
+        target = node if leaf == "name" else node.get("properties", {}).get(leaf, {})
+        if target and "description" not in target:
+            target["description"] = (f"The {ref.kind} (by name, in the same namespace) this object uses; "
+                                     + ("it is an error when it does not exist." if ref.missing == "reject"
+                                        else "accepted with a warning while it does not exist."))
     return schema
 
 

@@ -26,6 +26,7 @@ from joch.server import (
     health,
     limits,
     metering,
+    openapi,
     resources,
     runs,
     schemas,
@@ -57,6 +58,7 @@ def create_app(
     errors.install(app)
     health.install(app, store)
     discovery.install(app, registry, options)
+    openapi.install(app, registry)
     kind_schemas = schemas.for_registry(registry)
     for kind in registry:
         resources.install(app, kind, store, options, kind_schemas, slots)

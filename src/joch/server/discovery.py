@@ -11,11 +11,7 @@ empty ``/api/v1`` breaks kubectl: its discovery cache treats an empty resource l
 fetch, and ``kubectl api-resources`` then exits with "received empty response for: v1".
 ``/api/v1`` still answers (an empty list) for clients that ask for it regardless.
 
-``/openapi/v2`` exists for ``kubectl apply``'s client-side validation, which downloads it (after
-``/openapi/v3`` answers 404) and refuses to apply when it cannot. kubectl asks for protobuf, and
-the protobuf encoding of an empty ``Document`` is zero bytes; kubectl skips validating kinds the
-document does not describe, so server-side admission stays the one validation. Other clients get
-a minimal Swagger 2.0 JSON document. The real API description is ``/openapi.json``.
+The OpenAPI documents clients read (``/openapi/v3``, ``/openapi/v2``) are ``joch.server.openapi``'s.
 
 Only the legacy (unaggregated) discovery format is served; clients asking for aggregated
 discovery (``application/json;g=apidiscovery.k8s.io;v=v2``) receive plain JSON and, as kubectl
@@ -28,7 +24,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from starlette.responses import Response
 
 from joch.api import errors
@@ -37,9 +33,6 @@ from joch.server import wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import error_responses
 
-# What the apiserver answers (kubectl asks with "...spec.v2@v1.0+protobuf", which Go cannot parse
-# as a response media type).
-OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 # The self-reviews of joch.server.auth.reviews: kubectl finds them here (auth whoami, auth can-i).
 REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
@@ -122,16 +115,6 @@ def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
     app.add_api_route("/apis", _static(group_list), methods=["GET"], tags=tags, summary="API groups")
     app.add_api_route("/version", _static(options.version.to_dict()), methods=["GET"], tags=tags,
                       summary="Server version")
-
-    swagger = wire.dumps({"swagger": "2.0", "info": {"title": "Joch", "version": options.version.git_version},
-                          "paths": {}, "definitions": {}})
-
-    def openapi_v2(request: Request) -> Response:
-        if "protobuf" in request.headers.get("accept", ""):
-            return Response(b"", media_type=OPENAPI_V2_PROTOBUF)
-        return Response(swagger, media_type=wire.JSON)
-
-    app.add_api_route("/openapi/v2", openapi_v2, methods=["GET"], tags=tags, include_in_schema=False)
 
     def get_group(group: str) -> Response:
         body = group_bodies.get(group)

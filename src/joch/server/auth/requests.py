@@ -28,7 +28,7 @@ is not authorized as a watch of Agents and served as a watch of every kind. The 
   (``joch.server.auth.rbac.authorize_documents``).
 * ``/v1/whoami`` and the self-reviews (``selfsubjectreviews``, ``selfsubjectaccessreviews``):
   ``anyone``: every authenticated user may ask who they are and what they may do.
-* Discovery (``/api``, ``/apis``, ``/apis/GROUP[/VERSION]``, ``/openapi.json``, ``/openapi/v2``,
+* Discovery (``/api``, ``/apis``, ``/apis/GROUP[/VERSION]``, ``/openapi.json``, ``/openapi/v2``, ``/openapi/v3/...``,
   ``/docs``): ``anyone``.
 
 Any other path (and any path with an empty segment) is a non-resource URL, which RBAC grants only to
@@ -83,6 +83,8 @@ def resolve(method: str, path: str, query: str = "", registry: Registry = REGIST
     parts = path.removesuffix("/").split("/")[1:]
     if "" in parts:  # "//": no route has an empty segment; never read it as a shorter path
         return RequestInfo(verb=verb, path=path)
+    if parts[:2] == ["openapi", "v3"]:  # the index and each group version's document (joch.server.openapi)
+        return RequestInfo(verb=verb, path=path, anyone=method in ("GET", "HEAD"))
     if (parts[:1] == ["apis"] and len(parts) <= 3) or parts == ["api", "v1"]:
         return RequestInfo(verb=verb, path=path, anyone=method in ("GET", "HEAD"))  # discovery
     if parts[:1] == ["apis"]:
