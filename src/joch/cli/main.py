@@ -42,7 +42,20 @@ from typer.core import TyperGroup
 
 import joch
 from joch.api import errors
-from joch.cli import access, applying, auditing, contexts, helptypes, manifests, namespaces, reading, runs, serving
+from joch.cli import (
+    access,
+    applying,
+    auditing,
+    contexts,
+    crds,
+    explain,
+    helptypes,
+    manifests,
+    namespaces,
+    reading,
+    runs,
+    serving,
+)
 from joch.cli.client import Client, server_url
 from joch.cli.namespaces import Namespace
 
@@ -692,6 +705,38 @@ def version_command(ctx: typer.Context, server: ServerOption = None) -> None:
         info = client.get_object("/version")
     version = info.get("gitVersion") or info.get("version") or info
     typer.echo(f"Server Version: {version}")
+
+
+@command("explain")
+def explain_command(
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(metavar="KIND[.FIELD...]",
+                                          help="A kind (any name get accepts), then a dotted field path, "
+                                               "e.g. agent.spec.providerRef.")],
+    recursive: Annotated[bool, typer.Option("--recursive", help="Print every field below, names and types "
+                                            "only.")] = False,
+    server: ServerOption = None,
+) -> None:
+    """Describe a kind or one of its fields, from the server's OpenAPI schema (as kubectl explain)."""
+    with _client(ctx, server) as client:
+        typer.echo(explain.explain(client, target, recursive=recursive), nl=False)
+
+
+@command("crds")
+def crds_command(
+    output_dir: Annotated[Path | None, typer.Option("--output-dir", metavar="DIR", show_default=False,
+                                                    help="Write one file per CRD (<plural>.<group>.yaml) into "
+                                                         "DIR instead of printing them.")] = None,
+) -> None:
+    """Print the CustomResourceDefinitions (apiextensions.k8s.io/v1) of Joch's kinds, generated from its
+    kind registry; charts/agents/crds is this command's output."""
+    from joch.api import REGISTRY
+
+    if output_dir is None:
+        typer.echo(crds.render(REGISTRY), nl=False)
+        return
+    for path in crds.write(output_dir, REGISTRY):
+        typer.echo(f"wrote {path}")
 
 
 # --- runs ------------------------------------------------------------------------------------------
