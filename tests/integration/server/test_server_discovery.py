@@ -49,12 +49,19 @@ def test_unknown_group_and_version_are_404_status(server: LiveServer) -> None:
         assert r.status_code == 404 and is_status(r.json(), 404, "NotFound"), path
 
 
-def test_openapi_v2_is_an_empty_document_for_kubectl(server: LiveServer) -> None:
+def test_openapi_v2_describes_every_kind_and_is_empty_protobuf_for_kubectl(server: LiveServer) -> None:
+    # kubectl reads v2 (protobuf only) to validate on the client when v3 does not settle it: an
+    # empty Document makes it leave validation to the server.
     protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
     pb = server.http.get("/openapi/v2", headers={"Accept": protobuf})
     assert pb.status_code == 200 and pb.content == b""
     doc = server.http.get("/openapi/v2").json()
     assert doc["swagger"] == "2.0" and doc["paths"] == {}
+    agent = doc["definitions"]["dev.joch.v1alpha1.Agent"]
+    assert agent["x-kubernetes-group-version-kind"] == [{"group": "joch.dev", "version": "v1alpha1", "kind": "Agent"}]
+    assert agent["properties"]["spec"]["properties"]["providerRef"]["required"] == ["name"]
+    assert "nullable" not in str(doc)  # no Swagger 2.0 spelling
+    assert len([d for d in doc["definitions"] if not d.endswith("List")]) == len(list(REGISTRY))
 
 
 def test_version(server: LiveServer) -> None:
