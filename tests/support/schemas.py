@@ -17,6 +17,7 @@ import jsonschema
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 JUNCTORS = ("anyOf", "oneOf", "allOf", "not")
+REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
 
 
@@ -42,9 +43,15 @@ def structural_problems(node: dict[str, Any], path: str = "", *, root: bool = Tr
             sub = item.get("properties", {}).get(key, {})
             if key not in item.get("required", []) and "default" not in sub:
                 out.append(f"{where}: list map key {key} is neither required nor defaulted")
+    for rule in node.get("x-kubernetes-validations", []):
+        if rule.get("reason", "FieldValueInvalid") not in REASONS:
+            out.append(f"{where}: rule reason {rule['reason']} is not one a CRD may give")
+        field_path = rule.get("fieldPath", "")
+        if field_path and field_path.lstrip(".") not in node.get("properties", {}):
+            out.append(f"{where}: rule fieldPath {field_path} names no field")
     for name, sub in node.get("properties", {}).items():
         if root and name == "metadata":
-            if set(sub) - {"type", "description"}:
+            if sub != {"type": "object"}:
                 out.append(f"{where}.metadata: says more than its type")
             continue
         out += structural_problems(sub, f"{path}.{name}", root=False)

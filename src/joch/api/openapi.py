@@ -15,7 +15,7 @@ because one shape for all three keeps them from drifting apart:
   ``fieldValidation=Strict`` reports;
 * only scalar defaults are kept (``default: null`` says nothing, and an object default would be
   applied by the apiserver where pydantic leaves the field absent);
-* ``metadata`` is a plain ``object`` (a CRD may say nothing else about it);
+* ``metadata`` is a plain ``object`` (a CRD may say nothing else about it, not even a description);
   ``object_meta_schema`` is its full shape for documents that may.
 
 Some rules admission checks in code (``CheckedSpec.problems``) a schema can state too: unique names
@@ -82,7 +82,7 @@ EXTENSIONS: dict[str, dict[str, Schema]] = {
                     "(has(self.phase) && self.phase != 'admission')",
             "message": "requireApproval only applies when a run is dispatched or writes back: set phase: dispatch "
                        "or writeBack, or use action deny or warn at admission",
-            "fieldPath": ".action", "reason": "FieldValueNotSupported"}]},
+            "fieldPath": ".action", "reason": "FieldValueInvalid"}]},
     },
     "ops.joch.dev/Environment": {
         "spec.namespaces": {"x-kubernetes-list-type": "set"},
@@ -100,7 +100,7 @@ def kind_schema(kind: KindInfo) -> Schema:
     properties: Schema = {
         "apiVersion": {"type": "string", "description": API_VERSION_DOC},
         "kind": {"type": "string", "description": KIND_DOC},
-        "metadata": {"type": "object", "description": METADATA_DOC},
+        "metadata": {"type": "object"},  # a CRD may state nothing else about it
     }
     body = copy.deepcopy(model_schema(kind.spec_model))  # the cached one stays as pydantic says
     required: list[str] = []
