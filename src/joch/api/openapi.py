@@ -67,9 +67,11 @@ EXTENSIONS: dict[str, dict[str, Schema]] = {
     },
     "joch.dev/AgentProvider": {
         "spec.parameters": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
-        "spec.parameters[].name": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"},
+        # maxLength says what the pattern does, for the apiserver's estimate of what CEL rules cost
+        "spec.parameters[].name": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,62}$", "maxLength": 63},
         "spec.outputArtifacts": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
-        "spec.outputArtifacts[].name": {"pattern": r"^[A-Za-z0-9._-]{1,128}$", "x-kubernetes-validations": [{
+        "spec.outputArtifacts[].name": {"pattern": r"^[A-Za-z0-9._-]{1,128}$", "maxLength": 128,
+                                        "x-kubernetes-validations": [{
             "rule": "self != 'changes.patch' && self != '.' && self != '..'",
             "message": '"changes.patch" is the workspace diff every run collects, and "." and ".." name no file: '
                        "give this output another name"}]},
