@@ -105,6 +105,8 @@ def test_every_printer_column_points_at_a_field_of_the_schema(printed: list[dict
     for definition in printed:
         for version in definition["spec"]["versions"]:
             schema = version["schema"]["openAPIV3Schema"]
+            names = [c["name"] for c in version["additionalPrinterColumns"]]
+            assert len(names) == len(set(names)), definition["metadata"]["name"]  # the apiserver's rule
             for column in version["additionalPrinterColumns"]:
                 path = [p for p in re.sub(r"\[[^\]]*\]", "", column["jsonPath"]).split(".") if p]
                 if path[0] == "metadata":
