@@ -77,6 +77,26 @@ EXTENSIONS: dict[str, dict[str, Schema]] = {
                        "give this output another name"}]},
         "spec.secretEnv[].name": {"pattern": ENV_NAME_PATTERN},
     },
+    "joch.dev/ImplementationSource": {
+        "spec": {"x-kubernetes-validations": [
+            *({"rule": f"self.provider != '{p}' || has(self.{p})", "message": f'provider is "{p}": set spec.{p}',
+               "fieldPath": f".{p}", "reason": "FieldValueRequired"} for p in ("github", "linear")),
+            *({"rule": f"self.provider == '{p}' || !has(self.{p})",
+               "message": f'spec.{p} is only for provider "{p}": remove it, or set provider: {p}',
+               "fieldPath": f".{p}", "reason": "FieldValueForbidden"} for p in ("github", "linear")),
+        ]},
+    },
+    "joch.dev/TriggerRule": {
+        "spec": {"x-kubernetes-validations": [
+            {"rule": "(has(self.issue) ? 1 : 0) + (has(self.comment) ? 1 : 0) + (has(self.schedule) ? 1 : 0) + "
+                     "(has(self.webhook) ? 1 : 0) <= 1",
+             "message": "a rule has one trigger (issue, comment, schedule or webhook): split it into one "
+                        "TriggerRule per trigger", "reason": "FieldValueForbidden"},
+            {"rule": "!(has(self.issue) || has(self.comment)) || has(self.sourceRef)",
+             "message": "issue and comment triggers need the ImplementationSource whose events they follow: set "
+                        "spec.sourceRef.name", "fieldPath": ".sourceRef", "reason": "FieldValueRequired"},
+        ]},
+    },
     "joch.dev/Policy": {
         "spec.rules": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
         "spec.rules[]": {"x-kubernetes-validations": [{

@@ -87,7 +87,21 @@ def _provider(**spec: Any) -> dict[str, Any]:
             "spec": {"binary": "echo", **spec}}
 
 
+def _example(kind: str, name: str, **spec: Any) -> dict[str, Any]:
+    """An example manifest of ``examples/integrations/github.yaml`` with ``spec`` keys replaced (None: removed)."""
+    doc = next(d for _, d in _examples() if d["kind"] == kind and d["metadata"]["name"] == name)
+    merged = {k: v for k, v in {**doc["spec"], **spec}.items() if v is not None}
+    return {**doc, "spec": merged}
+
+
 REJECTED = {
+    "github source without github": _example("ImplementationSource", "acme-web", github=None),
+    "linear source with github": _example(
+        "ImplementationSource", "acme-web", provider="linear",
+        linear={"teamKey": "ENG", "auth": {"apiKeySecretRef": {"name": "l", "key": "k"}}}),
+    "trigger rule with two triggers": _example("TriggerRule", "demo-on-label", schedule={"cron": "0 * * * *"}),
+    "issue trigger without sourceRef": _example("TriggerRule", "demo-on-label", sourceRef=None),
+
     "network allow without mode limited": _agent(security={"network": {"mode": "on", "allow": ["a.example"]}}),
     "env name with =": _agent(env=[{"name": "A=B", "value": "x"}]),
     "artifact named changes.patch": _provider(outputArtifacts=[{"name": "changes.patch", "path": "x"}]),
