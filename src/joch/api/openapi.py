@@ -143,10 +143,9 @@ def kind_schema(kind: KindInfo) -> Schema:
     for path, extra in EXTENSIONS.get(kind.key, {}).items():
         _at(schema, path, kind).update(copy.deepcopy(extra))
     for ref in kind.references:  # spec.providerRef.name: say what providerRef refers to
-        parent, _, leaf = ref.path.rpartition(".")
-        node = _at(schema, parent, kind) if parent else schema
-        target = node if leaf == "name" else node.get("properties", {}).get(leaf, {})
-        if target and "description" not in target:
+        steps = ref.path.split(".")
+        target = field(schema, steps[:-1] if steps[-1] == "name" else steps)
+        if target is not None and "description" not in target:
             target["description"] = (f"The {ref.kind} (by name, in the same namespace) this object uses; "
                                      + ("it is an error when it does not exist." if ref.missing == "reject"
                                         else "accepted with a warning while it does not exist."))
