@@ -159,10 +159,32 @@ def model_schema(model: type[BaseModel]) -> Schema:
     return _convert(raw, raw.get("$defs", {}), ())
 
 
+METADATA_FIELDS = {
+    "name": "Unique within a namespace (within the kind, for a cluster-scoped kind). A DNS-1123 subdomain.",
+    "generateName": "A prefix the server completes with random characters when name is empty (create only).",
+    "namespace": "The namespace of the object; empty for a cluster-scoped kind.",
+    "uid": "Unique in time and space; set by the server.",
+    "resourceVersion": "The store revision of the object's last change; an update that carries it applies only "
+                       "over that version. Set by the server.",
+    "generation": "Incremented by the server on every change of the spec. Read-only.",
+    "creationTimestamp": "When the object was created (RFC 3339). Set by the server.",
+    "deletionTimestamp": "When deletion was requested; the object remains until its finalizers are removed.",
+    "labels": "Key-value pairs that selectors (-l) match.",
+    "annotations": "Key-value pairs for tools and people; not matched by selectors.",
+    "finalizers": "What must happen before the object is removed; each is removed by whoever handles it.",
+    "ownerReferences": "The objects this one belongs to; deleting the owner deletes it too.",
+    "managedFields": "Which manager (field owner) set which fields, as server-side apply records it.",
+}
+
+
 @functools.cache
 def object_meta_schema() -> Schema:
     """``metadata`` with its fields, for documents that describe it (not for CRDs)."""
-    return {**model_schema(ObjectMeta), "description": METADATA_DOC}
+    schema = copy.deepcopy(model_schema(ObjectMeta))
+    for name, doc in METADATA_FIELDS.items():
+        if name in schema.get("properties", {}):
+            schema["properties"][name].setdefault("description", doc)
+    return {**schema, "description": METADATA_DOC}
 
 
 def field(schema: Schema, path: list[str]) -> Schema | None:

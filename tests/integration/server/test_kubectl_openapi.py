@@ -64,7 +64,8 @@ def test_the_index_lists_a_document_per_group_version(server: LiveServer) -> Non
     assert doc["openapi"].startswith("3.0")
     agent = doc["components"]["schemas"]["dev.joch.v1alpha1.Agent"]
     assert agent["x-kubernetes-group-version-kind"] == [{"group": "joch.dev", "version": "v1alpha1", "kind": "Agent"}]
-    assert "labels" in agent["properties"]["metadata"]["properties"]  # metadata spelled out here
+    labels = agent["properties"]["metadata"]["properties"]["labels"]  # metadata spelled out here
+    assert labels["description"].startswith("Key-value pairs that selectors")
     patch = doc["paths"]["/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents/{name}"]["patch"]
     assert patch["x-kubernetes-group-version-kind"]["kind"] == "Agent"
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
