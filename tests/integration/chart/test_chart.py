@@ -370,3 +370,16 @@ def test_values_schema_accepts_both_values_files(chart: helm.Chart) -> None:
     for name in ("values.yaml", "values-local.yaml"):
         chart.validate_schema(chart.merge_values(helm.values_from_yaml((CHART / name).read_text())))
     assert Path(CHART / "values.schema.json").read_text().endswith("\n")
+
+
+@pytest.mark.parametrize("case", ["default", "postgres-from-existing-secrets-3-replicas"])
+def test_notes_say_how_to_reach_the_api_and_warn_of_an_ephemeral_store(chart: helm.Chart, case: str) -> None:
+    notes = chart.render(CASES[case], name="joch", namespace=NAMESPACE)["agents/templates/NOTES.txt"]
+    assert f"kubectl -n {NAMESPACE} port-forward svc/{FULLNAME} 8080:8080" in notes
+    generated = f"get secret {FULLNAME} -o jsonpath='{{.data.admin-token}}' | base64 -d"
+    ephemeral = "EVERYTHING IS LOST WHEN THE POD GOES"
+    if case == "default":
+        assert generated in notes and ephemeral in notes and "Back it up" in notes
+    else:
+        assert generated not in notes and ephemeral not in notes and "Back it up" not in notes
+        assert "Secret joch-tokens (key token.csv)" in notes
