@@ -90,6 +90,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or .Values.kubernetesRuntime.enabled (include "agents.kubernetesStore" .) }}true{{ end }}
 {{- end }}
 
+{{/* The namespace of the Kubernetes store's own Secret (kubernetes://?namespace=NS, default joch-system). */}}
+{{- define "agents.storeNamespace" -}}
+{{- $found := regexFind "[?&]namespace=[^&]+" .Values.store.url }}
+{{- if $found }}{{ regexReplaceAll "^[?&]namespace=" $found "" }}{{ else }}joch-system{{ end }}
+{{- end }}
+
 {{- define "agents.runtimeNamespace" -}}
 {{- default .Release.Namespace .Values.kubernetesRuntime.namespace }}
 {{- end }}
