@@ -402,3 +402,22 @@ def test_notes_say_how_to_reach_the_api_and_warn_of_an_ephemeral_store(chart: he
     else:
         assert generated not in notes and ephemeral not in notes and "Back it up" not in notes
         assert "Secret joch-tokens (key token.csv)" in notes
+
+
+def test_the_packaged_chart_carries_what_artifact_hub_shows(tmp_path: Path) -> None:
+    archive = helm.package(CHART, destination=tmp_path)
+    assert Path(archive).name == f"agents-{chart_yaml()['version']}.tgz"
+    with helm.Chart.load_archive(Path(archive).read_bytes()) as packaged:
+        files = {f["name"] for f in packaged.files}
+        assert {"README.md", "LICENSE", "values-local.yaml"} <= files
+        assert packaged.schema is not None and packaged.metadata["kubeVersion"] == ">=1.32.0-0"
+        assert len(packaged.crds) == len(crd_files())
+        assert manifests_of(packaged) == manifests_of_dir()
+
+
+def manifests_of(loaded: helm.Chart) -> list[str]:
+    return sorted(t["name"] for t in loaded.templates)
+
+
+def manifests_of_dir() -> list[str]:
+    return sorted(f"templates/{p.name}" for p in (CHART / "templates").iterdir())
