@@ -421,3 +421,29 @@ def manifests_of(loaded: helm.Chart) -> list[str]:
 
 def manifests_of_dir() -> list[str]:
     return sorted(f"templates/{p.name}" for p in (CHART / "templates").iterdir())
+
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_pod_meets_the_restricted_pod_security_standard(
+    rendered: dict[str, list[dict[str, Any]]], case: str,
+) -> None:
+    """What a namespace labelled ``pod-security.kubernetes.io/enforce: restricted`` admits
+    (https://kubernetes.io/docs/concepts/security/pod-security-standards/, v1.32+)."""
+    pod = only(rendered[case], "Deployment")["spec"]["template"]["spec"]
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"))
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= RESTRICTED_VOLUMES, volume
+    pod_context = pod.get("securityContext", {})
+    for c in pod["containers"] + pod.get("initContainers", []):
+        context = {**pod_context, **c.get("securityContext", {})}
+        assert context.get("runAsNonRoot") is True and context.get("runAsUser", 1) != 0
+        assert context.get("privileged") in (None, False)
+        assert context.get("allowPrivilegeEscalation") is False
+        assert context["capabilities"]["drop"] == ["ALL"] and set(context["capabilities"].get("add", [])) <= {
+            "NET_BIND_SERVICE"}
+        assert context["seccompProfile"]["type"] in ("RuntimeDefault", "Localhost")
+        assert not any(p.get("hostPort") for p in c.get("ports", []))
