@@ -174,7 +174,7 @@ def test_every_server_flag_the_chart_passes_exists(
 
 
 def test_controllers_run_leader_elected_with_the_pod_name_as_identity(
-    rendered: dict[str, list[dict[str, Any]]],
+    rendered: dict[str, list[dict[str, Any]]], render: Any,
 ) -> None:
     docs = rendered["kubernetes-store-and-job-runtime"]
     args = args_of(docs)
@@ -185,6 +185,8 @@ def test_controllers_run_leader_elected_with_the_pod_name_as_identity(
     # A shared store: replicas roll one by one; the embedded SQLite stops the old pod first.
     assert "strategy" not in only(docs, "Deployment")["spec"]
     assert only(rendered["default"], "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    on_a_claim = render({"store": {"url": "postgresql://db/joch"}, "persistence": {"enabled": True}})
+    assert only(on_a_claim, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}, "ReadWriteOnce"
 
 
 def test_service_names_are_accepted_hosts_and_the_api_url(rendered: dict[str, list[dict[str, Any]]]) -> None:
