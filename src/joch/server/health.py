@@ -1,6 +1,7 @@
 """Liveness and readiness.
 
-``/healthz`` answers as long as the process serves HTTP. ``/readyz`` also asks the store for its
+``/healthz`` (and ``/livez``, kube-apiserver's name for it, which the Helm chart's liveness and startup
+probes ask) answers as long as the process serves HTTP. ``/readyz`` also asks the store for its
 revision, so a load balancer stops sending traffic to a replica whose database is gone; any
 failure there is a 503 ``ServiceUnavailable`` Status, and its cause goes to the log only.
 
@@ -64,6 +65,7 @@ def install(app: FastAPI, store: Store) -> None:
         return wire.json_response({"ok": True, "revision": revision})
 
     app.add_api_route("/healthz", healthz, methods=["GET"], tags=["health"], summary="Liveness")
+    app.add_api_route("/livez", healthz, methods=["GET"], tags=["health"], summary="Liveness")
     app.add_api_route("/readyz", readyz, methods=["GET"], tags=["health"], summary="Readiness",
                       responses=error_responses((503, "the store does not answer, or a disk is full")))
 

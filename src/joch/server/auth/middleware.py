@@ -4,7 +4,7 @@ Installed by ``create_app`` between ``guard.Guard`` (outside) and
 ``context.RequestContextMiddleware`` (inside), so a web page is refused before any token is
 looked at, and every handler runs with the authenticated user current. For each HTTP request:
 
-1. **Exempt routes pass untouched**: ``/healthz``, ``/readyz``, ``/version``, everything under
+1. **Exempt routes pass untouched**: ``/healthz``, ``/livez``, ``/readyz``, ``/version``, everything under
    ``/v1/webhooks/`` (webhooks verify their own signatures) and exactly
    ``POST /v1/namespaces/NS/agentruns/NAME/callback`` (a run's usage callback, which checks the
    run's own token).
@@ -44,7 +44,7 @@ from joch.server.auth import rbac, requests
 from joch.server.errors import status_response
 from joch.store.base import Store
 
-EXEMPT = frozenset({"/healthz", "/readyz", "/version"})
+EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 WEBHOOKS = "/v1/webhooks/"
 AUTHENTICATION_FAILED = "authentication failed"
 
