@@ -556,9 +556,9 @@ def get_command(
     names: NamesArgument = None,
     namespace: NamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List in all namespaces.")] = False,
-    output: Annotated[str | None, typer.Option("--output", "-o", metavar="FORMAT", show_default=False,
-                                               help="wide, yaml, json, name, jsonpath=TEMPLATE (kubectl's, e.g. "
-                                                    "'{.items[*].metadata.name}') or custom-columns=HEADER:PATH,...")
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="wide|yaml|json|name", show_default=False,
+                                               help="wide, yaml, json or name; or jsonpath=TEMPLATE (kubectl's "
+                                                    "JSONPath template) or custom-columns=HEADER:PATH,...")
                       ] = None,
     selector: Annotated[str | None, typer.Option("--selector", "-l", show_default=False,
                                                  help="Label selector, e.g. team=core,tier!=test.")] = None,
@@ -1279,10 +1279,8 @@ def patch_command(
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
-    """Change fields of an object with a merge patch or a JSON patch.
-
-    e.g. `joch patch agent coder -p '{"spec":{"description":"x"}}'` or `joch patch agent coder --type json
-    -p '[{"op":"replace","path":"/spec/description","value":"x"}]'`."""
+    """Change fields of an object with a merge patch (a JSON object of the fields to change; null removes one)
+    or a JSON patch (a list of add/remove/replace/move/copy/test operations)."""
     from joch.cli import editing
 
     chosen = _one_of("--type", patch_type, tuple(editing.PATCH_TYPES)) or "merge"
@@ -1350,7 +1348,8 @@ def wait_command(
     args: Annotated[list[str], typer.Argument(metavar="TYPE NAME... | TYPE/NAME...", help="The objects to wait for.",
                                               autocompletion=completing.kinds)],
     for_: Annotated[str, typer.Option("--for", metavar="CONDITION", show_default=False,
-                                      help="condition=NAME[=VALUE], jsonpath={.path}[=VALUE], delete or create.")],
+                                      help="condition=NAME[=VALUE], jsonpath=.path[=VALUE] (e.g. "
+                                           "jsonpath=.status.phase=Succeeded), delete or create.")],
     timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION",
                                          help="How long to wait for each: 30s, 5m, 1h; 0 checks once.")] = "30s",
     selector: Annotated[str | None, typer.Option("--selector", "-l", show_default=False,
