@@ -87,9 +87,11 @@ def names(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def _names(client: Any, ctx: typer.Context, word: str) -> list[str]:
-    from joch.cli import namespaces
+    from joch.cli import contexts, namespaces
 
     rt = client.discovery.resolve(word.split(",")[0])
-    namespace = namespaces.choose(ctx.params.get("namespace") or ctx.find_root().params.get("namespace")).name
+    context = contexts.current()
+    flag = ctx.params.get("namespace") or ctx.find_root().params.get("namespace")
+    namespace = namespaces.choose(flag, context.namespace if context else None).name
     listing = client.get_object(rt.path(namespace=namespace))
     return sorted(str((o.get("metadata") or {}).get("name")) for o in listing.get("items") or [] if isinstance(o, dict))
