@@ -16,7 +16,9 @@ import httpx
 import pytest
 
 from integration.cli.conftest import Joch, Server
+from support import kubectl_binary
 
+KUBECTL = kubectl_binary()
 AGENTS = "/apis/joch.dev/v1alpha1/namespaces/default/agents"
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 
@@ -82,7 +84,7 @@ def test_show_labels_adds_a_labels_column(joch: Joch) -> None:
     assert wide[0][0] == "NAMESPACE" and wide[0][-1] == "LABELS"
 
 
-def test_field_selector_on_a_spec_field_and_an_unknown_field(joch: Joch, server: Server) -> None:
+def test_field_selector_on_a_spec_field_and_an_unknown_field(joch: Joch, server: Server, tmp_path: Path) -> None:
     agents(joch, ("a", "x", {}))
     joch.ok("apply", "-f", "-", input="apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: other}\n"
                                       "spec: {binary: /bin/true}\n---\napiVersion: joch.dev/v1alpha1\nkind: Agent\n"
@@ -95,9 +97,15 @@ def test_field_selector_on_a_spec_field_and_an_unknown_field(joch: Joch, server:
     assert result.code == 2
     assert "field label not supported for agents: spec.description" in result.err
     assert "spec.providerRef.name" in result.err  # the message lists what is supported
-    # kubectl's own client sees the same fields (the server filters).
+    # Any client sees the same fields (the server filters): the API, and kubectl itself.
     listing = httpx.get(f"{server.url}{AGENTS}", params={"fieldSelector": "spec.providerRef.name=echo"}).json()
     assert [i["metadata"]["name"] for i in listing["items"]] == ["a"]
+    if KUBECTL is not None:
+        env = {"HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "kubeconfig"), "PATH": "/usr/bin:/bin"}
+        done = subprocess.run([KUBECTL, f"--server={server.url}", "get", "agents", "-o", "name",
+                               "--field-selector", "spec.providerRef.name=other"],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert (done.returncode, done.stdout) == (0, "agent.joch.dev/b\n"), done.stderr
     result = joch("get", "agents", "a", "--field-selector", "metadata.name=a")
     assert result.code == 2 and "name cannot be provided" in result.err
 
