@@ -277,6 +277,29 @@ def test_logs_tail_and_runs_selected_by_phase(joch: Joch, repo: Path) -> None:
     assert none.code == 0 and none.out == "" and "No resources found" in none.err
 
 
+def test_get_watch_with_a_field_selector_prints_runs_as_they_enter_it(joch: Joch, server: Server, repo: Path,
+                                                                      joch_binary: Path) -> None:
+    agents(joch, ("coder", "x", {}))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}, "JOCH_SERVER": server.url}
+    watcher = subprocess.Popen([str(joch_binary), "get", "runs", "-w", "-o", "name",
+                                "--field-selector", "status.phase=Succeeded"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    guard = threading.Timer(20, watcher.kill)  # a readline that never returns must not hang the suite
+    guard.start()
+    try:
+        time.sleep(1.0)  # the watch is open (an empty list first)
+        joch.ok("run", "--agent", "coder", "--repo", str(repo), "--text", "hi", "--name", "w1")
+        assert watcher.stdout is not None
+        line = watcher.stdout.readline()  # only once it Succeeded: Pending, Queued, Running are not printed
+        assert line == "agentrun.runtime.joch.dev/w1\n"
+        phase = joch.ok("get", "run", "w1", "-o", "jsonpath={.status.phase}").out
+        assert phase == "Succeeded"
+    finally:
+        guard.cancel()
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
 # --- completion ---------------------------------------------------------------------------------
 
 def complete(server: Server, words: str, cword: int) -> list[str]:
