@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from joch.api import columns, errors
 from joch.cli import jsonpaths, printers
 
 Obj = dict[str, Any]
-TEMPLATE_OUTPUTS = ("jsonpath", "custom-columns")
+TEMPLATE_OUTPUTS = ("jsonpath", "custom-columns", "jsonpath-file", "custom-columns-file")
 SORT_INCLUDE = {"includeObject": "Object"}
 """Table parameters when rows are sorted: each row's whole object, for the sort path to read."""
 
@@ -66,11 +67,29 @@ def shape(output: str | None) -> Shape | None:
     if name not in TEMPLATE_OUTPUTS:
         return None
     if not eq or not spec.strip():
-        example = "{.items[*].metadata.name}" if name == "jsonpath" else "NAME:.metadata.name,PHASE:.status.phase"
+        example = {"jsonpath": "{.items[*].metadata.name}", "custom-columns": "NAME:.metadata.name,PHASE:.status.phase"
+                   }.get(name, "FILE")
         raise errors.BadRequest(f"-o {name} needs a template: -o {name}='{example}'")
+    if name.endswith("-file"):
+        name, spec = name.removesuffix("-file"), _template_file(name, spec)
     if name == "jsonpath":
         return Shape(kind=name, spec=spec, template=jsonpaths.template(spec))
     return Shape(kind=name, spec=spec, columns=tuple(_columns(spec)))
+
+
+def _template_file(name: str, path: str) -> str:
+    """A ``jsonpath-file`` as it is; a ``custom-columns-file`` (a line of headers over a line of
+    paths, as kubectl reads it) as a ``custom-columns`` spec."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise errors.BadRequest(f"-o {name}: cannot read {path}: {exc.strerror or exc}") from None
+    if name == "jsonpath-file":
+        return text
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if len(lines) != 2 or len(lines[0]) != len(lines[1]):
+        raise errors.BadRequest(f"-o {name}: {path} must hold two lines, the headers and as many JSONPaths under them")
+    return ",".join(f"{header}:{column}" for header, column in zip(lines[0], lines[1], strict=True))
 
 
 def is_output(output: str) -> bool:

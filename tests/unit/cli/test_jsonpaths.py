@@ -3,6 +3,7 @@ keeping: pure functions, no server."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,3 +110,19 @@ def test_last_lines_across_chunks() -> None:
     assert tailing.last_lines(chunks, 0) == ([], 18)
     assert tailing.last_lines(chunks, 10)[0] == [b"one\n", b"two\n", b"three\n", b"four"]
     assert list(tailing._skip([b"abc", b"def", b"gh"], 4)) == [b"ef", b"gh"]
+
+
+def test_template_files(tmp_path: Path) -> None:
+    (tmp_path / "cc").write_text("NAME   PHASE\n.metadata.name  {.status.phase}\n")
+    (tmp_path / "jp").write_text('{range .items[*]}{.metadata.name}{"\\n"}{end}')
+    columns = shaping.shape(f"custom-columns-file={tmp_path / 'cc'}")
+    assert columns is not None
+    rendered = columns.render(LIST["items"], single=False).splitlines()
+    assert rendered == ["NAME   PHASE", "a      Running", "b      <none>"]
+    template = shaping.shape(f"jsonpath-file={tmp_path / 'jp'}")
+    assert template is not None and template.render(LIST["items"], single=False) == "a\nb\n"
+    (tmp_path / "bad").write_text("NAME\n")
+    with pytest.raises(errors.BadRequest, match="two lines"):
+        shaping.shape(f"custom-columns-file={tmp_path / 'bad'}")
+    with pytest.raises(errors.BadRequest, match="cannot read"):
+        shaping.shape(f"jsonpath-file={tmp_path / 'missing'}")
