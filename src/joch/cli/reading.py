@@ -22,6 +22,7 @@ and the command fails with the first error's exit code, as kubectl does; ``descr
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,11 +64,11 @@ class GetRequest:
     sort_by: str | None = None
     show_labels: bool = False
 
-    @property
+    @functools.cached_property
     def shape(self) -> shaping.Shape | None:
         return shaping.shape(self.output)
 
-    @property
+    @functools.cached_property
     def sorter(self) -> jsonpaths.Finder | None:
         return shaping.sorter(self.sort_by)
 
