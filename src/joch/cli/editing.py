@@ -187,7 +187,7 @@ def edit(client: Client, rt: ResourceType, namespace: str | None, name: str, *, 
          report: Reporter) -> errors.JochError | None:
     """Edit until the server accepts the object, the user saves no change, or an error is saved twice."""
     path = rt.path(namespace=namespace, name=name)
-    original = client.get_object(path)
+    original = _without_managed_fields(client.get_object(path))
     text = _write(original, output)
     suffix = ".json" if output == "json" else ".yaml"
     handle, file_name = tempfile.mkstemp(prefix=f"joch-edit-{rt.plural}-", suffix=suffix)
@@ -233,6 +233,15 @@ def edit(client: Client, rt: ResourceType, namespace: str | None, name: str, *, 
     finally:
         if not keep:
             file.unlink(missing_ok=True)
+
+
+def _without_managed_fields(obj: Obj) -> Obj:
+    """As kubectl edit shows an object: without ``metadata.managedFields`` (server-side apply's
+    bookkeeping), which an update that leaves them out keeps as they are."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or "managedFields" not in metadata:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
 
 
 def _write(obj: Obj, output: str) -> str:
