@@ -82,10 +82,11 @@ def _parse(text: str, source: str) -> Any:
 
 
 def patch(client: Client, rt: ResourceType, namespace: str | None, name: str, *, body: str, patch_type: str,
-          output: str | None) -> None:
+          output: str | None, subresource: str | None = None) -> None:
     path = rt.path(namespace=namespace, name=name)
     before = client.get_object(path)
-    after = client.request("PATCH", path, content=body, content_type=PATCH_TYPES[patch_type])
+    target = f"{path}/{subresource}" if subresource else path
+    after = client.request("PATCH", target, content=body, content_type=PATCH_TYPES[patch_type])
     if not isinstance(after, dict):
         raise client.not_joch(f"PATCH {path} answered JSON that is not an object")
     if output:

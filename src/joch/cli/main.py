@@ -1275,6 +1275,9 @@ def patch_command(
     patch_type: Annotated[str, typer.Option("--type", metavar="merge|json",
                                             help="merge (RFC 7386) or json (RFC 6902, a list of operations).")
                           ] = "merge",
+    subresource: Annotated[str | None, typer.Option("--subresource", metavar="status", show_default=False,
+                                                    help="Patch the status subresource instead of the object.")
+                           ] = None,
     output: ApplyOutputOption = None,
     namespace: NamespaceOption = None,
     server: ServerOption = None,
@@ -1288,7 +1291,8 @@ def patch_command(
     body = editing.patch_body(patch, patch_file, chosen)
     with _client(ctx, server) as client:
         rt, ns, name = _one_object(ctx, client, target, namespace, verb="patch")
-        editing.patch(client, rt, ns, name, body=body, patch_type=chosen, output=shown)
+        editing.patch(client, rt, ns, name, body=body, patch_type=chosen, output=shown,
+                      subresource=_one_of("--subresource", subresource, ("status",)))
 
 
 @command("label")

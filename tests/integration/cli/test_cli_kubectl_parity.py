@@ -123,6 +123,9 @@ def test_patch_merge_yaml_and_no_change(joch: Joch) -> None:
     assert result.code == 2 and "spec.providerRef.name" in result.err
     result = joch("patch", "agent", "missing", "-p", "{}")
     assert result.code == 3 and "not found" in result.err
+    patched = joch.ok("patch", "agent", "a", "--subresource", "status", "-p", '{"status":{"observedGeneration":99}}',
+                      "-o", "json").out
+    assert json.loads(patched)["status"]["observedGeneration"] == 99  # (the controller sets it back later)
     result = joch("patch", "agent", "a", "--type", "strategic", "-p", "{}")
     assert result.code == 2 and "--type must be one of merge, json" in result.err
 
