@@ -152,7 +152,6 @@ class Filter:
             return WatchEvent("DELETED", obj, change.revision)
         return None
 
-
     def _moved(self, change: Change, obj: Obj, now: bool) -> WatchEvent | None:
         key = (change.namespace, change.name)
         was = self.selection.known.get(key, False if self.selection.complete else None)
