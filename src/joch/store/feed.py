@@ -121,7 +121,8 @@ class Filter:
         With a label selector, a relabel that moves an object into the selection is ADDED and one
         that moves it out is DELETED, as a Kubernetes watch reports them; the DELETED carries the
         object as it is now (Kubernetes sends its previous content), at the change's revision.
-        Field selectors only see name and namespace, which never change.
+        A field selector on name and namespace only needs no more (they never change); one on a field
+        that changes is tracked per object (``_moved``).
 
         A change whose previous change was removed from the log after ``after`` (``superseded``)
         follows a state this watch never saw, so the labels it had there are unknown: an object
