@@ -57,10 +57,15 @@ def _client(ctx: typer.Context) -> Any:
 
 
 def kinds(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Resource types (plurals, as kubectl completes them); after ``TYPE/``, that type's names."""
+    """Resource types (plurals, as kubectl completes them); after ``TYPE/``, that type's names; in a
+    list of words (``joch edit agent <TAB>``), after a type, its names."""
+    typed = next((v for v in ctx.params.values() if isinstance(v, list | tuple) and v), None)
+    first = str(typed[0]) if typed else ""
     try:
         client = _client(ctx)
         try:
+            if first and "/" not in first and "/" not in incomplete and "=" not in first:
+                return [n for n in _names(client, ctx, first) if n.startswith(incomplete)]
             if "/" in incomplete:
                 word, _, start = incomplete.partition("/")
                 return [f"{word}/{n}" for n in _names(client, ctx, word) if n.startswith(start)]

@@ -327,5 +327,6 @@ def test_completion_scripts_and_what_they_complete(joch: Joch, server: Server) -
     assert complete(server, "joch get agentp", 2) == ["agentproviders"]
     assert complete(server, "joch get agents c", 3) == ["coder"]
     assert complete(server, "joch label agent/c", 2) == ["agent/coder"]
+    assert complete(server, "joch edit agent c", 3) == ["coder"]
     assert "--show-labels" in complete(server, "joch get --sh", 2)
 
