@@ -22,6 +22,7 @@ and the command fails with the first error's exit code, as kubectl does; ``descr
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ import typer
 
 from joch.api import columns, errors
 from joch.cli import describe as describing
-from joch.cli import namespaces, printers
+from joch.cli import jsonpaths, namespaces, printers, shaping
 from joch.cli.client import Client
 from joch.cli.namespaces import Namespace
 from joch.cli.resolve import ResourceType
@@ -59,6 +60,17 @@ class GetRequest:
     output: str | None
     selector: str | None
     watch: bool
+    field_selector: str | None = None
+    sort_by: str | None = None
+    show_labels: bool = False
+
+    @functools.cached_property
+    def shape(self) -> shaping.Shape | None:
+        return shaping.shape(self.output)
+
+    @functools.cached_property
+    def sorter(self) -> jsonpaths.Finder | None:
+        return shaping.sorter(self.sort_by)
 
     @property
     def named(self) -> bool:
@@ -121,9 +133,10 @@ def get(client: Client, request: GetRequest, *, report: Reporter) -> errors.Joch
 
 
 def _list_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
-    table = _table(client, rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
+    params = {**_list_params(request), **(shaping.SORT_INCLUDE if request.sort_by else {})}
+    table = _table(client, rt.path(namespace=request.scope.for_path(rt)), params)
     layout = _layout(rt, table, request)
-    rows = [layout.cells(row) for row in _ordered(rt, table)]
+    rows = [layout.cells(row) for row in shaping.sort_rows(_ordered(rt, table), request.sorter)]
     column_widths = None
     if rows:
         column_widths = printers.widths(layout.headers, rows)
@@ -140,15 +153,21 @@ def _list_table(client: Client, rt: ResourceType, request: GetRequest) -> None:
 def _list_objects(client: Client, rt: ResourceType, request: GetRequest) -> None:
     """``-o yaml|json|name``: the objects themselves, from the plain JSON routes."""
     listing = client.get_object(rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
-    objects = [o for o in listing.get("items") or [] if isinstance(o, dict)]
-    if request.output == "name":
+    objects = shaping.sort_objects([o for o in listing.get("items") or [] if isinstance(o, dict)], request.sorter)
+    shape = request.shape
+    if shape is not None:
+        if objects or shape.template is not None:
+            typer.echo(shape.render(objects, single=False), nl=False)
+        elif not request.watch:
+            typer.echo(_nothing_found(rt, request.scope), err=True)
+    elif request.output == "name":
         for obj in objects:
             typer.echo(printers.object_name(rt, obj))
     elif request.output:
         typer.echo(printers.dump(printers.as_list(objects), request.output), nl=False)
     if request.watch:
         resource_version = (listing.get("metadata") or {}).get("resourceVersion")
-        _follow(client, rt, request, resource_version, _object_printer(rt, request))
+        _follow(client, rt, request, resource_version, _object_printer(rt, request, headed=bool(objects)))
 
 
 def _get_named(
@@ -188,7 +207,11 @@ def _get_named(
             follow = _row_printer(layout, column_widths)
     else:
         objects = [(rt, obj) for rt, names in selected for obj in (fetch(rt, n, None) for n in names) if obj]
-        if request.output == "name":
+        shape = request.shape
+        if shape is not None and objects:
+            asked = sum(len(names) for _, names in selected)
+            typer.echo(shape.render([obj for _, obj in objects], single=asked == 1), nl=False)
+        elif request.output == "name":
             for rt, obj in objects:
                 typer.echo(printers.object_name(rt, obj))
         elif objects:
@@ -196,7 +219,7 @@ def _get_named(
             shown = objects[0][1] if asked == 1 else printers.as_list([obj for _, obj in objects])
             typer.echo(printers.dump(shown, request.output or "yaml"), nl=False)
         if selected:
-            follow = _object_printer(selected[0][0], request)
+            follow = _object_printer(selected[0][0], request, headed=bool(objects))
     for failure in failures:
         report(failure)
     if failures:
@@ -217,16 +240,22 @@ def _get_many(client: Client, types: list[ResourceType], request: GetRequest) ->
                 for obj in listing.get("items") or []:
                     typer.echo(printers.object_name(rt, obj))
             return
-        everything = [obj for _, listing in listed for obj in listing.get("items") or []]
+        everything = shaping.sort_objects([obj for _, listing in listed for obj in listing.get("items") or []],
+                                          request.sorter)
+        shape = request.shape
+        if shape is not None:
+            typer.echo(shape.render(everything, single=False), nl=False)
+            return
         typer.echo(printers.dump(printers.as_list(everything), request.output or "yaml"), nl=False)
         return
     printed = 0
     for rt in types:
-        table = _table(client, rt.path(namespace=request.scope.for_path(rt)), _list_params(request))
+        params = {**_list_params(request), **(shaping.SORT_INCLUDE if request.sort_by else {})}
+        table = _table(client, rt.path(namespace=request.scope.for_path(rt)), params)
         if not table.get("rows"):
             continue
         layout = _layout(rt, table, request)
-        rows = [layout.cells(row) for row in table["rows"]]
+        rows = [layout.cells(row) for row in shaping.sort_rows(list(table["rows"]), request.sorter)]
         for row in rows:
             row[layout.name_at] = f"{rt.qualified_kind}/{row[layout.name_at]}"
         if printed:
@@ -272,12 +301,14 @@ def _table(client: Client, path: str, params: dict[str, str] | None = None) -> p
 
 
 def _layout(rt: ResourceType, table: printers.Table, request: GetRequest) -> printers.Layout:
-    return printers.layout(table.get("columnDefinitions") or [], wide=request.output == "wide",
-                           namespace=request.scope.all_namespaces and rt.namespaced)
+    layout = printers.layout(table.get("columnDefinitions") or [], wide=request.output == "wide",
+                             namespace=request.scope.all_namespaces and rt.namespaced)
+    return shaping.with_labels(layout) if request.show_labels else layout
 
 
 def _list_params(request: GetRequest) -> dict[str, str]:
-    return {"labelSelector": request.selector} if request.selector else {}
+    params = {"labelSelector": request.selector} if request.selector else {}
+    return {**params, "fieldSelector": request.field_selector} if request.field_selector else params
 
 
 def _nothing_found(rt: ResourceType, scope: Scope) -> str:
@@ -342,8 +373,15 @@ def _row_printer(layout: printers.Layout, column_widths: list[int] | None) -> Ca
     return emit
 
 
-def _object_printer(rt: ResourceType, request: GetRequest) -> Callable[[Obj], None]:
+def _object_printer(rt: ResourceType, request: GetRequest, *, headed: bool = False) -> Callable[[Obj], None]:
+    shape = request.shape
+    printed = [True] if headed else []
+
     def emit(obj: Obj) -> None:
+        if shape is not None:
+            typer.echo(shape.render_one(obj, header=not printed), nl=False)
+            printed.append(True)
+            return
         if request.output == "name":
             typer.echo(printers.object_name(rt, obj))
             return

@@ -29,7 +29,9 @@ LabelSelector = Annotated[
 ]
 FieldSelector = Annotated[
     str | None,
-    Query(alias="fieldSelector", description="`metadata.name` / `metadata.namespace` with = or !="),
+    Query(alias="fieldSelector",
+          description="`metadata.name`, `metadata.namespace` and the kind's column fields (an AgentRun's "
+                      "`status.phase`, `spec.agentRef.name`, ...) with = or !=, comma-separated"),
 ]
 Limit = Annotated[
     int | None, Query(alias="limit", description=f"page size, at most {MAX_LIMIT}; 0 or absent: no limit")

@@ -36,6 +36,14 @@ burst, decoded, five times over.
 Buffered changes are kept as the feed read them: one body string shared by every subscription,
 decoded only when the consumer takes it (a subscription with a label or field selector decodes
 on arrival, to decide whether the change concerns it at all).
+
+A field selector on a field that changes (``status.phase=Running``) makes the subscription
+remember, per object, whether its consumer has it (``Selection``): a change that takes an object
+into the selection is ADDED, one that takes it out DELETED, one that leaves it out nothing, as the
+apiserver's watch cache reports them. The snapshot of a fresh watch says which objects are in; a
+watch replaying from a revision does not know, so an object it has not seen that changes outside
+the selection is DELETED once (the consumer may have had it from its list; one that did not
+ignores the DELETED). Such a subscription decodes on the consumer's side, in revision order.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from joch.api import errors, selectors
@@ -77,12 +85,25 @@ class Change(NamedTuple):
 ReadChanges = Callable[[int, str | None, int], tuple[int, list[Change]]]
 
 
+@dataclass
+class Selection:
+    """Which objects a watch with a changing field selector has delivered as in the selection."""
+
+    known: dict[tuple[str, str], bool] = field(default_factory=dict)
+    complete: bool = False  # a snapshot said which are in: an object not in ``known`` is out
+
+
 @dataclass(frozen=True)
 class Filter:
     kind: str | None = None
     namespace: str | None = None
     labels: tuple[selectors.Requirement, ...] = ()
     fields: tuple[selectors.Requirement, ...] = ()
+    selection: Selection = field(default_factory=Selection, compare=False, repr=False)
+
+    @property
+    def stateful(self) -> bool:
+        return selectors.mutable(self.fields)
 
     def match_key(self, change: Change) -> bool:
         if self.kind is not None and change.kind != self.kind:
@@ -100,7 +121,8 @@ class Filter:
         With a label selector, a relabel that moves an object into the selection is ADDED and one
         that moves it out is DELETED, as a Kubernetes watch reports them; the DELETED carries the
         object as it is now (Kubernetes sends its previous content), at the change's revision.
-        Field selectors only see name and namespace, which never change.
+        A field selector on name and namespace only needs no more (they never change); one on a field
+        that changes is tracked per object (``_moved``).
 
         A change whose previous change was removed from the log after ``after`` (``superseded``)
         follows a state this watch never saw, so the labels it had there are unknown: an object
@@ -113,6 +135,8 @@ class Filter:
         if not (self.labels or self.fields):
             return WatchEvent(change.type, obj, change.revision)  # type: ignore[arg-type]
         now = selectors.matches(obj, self.labels, self.fields)
+        if self.stateful:
+            return self._moved(change, obj, now)
         if self.labels and change.superseded is not None and change.superseded > after:
             # Only MODIFIED and DELETED rows supersede (see ``sql``).
             return WatchEvent("MODIFIED" if now and change.type == "MODIFIED" else "DELETED", obj, change.revision)
@@ -128,6 +152,18 @@ class Filter:
         if before:
             return WatchEvent("DELETED", obj, change.revision)
         return None
+
+    def _moved(self, change: Change, obj: Obj, now: bool) -> WatchEvent | None:
+        key = (change.namespace, change.name)
+        was = self.selection.known.get(key, False if self.selection.complete else None)
+        if change.type == "DELETED":
+            self.selection.known.pop(key, None)
+            return WatchEvent("DELETED", obj, change.revision) if now or was is not False else None
+        self.selection.known[key] = now
+        if now:
+            kind = "ADDED" if change.type == "ADDED" or was is False else "MODIFIED"
+            return WatchEvent(kind, obj, change.revision)  # type: ignore[arg-type]
+        return WatchEvent("DELETED", obj, change.revision) if was is not False and change.type != "ADDED" else None
 
 
 def bookmark_object(api_version: str, kind: str) -> Obj:
@@ -183,7 +219,7 @@ class Subscription(Watch):
         if not self._filter.match_key(change):
             return
         item: Buffered = change
-        if self._filter.selects:
+        if self._filter.selects and not self._filter.stateful:  # a stateful one decodes in order, on taking
             try:
                 event = self._filter.decode(change, after)
             except Exception:  # one undecodable body must not wedge the feed for every watch
@@ -249,10 +285,14 @@ class Subscription(Watch):
         Each synthetic event carries the snapshot's revision (not the object's own, older one): a
         client resuming from any of them — an SSE ``Last-Event-ID`` — must resume after the
         snapshot, not from a revision compaction may already have removed."""
+        selection = self._filter.selection
+        selection.complete = True
         for body in bodies:
             obj = json.loads(body)
             if selectors.matches(obj, self._filter.labels, self._filter.fields):
                 self._ready.append(WatchEvent("ADDED", obj, revision))
+                meta = obj.get("metadata") or {}
+                selection.known[(meta.get("namespace") or "", meta.get("name") or "")] = True
         self._last = revision
         self._replaying = False
 

@@ -607,7 +607,7 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions, *, revision: int | None
     """One page of ``kind``. ``revision``: the store's revision when the caller knows it (a write
     transaction, which holds the counter and has counted its own writes), else it is read."""
     labels = selectors.parse_labels(opts.label_selector)
-    fields = selectors.parse_fields(opts.field_selector)
+    fields = selectors.parse_fields(opts.field_selector, kind)
     if opts.limit is not None and opts.limit < 0:
         raise errors.BadRequest(f"limit must be a positive number, got {opts.limit}")
     limit = opts.limit or None
@@ -637,7 +637,7 @@ def _list(conn: Conn, kind: KindInfo, opts: ListOptions, *, revision: int | None
         rows = conn.execute(sql, [*page_params, chunk]).fetchall()
         for ns_row, name_row, body in rows:
             obj = json.loads(body)
-            if labels and not selectors.matches(obj, labels, ()):
+            if (labels or fields) and not selectors.matches(obj, labels, fields):
                 after = (ns_row, name_row)
                 continue
             if limit is not None and len(items) == limit:
@@ -692,6 +692,8 @@ def _list_filter(
         where.append("namespace = ?")
         params.append(namespace)
     for req in fields:
+        if req.key not in selectors.FIELDS:
+            continue  # a field of the body (status.phase): matched on each row, as labels are
         value = req.values[0]
         if not _nameable(value):
             if req.op == "=":
@@ -1044,7 +1046,7 @@ class SqlStore(Store):
             kind=kind.key if kind else None,
             namespace=(opts.namespace or None) if (kind is None or kind.namespaced) else None,
             labels=selectors.parse_labels(opts.label_selector),
-            fields=selectors.parse_fields(opts.field_selector),
+            fields=selectors.parse_fields(opts.field_selector, kind),
         )
         interval = opts.bookmark_interval
         bookmark = feeds.bookmark_object(kind.api_version, kind.kind) if kind else feeds.bookmark_object("", "")

@@ -90,7 +90,8 @@ def test_apply_with_empty_input_sends_nothing() -> None:
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["get", "ag", "-o", "bogus"], 'error: --output must be one of wide, yaml, json, name (got "bogus")'),
+        (["get", "ag", "-o", "bogus"], "error: --output must be one of wide, yaml, json, name, jsonpath=TEMPLATE, "
+                                       'custom-columns=SPEC (got "bogus")'),
         (["apply", "-f", "-", "-o", "wide"], 'error: --output must be one of yaml, json, name (got "wide")'),
         (["create", "-f", "-", "--dry-run=client"], 'error: --dry-run must be one of none, server (got "client")'),
         (["server", "--port", "abc"], 'error: --port must be a whole number (got "abc")'),

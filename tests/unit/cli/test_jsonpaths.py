@@ -1,0 +1,128 @@
+"""kubectl's JSONPath templates, ``wait --for`` and ``--timeout`` parsing, and ``logs --tail``'s line
+keeping: pure functions, no server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from joch.api import errors
+from joch.cli import jsonpaths, shaping, tailing, waiting
+
+LIST: dict[str, Any] = {
+    "kind": "List",
+    "items": [
+        {"metadata": {"name": "a", "labels": {"app.kubernetes.io/name": "web"}},
+         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "attempt": 2}},
+        {"metadata": {"name": "b"}, "spec": {"n": 3, "on": True}},
+    ],
+}
+
+
+@pytest.mark.parametrize(("template", "printed"), [
+    ("{.items[*].metadata.name}", "a b"),
+    ('{range .items[*]}{.metadata.name}{"\\t"}{.status.phase}{"\\n"}{end}', "a\tRunning\nb\t\n"),
+    ("kind={.kind}.", "kind=List."),
+    ("{$.kind}", "List"),
+    ("{.items[0].metadata.labels.app\\.kubernetes\\.io/name}", "web"),
+    ('{.items[0].status.conditions[?(@.type=="Ready")].status}', "True"),
+    ('{.items[?(@.metadata.name=="b")].spec}', '{"n":3,"on":true}'),
+    ("{.items[1].spec.on} {.items[0].status.attempt}", "true 2"),
+    ("{.items[-1:].metadata.name}", "b"),
+    ("{range .items}[{@.metadata.name}]{end}", "[a][b]"),
+    ("{range .items[*]}{range .status.conditions[*]}{.type}{end};{end}", "Ready;;"),
+    ("{.missing}", ""),
+])
+def test_templates_print_as_kubectl(template: str, printed: str) -> None:
+    assert jsonpaths.template(template).render(LIST) == printed
+
+
+@pytest.mark.parametrize(("template", "problem"), [
+    ("{.items[*]", "every { needs its }"),
+    ("{range .items[*]}x", "{range} has no {end}"),
+    ("{end}", "{end} without a {range}"),
+    ("{range}{end}", "{range} needs an expression"),
+    ("{.items[?(@.x==]}", "error parsing JSONPath template"),
+])
+def test_bad_templates_are_bad_requests(template: str, problem: str) -> None:
+    with pytest.raises(errors.BadRequest) as raised:
+        jsonpaths.template(template)
+    assert problem in raised.value.message
+
+
+def test_relaxed_expressions_and_sorting() -> None:
+    for spelled in (".metadata.name", "{.metadata.name}", "metadata.name"):
+        assert jsonpaths.first(jsonpaths.relaxed(spelled, what="--sort-by"), LIST["items"][0]) == "a"
+    finder = shaping.sorter(".spec.n")
+    objects = [{"spec": {"n": 10}}, {"spec": {"n": 9}}, {"spec": {}}, {"spec": {"n": 9.5}}]
+    assert [o["spec"].get("n") for o in shaping.sort_objects(objects, finder)] == [None, 9, 9.5, 10]
+
+
+def test_custom_columns() -> None:
+    shape = shaping.shape("custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type==\"Ready\")].status")
+    assert shape is not None
+    assert shape.render(LIST["items"], single=False).splitlines() == [
+        "NAME   READY", "a      True", "b      <none>"]
+    with pytest.raises(errors.BadRequest, match="HEADER:JSONPATH"):
+        shaping.shape("custom-columns=NAME")
+    with pytest.raises(errors.BadRequest, match="needs a template"):
+        shaping.shape("jsonpath=")
+
+
+@pytest.mark.parametrize(("spec", "met"), [
+    ("condition=Ready", True),
+    ("condition=ready=true", True),
+    ("condition=Ready=False", False),
+    ("jsonpath={.status.phase}=Running", True),
+    ("jsonpath=.status.phase=Failed", False),
+    ("jsonpath={.status.phase}", True),
+    ("jsonpath={.status.reason}", False),
+    ("create", True),
+    ("delete", False),
+])
+def test_wait_conditions(spec: str, met: bool) -> None:
+    assert waiting.parse(spec).met(LIST["items"][0]) is met
+
+
+@pytest.mark.parametrize("bad", ["ready", "condition=", "jsonpath=", "jsonpath={.a}x", "deleted"])
+def test_bad_wait_conditions(bad: str) -> None:
+    with pytest.raises(errors.BadRequest):
+        waiting.parse(bad)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5),
+                                               ("0", 0), ("12", 12), ("-1s", 7 * 24 * 3600)])
+def test_durations(text: str, seconds: float) -> None:
+    assert waiting.duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["soon", "5x", "1m30", ""])
+def test_bad_durations(bad: str) -> None:
+    with pytest.raises(errors.BadRequest, match="invalid --timeout"):
+        waiting.duration(bad)
+
+
+def test_last_lines_across_chunks() -> None:
+    chunks = [b"one\ntw", b"o\nthr", b"ee\nfour"]
+    assert tailing.last_lines(chunks, 2) == ([b"three\n", b"four"], 18)
+    assert tailing.last_lines(chunks, 0) == ([], 18)
+    assert tailing.last_lines(chunks, 10)[0] == [b"one\n", b"two\n", b"three\n", b"four"]
+    assert list(tailing._skip([b"abc", b"def", b"gh"], 4)) == [b"ef", b"gh"]
+
+
+def test_template_files(tmp_path: Path) -> None:
+    (tmp_path / "cc").write_text("NAME   PHASE\n.metadata.name  {.status.phase}\n")
+    (tmp_path / "jp").write_text('{range .items[*]}{.metadata.name}{"\\n"}{end}')
+    columns = shaping.shape(f"custom-columns-file={tmp_path / 'cc'}")
+    assert columns is not None
+    rendered = columns.render(LIST["items"], single=False).splitlines()
+    assert rendered == ["NAME   PHASE", "a      Running", "b      <none>"]
+    template = shaping.shape(f"jsonpath-file={tmp_path / 'jp'}")
+    assert template is not None and template.render(LIST["items"], single=False) == "a\nb\n"
+    (tmp_path / "bad").write_text("NAME\n")
+    with pytest.raises(errors.BadRequest, match="two lines"):
+        shaping.shape(f"custom-columns-file={tmp_path / 'bad'}")
+    with pytest.raises(errors.BadRequest, match="cannot read"):
+        shaping.shape(f"jsonpath-file={tmp_path / 'missing'}")
