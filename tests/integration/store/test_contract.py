@@ -1,4 +1,8 @@
-"""The Store contract, run against every backend (``store`` is parametrized: sqlite, postgres)."""
+"""The Store contract, run against every backend (``store`` is parametrized: sqlite, postgres and
+kubernetes — the Kubernetes store against a stand-in cluster, ``conftest.kube_cluster``).
+
+What a Kubernetes API server cannot give is listed in ``KUBERNETES_CANNOT``: those tests are
+expected to fail there (strict xfail, so one that starts passing is noticed), each with the reason."""
 
 from __future__ import annotations
 
@@ -11,6 +15,18 @@ import pytest
 from joch.api import errors
 from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ENVIRONMENT, ROLE_BINDING
 from joch.store import ListOptions, Store, WatchOptions
+
+KUBERNETES_CANNOT: dict[str, str] = {}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "kubernetes"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "kubernetes":
+        reason = KUBERNETES_CANNOT.get(request.node.originalname)
+        if reason:
+            request.node.add_marker(pytest.mark.xfail(reason=f"Kubernetes store: {reason}", strict=True))
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
 
 
 def agent(name: str, provider: str = "p", **meta: Any) -> dict[str, Any]:
