@@ -163,7 +163,7 @@ class Stream:
         if response is not None:
             try:
                 response.close()
-            except Exception:  # noqa: S110 - closing a stream another thread reads; it stops either way
+            except Exception:  # noqa: BLE001, S110 - closing a stream another thread reads; it stops either way
                 pass
 
     def _run(self) -> None:
@@ -181,7 +181,7 @@ class Stream:
             except errors.JochError as exc:
                 self.watch.push(WatchEvent("ERROR", exc.to_status(), 0))
                 return
-            except Exception as exc:  # the connection broke: reopen from the last revision delivered
+            except Exception as exc:  # noqa: BLE001 - the connection broke: reopen from the last revision delivered
                 if self._stop.is_set():
                     return
                 log.info("Kubernetes watch stream ended (%s): reopening from %s", exc, self._rv)
