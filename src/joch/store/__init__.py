@@ -28,8 +28,8 @@ def open_store(
     ``history`` bounds the change log: beyond its newest ``history`` changes it is compacted every
     ``compact_interval`` seconds (None keeps all). ``secret_keys`` encrypts Secret values at rest
     (``joch.store.sealing``); without it (tests and tools only — ``joch server`` always passes one)
-    they are kept unencrypted, though still never in object rows or the change log. Opening a store whose Secrets need a key the ring
-    does not have raises ``sealing.SecretKeyError`` naming it."""
+    they are kept unencrypted, though still never in object rows or the change log. Opening a store
+    whose Secrets need a key the ring does not have raises ``sealing.SecretKeyError`` naming it."""
     if url.startswith("kubernetes:"):  # custom resources on a Kubernetes API server (joch.store.kubernetes)
         from joch.store.kubernetes import KubernetesStore
 
