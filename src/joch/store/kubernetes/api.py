@@ -11,6 +11,7 @@ server, never a driver traceback.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,6 +26,10 @@ from joch.api import errors
 
 Obj = dict[str, Any]
 TIMEOUT = 10.0
+
+# Every request is logged at INFO by lightkube's HTTP client: a store makes many (each renewal of the
+# leader lease, each write), so only its warnings reach Joch's log.
+logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
 def config_from_url(url: str) -> SingleConfig:

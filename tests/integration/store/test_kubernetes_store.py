@@ -1,0 +1,187 @@
+"""What the Kubernetes store does beyond the shared contract (``test_contract.py`` runs that on it
+too), against a stand-in cluster: 410 passed through as ``Gone``, leader election on a
+``coordination.k8s.io/v1`` Lease, what it refuses (sealed values) and how it fails (bad URLs, an
+unreachable server), and a ``joch server --store kubernetes://`` keeping its objects there."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from joch.api import errors
+from joch.api.kinds import AGENT, SECRET
+from joch.controllers.leader import LeaderElector
+from joch.store import Store, WatchOptions, open_store
+from joch.store.kubernetes import KubernetesStore
+from support import stop_server, wait_ready
+
+
+def agent(name: str) -> dict[str, Any]:
+    return {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"providerRef": {"name": "p"}}}
+
+
+@pytest.fixture
+def store(kubernetes_url: str) -> Iterator[KubernetesStore]:
+    s = KubernetesStore(kubernetes_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def backing(kube_cluster: Any) -> Iterator[Store]:
+    """The stand-in's own SQLite store (a second process on its database): compacting it is what an
+    apiserver's etcd compaction is to a client."""
+    s = open_store(f"sqlite:///{Path(kube_cluster.kubeconfig).parent / 'cluster-data' / 'joch.db'}", history=None)
+    yield s
+    s.close()
+
+
+def test_a_compacted_resource_version_is_gone(store: KubernetesStore, backing: Store) -> None:
+    old = store.create(AGENT, agent("a"))["metadata"]["resourceVersion"]
+    store.create(AGENT, agent("b"))
+    last = store.create(AGENT, agent("c"))["metadata"]["resourceVersion"]
+    backing.compact(int(last) - 1)
+    with pytest.raises(errors.Gone, match="too old resource version"):
+        store.watch(AGENT, WatchOptions(resource_version=old))
+    with store.watch(AGENT, WatchOptions(resource_version=str(int(last) - 1))) as w:
+        event = w.get(timeout=3)
+        assert event is not None and event.object["metadata"]["name"] == "c"
+
+
+def test_a_watch_compacted_while_replaying_ends_with_expired(store: KubernetesStore, backing: Store) -> None:
+    rv = store.create(AGENT, agent("a"))["metadata"]["resourceVersion"]
+    with backing.transaction() as tx:
+        for i in range(600):
+            tx.create(AGENT, agent(f"b{i}"))
+    w = store.watch(AGENT, WatchOptions(resource_version=rv))
+    first = w.get(timeout=3)
+    assert first is not None and first.type == "ADDED"
+    backing.compact(backing.current_revision())
+    seen = []
+    while (event := w.get(timeout=3)) is not None:
+        seen.append(event)
+    w.close()
+    assert seen and seen[-1].type == "ERROR"
+    assert seen[-1].object["code"] == 410 and seen[-1].object["reason"] == "Expired"
+
+
+def test_leader_election_takes_a_coordination_lease(kubernetes_url: str, kube_cluster: Any) -> None:
+    stores = [KubernetesStore(kubernetes_url), KubernetesStore(kubernetes_url)]
+    electors = [LeaderElector(s, identity=f"replica-{i}", namespace="joch-system", name="joch-test-lease",
+                              lease_duration=3, renew_deadline=2, retry_period=0.2,
+                              on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+                for i, s in enumerate(stores)]
+    try:
+        electors[0].start()
+        deadline = time.monotonic() + 5
+        while not electors[0].is_leader and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert electors[0].is_leader
+        electors[1].start()
+        lease = httpx.get(f"{kube_cluster.url}/apis/coordination.k8s.io/v1/namespaces/joch-system/leases/"
+                          "joch-test-lease", timeout=5).json()
+        assert lease["apiVersion"] == "coordination.k8s.io/v1" and lease["spec"]["holderIdentity"] == "replica-0"
+        time.sleep(0.5)
+        assert not electors[1].is_leader and electors[1].holder == "replica-0"
+        electors[0].stop()  # releases: the other replica takes over at its next retry
+        deadline = time.monotonic() + 5
+        while not electors[1].is_leader and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert electors[1].is_leader
+        lease = httpx.get(f"{kube_cluster.url}/apis/coordination.k8s.io/v1/namespaces/joch-system/leases/"
+                          "joch-test-lease", timeout=5).json()
+        assert lease["spec"]["holderIdentity"] == "replica-1" and lease["spec"]["leaseTransitions"] == 1
+    finally:
+        for elector in electors:
+            elector.stop()
+        for s in stores:
+            s.close()
+
+
+def test_secret_values_are_refused_with_where_to_keep_them(store: KubernetesStore) -> None:
+    secret = {"apiVersion": SECRET.api_version, "kind": SECRET.kind,
+              "metadata": {"name": "token", "namespace": "default"}, "spec": {"data": {"TOKEN": "aGk="}}}
+    with pytest.raises(errors.Invalid, match="Kubernetes Secret") as caught:
+        store.create(SECRET, secret)
+    assert caught.value.causes[0].field == "spec.data"
+
+
+def test_a_failed_transaction_deletes_what_it_created(store: KubernetesStore) -> None:
+    store.create(AGENT, agent("taken"))
+    with pytest.raises(errors.AlreadyExists):
+        with store.transaction() as tx:
+            tx.create(AGENT, agent("fresh"))
+            tx.create(AGENT, agent("taken"))
+    assert [o["metadata"]["name"] for o in store.list(AGENT).items] == ["taken"]
+
+
+def test_an_update_without_resource_version_is_last_writer_wins(store: KubernetesStore) -> None:
+    """Custom resources refuse unconditional updates; the store reads the current version for one."""
+    created = store.create(AGENT, agent("a"))
+    meta = {k: v for k, v in created["metadata"].items() if k != "resourceVersion"}
+    updated = store.update(AGENT, {**created, "metadata": meta, "spec": {"providerRef": {"name": "z"}}})
+    assert updated["spec"]["providerRef"] == {"name": "z"} and updated["metadata"]["generation"] == 2
+
+
+@pytest.mark.parametrize(("url", "error", "text"), [
+    ("kubernetes://somewhere/else", errors.BadRequest, "kubernetes://?kubeconfig=PATH&context=NAME"),
+    ("kubernetes://?kubecfg=/x", errors.BadRequest, "unsupported Kubernetes store URL"),
+    ("kubernetes://?kubeconfig=/no/such/kubeconfig", errors.ServiceUnavailable, "/no/such/kubeconfig"),
+])
+def test_bad_urls_say_what_to_write(url: str, error: type[errors.JochError], text: str) -> None:
+    with pytest.raises(error, match="kube") as caught:
+        open_store(url)
+    assert text in caught.value.message
+
+
+def test_an_unreachable_api_server_is_service_unavailable(tmp_path: Path) -> None:
+    from support.jochserver import free_port
+    from support.kubecluster import kubeconfig
+
+    config = kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "kubeconfig")
+    store = open_store(f"kubernetes://?kubeconfig={config}&context=stand-in")
+    try:
+        with pytest.raises(errors.ServiceUnavailable, match="cannot reach the Kubernetes API server at http://127"):
+            store.get(AGENT, "default", "a")
+    finally:
+        store.close()
+
+
+def test_joch_server_keeps_its_objects_in_the_cluster(kubernetes_url: str, kube_cluster: Any,
+                                                      tmp_path: Path) -> None:
+    from support.jochserver import JOCH, free_port
+
+    port = free_port()
+    log = tmp_path / "joch.log"
+    process = subprocess.Popen(
+        [str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+         "--store", kubernetes_url, "--lease-duration", "3"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process)
+        created = httpx.post(f"{url}/apis/joch.dev/v1alpha1/namespaces/default/agents", json=agent("demo"),
+                             timeout=10)
+        assert created.status_code == 201, created.text
+        held = httpx.get(f"{kube_cluster.url}/apis/joch.dev/v1alpha1/namespaces/default/agents/demo", timeout=5)
+        assert held.status_code == 200 and held.json()["metadata"]["uid"] == created.json()["metadata"]["uid"]
+        deadline = time.monotonic() + 10  # the controllers run: the leader's lease is a coordination Lease
+        lease = None
+        while time.monotonic() < deadline:
+            answer = httpx.get(f"{kube_cluster.url}/apis/coordination.k8s.io/v1/namespaces/joch-system/leases/"
+                               "joch-controller-manager", timeout=5)
+            if answer.status_code == 200 and answer.json()["spec"].get("holderIdentity"):
+                lease = answer.json()
+                break
+            time.sleep(0.1)
+        assert lease is not None, log.read_text()[-2000:]
+    finally:
+        stop_server(process)
+    assert "Traceback" not in log.read_text(), log.read_text()
