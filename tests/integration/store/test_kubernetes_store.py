@@ -185,3 +185,25 @@ def test_joch_server_keeps_its_objects_in_the_cluster(kubernetes_url: str, kube_
     finally:
         stop_server(process)
     assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_shared_keys_live_in_one_kubernetes_secret(kubernetes_url: str, kube_cluster: Any) -> None:
+    first, second = KubernetesStore(kubernetes_url), KubernetesStore(kubernetes_url)
+    try:
+        key = first.shared_key("run-token")
+        assert len(key) == 32 and second.shared_key("run-token") == key
+        other = second.shared_key("another")
+        assert other != key and first.shared_key("another") == other
+        secret = httpx.get(f"{kube_cluster.url}/api/v1/namespaces/joch-system/secrets/joch-shared-keys",
+                           timeout=5).json()
+        assert sorted(secret["data"]) == ["another", "run-token"]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_usage_rows_are_refused_with_the_fix(store: KubernetesStore) -> None:
+    from joch.store.base import UsageFilter
+
+    with pytest.raises(errors.MethodNotAllowed, match="SQL store"):
+        store.usage_totals(UsageFilter())

@@ -32,16 +32,17 @@ TIMEOUT = 10.0
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
-def config_from_url(url: str) -> SingleConfig:
-    """``kubernetes://[?kubeconfig=PATH&context=NAME]``: that kubeconfig (and context), or without
-    one the in-cluster service account, then ``$KUBECONFIG``, then ``~/.kube/config``."""
+def config_from_url(url: str) -> tuple[SingleConfig, str]:
+    """``kubernetes://[?kubeconfig=PATH&context=NAME&namespace=NS]``: that kubeconfig (and context),
+    or without one the in-cluster service account, then ``$KUBECONFIG``, then ``~/.kube/config``;
+    and the namespace of the store's own objects (``joch-system`` by default)."""
     parts = urlsplit(url)
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = sorted(set(options) - {"kubeconfig", "context"})
+    unknown = sorted(set(options) - {"kubeconfig", "context", "namespace"})
     if parts.netloc or parts.path.strip("/") or unknown:
         raise errors.BadRequest(
             f"unsupported Kubernetes store URL {url!r}: use kubernetes:// (in-cluster or $KUBECONFIG) or "
-            "kubernetes://?kubeconfig=PATH&context=NAME")
+            "kubernetes://?kubeconfig=PATH&context=NAME&namespace=NS")
     try:
         if "kubeconfig" in options:
             config = KubeConfig.from_file(options["kubeconfig"])
@@ -52,7 +53,7 @@ def config_from_url(url: str) -> SingleConfig:
         raise errors.ServiceUnavailable(f"cannot load the Kubernetes configuration for {url!r}: {exc}") from exc
     if single is None:
         raise errors.ServiceUnavailable(f"the Kubernetes configuration for {url!r} names no context to use")
-    return single
+    return single, options.get("namespace") or "joch-system"
 
 
 class Api:

@@ -28,9 +28,12 @@ What a Kubernetes store cannot do, and where it goes instead (README "Kubernetes
   ``compacted_revision`` is 0 (unknown). A too-old resourceVersion still comes back as ``Gone``.
 * **Audit log.** No audit rows: ``audit`` records nothing and ``audit_events`` is empty. The
   apiserver's audit log (its audit policy) is where who-changed-what is kept on a cluster.
-* **Usage rows and shared keys.** ``record_usage``/``usage_totals`` and ``shared_key`` need tables
-  beside the objects: not available (``NotImplementedError`` naming the store); metering, budgets and
-  per-run tokens need a SQL store (``--store postgresql://...``).
+* **Usage rows.** ``record_usage``/``usage_totals`` need a table beside the objects: refused with
+  ``MethodNotAllowed`` naming the fix (metering reports and Budgets need a SQL store,
+  ``--store postgresql://...``); a run's ``status.costUsd`` is therefore not kept either.
+* **Shared keys** (``shared_key``: the per-run token key) live in one Kubernetes Secret,
+  ``joch-shared-keys`` in the store's namespace (``?namespace=``, ``joch-system`` by default), made on
+  first use with create-or-conflict so replicas agree.
 * **Sealed Secrets.** A custom resource is readable by whoever may read it, and Joch cannot encrypt
   it at rest: writing a Joch Secret's values (``spec.data``) is refused with the fix — keep the
   values in a Kubernetes Secret (encrypted at rest by the apiserver's EncryptionConfiguration).
@@ -39,16 +42,33 @@ What a Kubernetes store cannot do, and where it goes instead (README "Kubernetes
 
 from __future__ import annotations
 
+import base64
 import builtins
+import os
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from lightkube.resources import core_v1
+
 from joch.api import errors, registry
 from joch.api.registry import KindInfo
-from joch.store.base import ListOptions, ListResult, Obj, Store, Watch, WatchEvent, WatchOptions, Writer
+from joch.store.base import (
+    ListOptions,
+    ListResult,
+    Obj,
+    Store,
+    UsageFilter,
+    UsageGroup,
+    UsageRecord,
+    UsageTotal,
+    Watch,
+    WatchEvent,
+    WatchOptions,
+    Writer,
+)
 from joch.store.kubernetes import api, watching
 from joch.store.kubernetes.resources import Mapping, mapping
 
@@ -58,6 +78,7 @@ SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "d
 UPDATE_ATTEMPTS = 20
 GONE_PROBE = 0.15  # seconds a watch from a resourceVersion waits for the apiserver's 410 ERROR event
 DEFAULT_BUFFER_EVENTS = 10_000
+SHARED_KEYS = "joch-shared-keys"
 
 
 def _nameable(*keys: str | None) -> bool:
@@ -83,7 +104,8 @@ class KubernetesStore(Store):
 
     def __init__(self, url: str, *, buffer_events: int = DEFAULT_BUFFER_EVENTS) -> None:
         self.url = url
-        self.api = api.Api(api.config_from_url(url))
+        config, self.namespace = api.config_from_url(url)
+        self.api = api.Api(config)
         self._buffer_events = buffer_events
         self._tx_lock = threading.Lock()
         self._local = threading.local()
@@ -337,6 +359,43 @@ class KubernetesStore(Store):
                     f"{path} sealed (a custom resource is stored unencrypted and readable by whoever may read it): "
                     "keep the values in a Kubernetes Secret instead",
                     kind=kind.kind, causes=[errors.Cause(path, "not stored by the Kubernetes store")])
+
+    def record_usage(self, record: UsageRecord) -> bool:
+        raise self._no_usage()
+
+    def usage_totals(self, where: UsageFilter, by: UsageGroup | None = None) -> builtins.list[UsageTotal]:
+        raise self._no_usage()
+
+    def _no_usage(self) -> errors.JochError:
+        return errors.MethodNotAllowed("a Kubernetes store keeps no usage rows: metering and Budgets need a SQL "
+                                       "store (joch server --store postgresql://...)")
+
+    def shared_key(self, name: str) -> bytes:
+        for _ in range(UPDATE_ATTEMPTS):
+            try:
+                secret: Obj | None = self.api.request("get", core_v1.Secret, namespace=self.namespace,
+                                                      name=SHARED_KEYS, what="secrets")
+            except errors.NotFound:
+                secret = None
+            data = dict((secret or {}).get("data") or {})
+            if name in data:
+                return base64.b64decode(data[name])
+            key = os.urandom(32)
+            data[name] = base64.b64encode(key).decode()
+            meta: Obj = {"name": SHARED_KEYS, "namespace": self.namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "joch"}}
+            body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta, "data": data}
+            try:
+                if secret is None:
+                    self.api.request("post", core_v1.Secret, namespace=self.namespace, body=body, what="secrets")
+                else:
+                    meta["resourceVersion"] = secret["metadata"]["resourceVersion"]
+                    self.api.request("put", core_v1.Secret, namespace=self.namespace, name=SHARED_KEYS, body=body,
+                                     what="secrets")
+            except (errors.AlreadyExists, errors.Conflict):
+                continue  # another replica made one first: read theirs
+            return key
+        raise errors.Conflict(f"could not create the shared key {name!r} in Secret {self.namespace}/{SHARED_KEYS}")
 
     # --- helpers ---------------------------------------------------------------------------------
 
