@@ -34,15 +34,6 @@ def store(kubernetes_url: str) -> Iterator[KubernetesStore]:
     s.close()
 
 
-@pytest.fixture
-def backing(kube_cluster: Any) -> Iterator[Store]:
-    """The stand-in's own SQLite store (a second process on its database): compacting it is what an
-    apiserver's etcd compaction is to a client."""
-    s = open_store(f"sqlite:///{Path(kube_cluster.kubeconfig).parent / 'cluster-data' / 'joch.db'}", history=None)
-    yield s
-    s.close()
-
-
 def test_a_compacted_resource_version_is_gone(store: KubernetesStore, backing: Store) -> None:
     old = store.create(AGENT, agent("a"))["metadata"]["resourceVersion"]
     store.create(AGENT, agent("b"))

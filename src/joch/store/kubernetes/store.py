@@ -76,7 +76,7 @@ ALL_NAMESPACES = "*"
 SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "deletionTimestamp",
                  "deletionGracePeriodSeconds", "managedFields", "selfLink")
 UPDATE_ATTEMPTS = 20
-GONE_PROBE = 0.15  # seconds a watch from a resourceVersion waits for the apiserver's 410 ERROR event
+GONE_PROBE = 0.1  # seconds a watch from a resourceVersion waits for the apiserver's 410 ERROR event
 DEFAULT_BUFFER_EVENTS = 10_000
 SHARED_KEYS = "joch-shared-keys"
 
