@@ -145,34 +145,46 @@ def test_an_unreachable_api_server_is_service_unavailable(tmp_path: Path) -> Non
         store.close()
 
 
-def test_joch_server_keeps_its_objects_in_the_cluster(kubernetes_url: str, kube_cluster: Any,
-                                                      tmp_path: Path) -> None:
+def test_joch_server_keeps_its_objects_in_the_cluster_and_runs_an_agent(kubernetes_url: str, kube_cluster: Any,
+                                                                        tmp_path: Path) -> None:
+    """``joch server --store kubernetes://``: an apply lands in the cluster, the controllers (leading
+    on a coordination Lease) run an agent to Succeeded, its status written to the custom resource."""
+    import json
+    import sys
+
     from support.jochserver import JOCH, free_port
 
     port = free_port()
     log = tmp_path / "joch.log"
     process = subprocess.Popen(
-        [str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-         "--store", kubernetes_url, "--lease-duration", "3"],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+        [str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--sandbox", "none",
+         "--store", kubernetes_url],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
     url = f"http://127.0.0.1:{port}"
+    manifests = [
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "p"},
+         "spec": {"binary": sys.executable, "argsTemplate": ["-c", "print('hello')"]}},
+        agent("demo"),
+        {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "once"},
+         "spec": {"agentRef": {"name": "demo"}, "implementation": {"inline": {"text": "say hello"}}}},
+    ]
     try:
         wait_ready(url, process)
-        created = httpx.post(f"{url}/apis/joch.dev/v1alpha1/namespaces/default/agents", json=agent("demo"),
-                             timeout=10)
-        assert created.status_code == 201, created.text
-        held = httpx.get(f"{kube_cluster.url}/apis/joch.dev/v1alpha1/namespaces/default/agents/demo", timeout=5)
-        assert held.status_code == 200 and held.json()["metadata"]["uid"] == created.json()["metadata"]["uid"]
-        deadline = time.monotonic() + 10  # the controllers run: the leader's lease is a coordination Lease
-        lease = None
-        while time.monotonic() < deadline:
-            answer = httpx.get(f"{kube_cluster.url}/apis/coordination.k8s.io/v1/namespaces/joch-system/leases/"
-                               "joch-controller-manager", timeout=5)
-            if answer.status_code == 200 and answer.json()["spec"].get("holderIdentity"):
-                lease = answer.json()
-                break
+        applied = httpx.post(f"{url}/v1/resources/apply", content="\n---\n".join(json.dumps(m) for m in manifests),
+                             headers={"content-type": "application/yaml"}, timeout=30)
+        assert applied.status_code == 200, applied.text
+        cluster_run = f"{kube_cluster.url}/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns/once"
+        deadline = time.monotonic() + 30
+        while (status := httpx.get(cluster_run, timeout=5).json().get("status") or {}).get("phase") not in (
+                "Succeeded", "Failed", "Cancelled"):
+            assert time.monotonic() < deadline, (status, log.read_text()[-2000:])
             time.sleep(0.1)
-        assert lease is not None, log.read_text()[-2000:]
+        assert status["phase"] == "Succeeded", status
+        assert httpx.get(f"{url}/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns/once",
+                         timeout=5).json()["status"]["phase"] == "Succeeded"
+        lease = httpx.get(f"{kube_cluster.url}/apis/coordination.k8s.io/v1/namespaces/joch-system/leases/"
+                          "joch-controller-manager", timeout=5).json()
+        assert lease["spec"]["holderIdentity"], lease
     finally:
         stop_server(process)
     assert "Traceback" not in log.read_text(), log.read_text()
