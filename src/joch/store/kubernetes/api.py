@@ -121,6 +121,10 @@ def status_error(status: Obj, code: int, what: str = "") -> errors.JochError:
     if status["code"] == 410:
         return errors.Gone(str(status.get("message") or "too old resource version"))
     details = status.get("details") or {}
+    message = str(status.get("message") or "")
+    if "too large resource version" in message.lower():
+        # kube-apiserver waits for a future resourceVersion, then answers 504: the caller asked too far ahead.
+        return errors.BadRequest(message)
     if status["code"] == 404 and what and not details.get("name"):
         # A 404 that names no object: the resource itself is not served (its CRD is not installed).
         return errors.NotFound(f"the Kubernetes API server does not serve {what}: install the CRDs "

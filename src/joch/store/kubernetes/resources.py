@@ -51,8 +51,12 @@ class Mapping:
         return f"the CRD {self.kind.plural}.{self.kind.group}"
 
     def outgoing(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """``obj`` as the Kubernetes resource holds it (apiVersion and kind set)."""
-        return {**obj, "apiVersion": self.api_version, "kind": self.kind.kind}
+        """``obj`` as the Kubernetes resource holds it (apiVersion and kind set; a coordination Lease
+        has no status, so Joch's empty one is left out)."""
+        out = {**obj, "apiVersion": self.api_version, "kind": self.kind.kind}
+        if self.translated:
+            out.pop("status", None)
+        return out
 
     def incoming(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A Kubernetes object as Joch's readers expect it (the Joch apiVersion)."""

@@ -1,0 +1,51 @@
+"""The Kubernetes store's pure parts: which resource holds a kind, Status → error, NUL selectors."""
+
+from __future__ import annotations
+
+import pytest
+
+from joch.api import errors
+from joch.api.kinds import AGENT, ENVIRONMENT, LEASE
+from joch.store.kubernetes.api import status_error
+from joch.store.kubernetes.resources import mapping
+from joch.store.kubernetes.store import _selector_without_nul
+
+
+def test_a_joch_kind_is_its_crd_and_the_lease_a_coordination_lease() -> None:
+    agent = mapping(AGENT)
+    assert (agent.api_version, agent.crd) == ("joch.dev/v1alpha1", "the CRD agents.joch.dev")
+    assert agent.status is not None and not agent.translated
+    assert mapping(ENVIRONMENT).resource._api_info.resource.group == "ops.joch.dev"  # type: ignore[attr-defined]
+    lease = mapping(LEASE)
+    assert lease.api_version == "coordination.k8s.io/v1" and lease.status is None
+    wire = lease.outgoing({"apiVersion": LEASE.api_version, "kind": "Lease", "metadata": {"name": "l"},
+                           "spec": {"holderIdentity": "me"}, "status": {}})
+    assert wire["apiVersion"] == "coordination.k8s.io/v1" and "status" not in wire
+    assert lease.incoming(dict(wire))["apiVersion"] == "ops.joch.dev/v1alpha1"
+
+
+@pytest.mark.parametrize(("status", "code", "error", "text"), [
+    ({"reason": "AlreadyExists", "message": 'agents.joch.dev "a" already exists'}, 409, errors.AlreadyExists,
+     "already exists"),
+    ({"reason": "Conflict", "message": "the object has been modified"}, 409, errors.Conflict, "modified"),
+    ({"reason": "Expired", "message": "too old resource version: 1 (5)"}, 410, errors.Gone, "too old"),
+    ({"reason": "Gone", "message": "too old resource version"}, 410, errors.Gone, "too old"),
+    ({"reason": "NotFound", "message": 'agents.joch.dev "a" not found', "details": {"name": "a"}}, 404,
+     errors.NotFound, "not found"),
+    ({"reason": "NotFound", "message": "the server could not find the requested resource"}, 404, errors.NotFound,
+     "install the CRDs"),
+    ({"reason": "Timeout", "message": "Too large resource version: 99, current: 5"}, 504, errors.BadRequest,
+     "Too large"),
+    ({}, 422, errors.Invalid, "Invalid"),
+])
+def test_a_kubernetes_status_becomes_the_joch_error(status: dict[str, object], code: int,
+                                                    error: type[errors.JochError], text: str) -> None:
+    got = status_error(status, code, "the CRD agents.joch.dev")
+    assert type(got) is error and text in got.message
+
+
+def test_field_selectors_naming_nul_match_nothing_or_everything() -> None:
+    assert _selector_without_nul("metadata.name=a") == ("metadata.name=a", True)
+    assert _selector_without_nul("metadata.name=a\x00b") == (None, False)
+    assert _selector_without_nul("metadata.name!=a\x00b") == (None, True)
+    assert _selector_without_nul("metadata.namespace=x,metadata.name!=a\x00b") == ("metadata.namespace=x", True)
