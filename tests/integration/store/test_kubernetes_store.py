@@ -210,3 +210,23 @@ def test_usage_rows_are_refused_with_the_fix(store: KubernetesStore) -> None:
 
     with pytest.raises(errors.MethodNotAllowed, match="SQL store"):
         store.usage_totals(UsageFilter())
+
+
+def test_closing_a_watch_ends_its_streams_at_once(store: KubernetesStore) -> None:
+    """Each stream is a thread blocked reading the apiserver: close must wake it, not leave it (and its
+    connection) waiting for the next event."""
+    import threading
+
+    def streams() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "joch-kube-watch")
+
+    before = streams()
+    watches = [store.watch(AGENT, WatchOptions(resource_version=str(store.current_revision()))) for _ in range(3)]
+    everything = store.watch(None)
+    assert streams() > before + 3
+    for w in [*watches, everything]:
+        w.close()
+    deadline = time.monotonic() + 2
+    while streams() > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert streams() == before

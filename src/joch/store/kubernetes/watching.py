@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -161,10 +162,8 @@ class Stream:
         self._stop.set()
         response = self._response
         if response is not None:
-            try:
-                response.close()
-            except Exception:  # noqa: BLE001, S110 - closing a stream another thread reads; it stops either way
-                pass
+            unblock(response)
+
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -219,3 +218,17 @@ class Stream:
             if not self.watch.push(WatchEvent(kind, obj, revision)):
                 self._stop.set()
                 return
+
+
+def unblock(response: Any) -> None:
+    """End a streaming response another thread is blocked reading. Closing the response does not wake
+    a blocked ``recv``; shutting its socket down does (the reader sees the connection end at once)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        else:
+            response.close()
+    except OSError:
+        pass  # already closed
