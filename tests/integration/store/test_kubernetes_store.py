@@ -230,3 +230,11 @@ def test_closing_a_watch_ends_its_streams_at_once(store: KubernetesStore) -> Non
     while streams() > before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert streams() == before
+
+
+def test_the_audit_log_is_the_apiservers(store: KubernetesStore) -> None:
+    from joch.api.audit import AuditEntry, AuditQuery
+
+    store.audit(AuditEntry(verb="create", kind="Agent", namespace="default", name="a"))  # records nothing
+    with pytest.raises(errors.MethodNotAllowed, match="apiserver's audit log"):
+        store.audit_events(AuditQuery())

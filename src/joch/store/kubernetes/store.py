@@ -26,8 +26,9 @@ What a Kubernetes store cannot do, and where it goes instead (README "Kubernetes
   effort), but its updates and deletions stay and other clients may have seen every write.
 * **Compaction.** etcd's history is compacted by the apiserver; ``compact`` is refused and
   ``compacted_revision`` is 0 (unknown). A too-old resourceVersion still comes back as ``Gone``.
-* **Audit log.** No audit rows: ``audit`` records nothing and ``audit_events`` is empty. The
-  apiserver's audit log (its audit policy) is where who-changed-what is kept on a cluster.
+* **Audit log.** No audit rows: ``audit`` records nothing, ``prune_audit`` has nothing to prune and
+  ``audit_events`` (``joch audit``) is refused with ``MethodNotAllowed`` naming where to look instead:
+  the apiserver's audit log (its audit policy) is where who-changed-what is kept on a cluster.
 * **Usage rows.** ``record_usage``/``usage_totals`` need a table beside the objects: refused with
   ``MethodNotAllowed`` naming the fix (metering reports and Budgets need a SQL store,
   ``--store postgresql://...``); a run's ``status.costUsd`` is therefore not kept either.
@@ -54,6 +55,7 @@ from typing import Any
 from lightkube.resources import core_v1
 
 from joch.api import errors, registry
+from joch.api.audit import AuditPage, AuditQuery
 from joch.api.registry import KindInfo
 from joch.store.base import (
     ListOptions,
@@ -359,6 +361,10 @@ class KubernetesStore(Store):
                     f"{path} sealed (a custom resource is stored unencrypted and readable by whoever may read it): "
                     "keep the values in a Kubernetes Secret instead",
                     kind=kind.kind, causes=[errors.Cause(path, "not stored by the Kubernetes store")])
+
+    def audit_events(self, query: AuditQuery) -> AuditPage:
+        raise errors.MethodNotAllowed("a Kubernetes store keeps no audit log: read the Kubernetes apiserver's audit "
+                                      "log (kube-apiserver --audit-policy-file) for who changed what")
 
     def record_usage(self, record: UsageRecord) -> bool:
         raise self._no_usage()
