@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from joch.api import errors
@@ -49,3 +51,19 @@ def test_field_selectors_naming_nul_match_nothing_or_everything() -> None:
     assert _selector_without_nul("metadata.name=a\x00b") == (None, False)
     assert _selector_without_nul("metadata.name!=a\x00b") == (None, True)
     assert _selector_without_nul("metadata.namespace=x,metadata.name!=a\x00b") == ("metadata.namespace=x", True)
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "a/b", "../agents", "x?watch=1", "a#b", "%2e", ".", ".."])
+def test_a_name_that_would_change_the_url_names_nothing(tmp_path: Path, name: str) -> None:
+    """No request is made for it (the server here is unreachable): it is simply not found."""
+    from joch.store.kubernetes import KubernetesStore
+    from support.kubecluster import kubeconfig
+
+    store = KubernetesStore(f"kubernetes://?kubeconfig={kubeconfig('http://127.0.0.1:9', tmp_path / 'k')}")
+    try:
+        with pytest.raises(errors.NotFound):
+            store.get(AGENT, "default", name)
+        with pytest.raises(errors.NotFound):
+            store.delete(AGENT, name, "a")
+    finally:
+        store.close()

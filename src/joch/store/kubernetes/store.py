@@ -81,10 +81,13 @@ UPDATE_ATTEMPTS = 20
 GONE_PROBE = 0.1  # seconds a watch from a resourceVersion waits for the apiserver's 410 ERROR event
 DEFAULT_BUFFER_EVENTS = 10_000
 SHARED_KEYS = "joch-shared-keys"
+URL_SIGNIFICANT = "\x00/?#%"
 
 
 def _nameable(*keys: str | None) -> bool:
-    return not any(key and "\x00" in key for key in keys)
+    """Whether these names and namespaces can name an object: no NUL (as on every backend), and none of
+    the characters that would change the URL they go into (no Kubernetes name has one), nor ``.``/``..``."""
+    return not any(key and (key in (".", "..") or any(c in key for c in URL_SIGNIFICANT)) for key in keys)
 
 
 def _selector_without_nul(selector: str | None) -> tuple[str | None, bool]:
@@ -182,7 +185,7 @@ class KubernetesStore(Store):
                 f"{kind.kind}: metadata.name or metadata.generateName is required", kind=kind.kind,
                 causes=[errors.Cause("metadata.name", "Required value: name or generateName is required",
                                      "FieldValueRequired")])
-        if not _nameable(namespace, meta.get("name"), meta.get("generateName")):
+        if any("\x00" in (key or "") for key in (namespace, meta.get("name"), meta.get("generateName"))):
             raise errors.Invalid(f"{kind.kind}: metadata.name and metadata.namespace must not contain NUL",
                                  kind=kind.kind, causes=[errors.Cause("metadata.name", "must not contain NUL")])
         if namespace is not None:
