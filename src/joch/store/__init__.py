@@ -21,19 +21,19 @@ def default_url(data_dir: str | os.PathLike[str]) -> str:
 def open_store(
     url: str, *, history: int | None = 100_000, compact_interval: float = 30.0, secret_keys: KeyRing | None = None,
 ) -> Store:
-    """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]`` or
+    """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]``,
     ``postgresql://USER@HOST:PORT/DB`` (any libpq URL) or ``kubernetes://[?kubeconfig=PATH&context=NAME]``
-    (custom resources on a Kubernetes API server; ``history``, ``compact_interval`` and
+    (or just ``kubernetes``: custom resources on a Kubernetes API server; ``history``, ``compact_interval`` and
     ``secret_keys`` do not apply there: ``joch.store.kubernetes.store`` says what it cannot do).
     ``history`` bounds the change log: beyond its newest ``history`` changes it is compacted every
     ``compact_interval`` seconds (None keeps all). ``secret_keys`` encrypts Secret values at rest
     (``joch.store.sealing``); without it (tests and tools only — ``joch server`` always passes one)
     they are kept unencrypted, though still never in object rows or the change log. Opening a store
     whose Secrets need a key the ring does not have raises ``sealing.SecretKeyError`` naming it."""
-    if url.startswith("kubernetes:"):  # custom resources on a Kubernetes API server (joch.store.kubernetes)
+    if url == "kubernetes" or url.startswith("kubernetes:"):  # custom resources (joch.store.kubernetes)
         from joch.store.kubernetes import KubernetesStore
 
-        return KubernetesStore(url)
+        return KubernetesStore("kubernetes://" if url == "kubernetes" else url)
     from joch.store.sql import SqlStore
 
     if url.startswith(("postgresql://", "postgres://")):

@@ -132,6 +132,19 @@ def test_bad_urls_say_what_to_write(url: str, error: type[errors.JochError], tex
     assert text in caught.value.message
 
 
+def test_bare_kubernetes_means_in_cluster_or_kubeconfig(kubernetes_url: str, kube_cluster: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    store = open_store("kubernetes")
+    try:
+        assert isinstance(store, KubernetesStore)
+        created = store.create(AGENT, agent("via-kubeconfig-env"))
+        assert httpx.get(f"{kube_cluster.url}/apis/joch.dev/v1alpha1/namespaces/default/agents/via-kubeconfig-env",
+                         timeout=5).json()["metadata"]["uid"] == created["metadata"]["uid"]
+    finally:
+        store.close()
+
+
 def test_an_unreachable_api_server_is_service_unavailable(tmp_path: Path) -> None:
     from support.jochserver import free_port
     from support.kubecluster import kubeconfig
