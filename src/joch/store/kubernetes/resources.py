@@ -6,7 +6,8 @@ Agent is stored exactly as ``joch get agent -o yaml`` shows it. One exception: t
 election takes (``ops.joch.dev`` ``Lease``) is a ``coordination.k8s.io/v1`` Lease, the object every
 Kubernetes controller elects its leader on, so ``kubectl get leases -n joch-system`` shows who
 leads. Its spec has the same fields; only ``apiVersion`` is translated, in ``outgoing`` and
-``incoming``.
+``incoming``. (So ``joch get leases -A`` on a Kubernetes store lists every Lease of the cluster,
+other controllers' too.)
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ What passes straight through (the apiserver already does what the contract asks)
 Done on the client side: an update without ``resourceVersion`` (custom resources refuse
 unconditional updates) reads the current version and retries on conflict; a watch without a
 resourceVersion lists and then watches from the list's revision, so its ADDED events carry the
-snapshot revision as the contract says; keys with NUL name nothing.
+snapshot revision as the contract says; keys with NUL (or characters that would change the URL)
+name nothing. A create that carries a status is two writes on a real cluster (the apiserver drops
+status on create when the CRD has the status subresource; the store then writes ``/status``).
 
 What a Kubernetes store cannot do, and where it goes instead (README "Kubernetes store"):
 
