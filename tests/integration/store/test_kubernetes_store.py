@@ -251,3 +251,23 @@ def test_the_audit_log_is_the_apiservers(store: KubernetesStore) -> None:
     store.audit(AuditEntry(verb="create", kind="Agent", namespace="default", name="a"))  # records nothing
     with pytest.raises(errors.MethodNotAllowed, match="apiserver's audit log"):
         store.audit_events(AuditQuery())
+
+
+def test_a_stream_the_apiserver_ends_is_reopened_where_it_was(kubernetes_url: str) -> None:
+    """Streams are bounded (``timeoutSeconds``, here 1 s) and reopened from the last revision seen:
+    nothing is lost or repeated across the reconnections."""
+    store = KubernetesStore(kubernetes_url, watch_timeout=(1, 1))
+    try:
+        rv = store.create(AGENT, agent("before"))["metadata"]["resourceVersion"]
+        with store.watch(AGENT, WatchOptions(resource_version=rv)) as w:
+            names = []
+            for i in range(3):
+                time.sleep(1.2)  # the stream ends and is reopened in between
+                store.create(AGENT, agent(f"after-{i}"))
+                event = w.get(timeout=5)
+                assert event is not None and event.type == "ADDED"
+                names.append(event.object["metadata"]["name"])
+            assert w.get(timeout=0.3) is None
+        assert names == ["after-0", "after-1", "after-2"]
+    finally:
+        store.close()

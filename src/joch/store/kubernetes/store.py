@@ -48,6 +48,7 @@ from __future__ import annotations
 import base64
 import builtins
 import os
+import random
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -84,6 +85,10 @@ GONE_PROBE = 0.1  # seconds a watch from a resourceVersion waits for the apiserv
 DEFAULT_BUFFER_EVENTS = 10_000
 SHARED_KEYS = "joch-shared-keys"
 URL_SIGNIFICANT = "\x00/?#%"
+WATCH_TIMEOUT = (300, 600)
+"""Each watch stream asks the apiserver to end it after a random time in this range (seconds), as
+client-go's reflector does; the store reopens it from where it was. Without a bound a connection that
+died silently (a NAT or load balancer dropping it) would leave the watch waiting forever."""
 
 
 def _nameable(*keys: str | None) -> bool:
@@ -109,14 +114,17 @@ def _selector_without_nul(selector: str | None) -> tuple[str | None, bool]:
 class KubernetesStore(Store):
     """See the module docstring. ``url``: ``kubernetes://[?kubeconfig=PATH&context=NAME]``."""
 
-    def __init__(self, url: str, *, buffer_events: int = DEFAULT_BUFFER_EVENTS) -> None:
+    def __init__(self, url: str, *, buffer_events: int = DEFAULT_BUFFER_EVENTS,
+                 watch_timeout: tuple[int, int] = WATCH_TIMEOUT) -> None:
         self.url = url
+        self._watch_timeout = watch_timeout
         config, self.namespace = api.config_from_url(url)
         self.api = api.Api(config)
         self._buffer_events = buffer_events
         self._tx_lock = threading.Lock()
         self._local = threading.local()
         self._watches: weakref.WeakSet[watching.KubeWatch] = weakref.WeakSet()
+        self._rng = random.Random()  # noqa: S311 - spreading reconnections, not cryptography
 
     # --- reads -----------------------------------------------------------------------------------
 
@@ -305,13 +313,18 @@ class KubernetesStore(Store):
                 start: str | None) -> watching.Stream:
         m = mapping(kind)
         namespace = (options.namespace or ALL_NAMESPACES) if kind.namespaced else None
+        # Bookmarks always: they keep a quiet stream's resume point fresh (reopening from an old one would
+        # be a 410); the consumer sees them only when it asked.
         params: dict[str, Any] = {"labelSelector": options.label_selector or None, "fieldSelector": fields,
-                                  "allowWatchBookmarks": "true" if options.allow_bookmarks else None}
+                                  "allowWatchBookmarks": "true"}
 
         def open_stream(rv: str | None) -> Any:
-            return self.api.open_watch(m.resource, namespace=namespace, params={**params, "resourceVersion": rv})
+            timeout = self._rng.randint(*self._watch_timeout)
+            return self.api.open_watch(m.resource, namespace=namespace,
+                                       params={**params, "resourceVersion": rv, "timeoutSeconds": timeout})
 
-        return watching.Stream(w, open_stream, m.incoming, first=open_stream(start), resource_version=start)
+        return watching.Stream(w, open_stream, m.incoming, first=open_stream(start), resource_version=start,
+                               bookmarks=options.allow_bookmarks)
 
     def stop_watches(self) -> None:
         for w in list(self._watches):

@@ -8,8 +8,9 @@ A watch of every kind (``Store.watch(None)``) is one stream per kind into the sa
 apiserver has no cross-resource watch, so events of *different* kinds arrive in the order their
 streams deliver them, not strictly by revision (each kind's own events are in order).
 
-When the apiserver ends a stream (its ``timeoutSeconds``, a load balancer), the thread reopens it
-from the last resourceVersion it delivered, as client-go's reflector does; a 410 on reopening, or
+When the apiserver ends a stream (the ``timeoutSeconds`` the store asks for, a load balancer), the
+thread reopens it from the last resourceVersion it saw (events and bookmarks, which it always asks
+for and passes on only when the consumer did), as client-go's reflector does; a 410 on reopening, or
 an ERROR event, is passed on as the ERROR event the contract describes and the watch ends. A
 consumer that leaves more than its buffer unread is ended the same way (410 ``Expired``).
 """
@@ -145,8 +146,9 @@ class Stream:
     """One apiserver watch stream feeding a ``KubeWatch``: see the module docstring."""
 
     def __init__(self, watch: KubeWatch, open_stream: Open, convert: Convert, *, first: Any,
-                 resource_version: str | None) -> None:
+                 resource_version: str | None, bookmarks: bool) -> None:
         self.watch = watch
+        self._bookmarks = bookmarks
         self._open = open_stream
         self._convert = convert
         self._response: Any = first
@@ -215,6 +217,8 @@ class Stream:
                 obj = self._convert(obj)
             if rv:
                 self._rv = rv
+            if kind == "BOOKMARK" and not self._bookmarks:
+                continue
             if not self.watch.push(WatchEvent(kind, obj, revision)):
                 self._stop.set()
                 return
