@@ -32,6 +32,7 @@ from joch.store.base import Obj, Watch, WatchEvent
 
 log = logging.getLogger("joch.store")
 
+RETRY_FIRST, RETRY_MAX = 0.2, 5.0  # seconds between attempts to reopen a stream, doubling
 Open = Callable[[str | None], Any]
 """Opens a stream from a resourceVersion (None: from where the apiserver chooses); raises its error."""
 Convert = Callable[[Obj], Obj]
@@ -168,6 +169,7 @@ class Stream:
 
 
     def _run(self) -> None:
+        pause = RETRY_FIRST
         while not self._stop.is_set():
             try:
                 if self._response is None:
@@ -175,10 +177,15 @@ class Stream:
                     if self._stop.is_set():
                         self._response.close()
                         return
+                pause = RETRY_FIRST
                 self._read(self._response)
             except errors.Gone as exc:
                 self.watch.push(expired(exc.message))
                 return
+            except errors.ServiceUnavailable as exc:  # the apiserver is away: wait for it, the watch lives on
+                log.warning("Kubernetes watch: %s; retrying in %gs", exc.message, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, RETRY_MAX)
             except errors.JochError as exc:
                 self.watch.push(WatchEvent("ERROR", exc.to_status(), 0))
                 return
@@ -186,7 +193,7 @@ class Stream:
                 if self._stop.is_set():
                     return
                 log.info("Kubernetes watch stream ended (%s): reopening from %s", exc, self._rv)
-                self._stop.wait(0.5)
+                self._stop.wait(pause)
             finally:
                 response, self._response = self._response, None
                 if response is not None:
