@@ -67,3 +67,28 @@ def test_a_name_that_would_change_the_url_names_nothing(tmp_path: Path, name: st
             store.delete(AGENT, name, "a")
     finally:
         store.close()
+
+
+def test_a_watch_of_several_streams_hands_out_events_in_revision_order() -> None:
+    import asyncio
+
+    from joch.store.base import WatchEvent
+    from joch.store.kubernetes.watching import KubeWatch
+
+    def event(revision: int) -> WatchEvent:
+        return WatchEvent("ADDED", {"metadata": {"resourceVersion": str(revision)}}, revision)
+
+    w = KubeWatch(buffer_events=100, merge_window=0.05)
+    for revision in (5, 3, 4):  # three streams, delivered out of order within the window
+        w.push(event(revision))
+    assert [e.revision for e in (w.get(timeout=1), w.get(timeout=1), w.get(timeout=1)) if e] == [3, 4, 5]
+    w.push(event(9))
+    w.push(event(8))
+
+    async def two() -> list[int]:
+        got = [await w.aget(timeout=1), await w.aget(timeout=1)]
+        return [e.revision for e in got if e]
+
+    assert asyncio.run(two()) == [8, 9]
+    assert w.get(timeout=0.1) is None
+    w.close()

@@ -82,6 +82,7 @@ SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "d
                  "deletionGracePeriodSeconds", "managedFields", "selfLink")
 UPDATE_ATTEMPTS = 20
 GONE_PROBE = 0.1  # seconds a watch from a resourceVersion waits for the apiserver's 410 ERROR event
+MERGE_WINDOW = 0.05  # seconds a watch of every kind holds each event to put its streams in revision order
 DEFAULT_BUFFER_EVENTS = 10_000
 SHARED_KEYS = "joch-shared-keys"
 URL_SIGNIFICANT = "\x00/?#%"
@@ -257,7 +258,8 @@ class KubernetesStore(Store):
     def watch(self, kind: KindInfo | None, options: WatchOptions | None = None) -> Watch:
         options = options or WatchOptions()
         kinds = [kind] if kind is not None else list(registry.REGISTRY)
-        w = watching.KubeWatch(buffer_events=options.buffer_events or self._buffer_events)
+        w = watching.KubeWatch(buffer_events=options.buffer_events or self._buffer_events,
+                               merge_window=MERGE_WINDOW if len(kinds) > 1 else 0.0)
         fields, possible = _selector_without_nul(options.field_selector)
         if not possible or not _nameable(options.namespace):
             w.close()

@@ -5,8 +5,10 @@ Each stream is a thread reading the apiserver's newline-delimited events into on
 between looking and taking, so a read cancelled by ``asyncio.wait_for`` loses nothing.
 
 A watch of every kind (``Store.watch(None)``) is one stream per kind into the same queue: the
-apiserver has no cross-resource watch, so events of *different* kinds arrive in the order their
-streams deliver them, not strictly by revision (each kind's own events are in order).
+apiserver has no cross-resource watch, so events of *different* kinds may arrive out of revision
+order. Such a watch holds each event a moment (``merge_window``) and hands out the held ones lowest
+revision first: events written close together come out in order; streams more than the window apart
+can still interleave (each kind's own events are always in order).
 
 When the apiserver ends a stream (the ``timeoutSeconds`` the store asks for, a load balancer), the
 thread reopens it from the last resourceVersion it saw (events and bookmarks, which it always asks
@@ -18,6 +20,7 @@ consumer that leaves more than its buffer unread is ended the same way (410 ``Ex
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 import socket
@@ -43,8 +46,13 @@ def expired(message: str) -> WatchEvent:
 
 
 class KubeWatch(Watch):
-    def __init__(self, *, buffer_events: int) -> None:
+    def __init__(self, *, buffer_events: int, merge_window: float = 0.0) -> None:
         self._events: deque[WatchEvent] = deque()
+        # Several streams (a watch of every kind): each event is held ``merge_window`` seconds so one
+        # of a lower revision arriving a little later on another stream still goes out before it.
+        self._window = merge_window
+        self._held: list[tuple[int, int, float, WatchEvent]] = []  # heap of (revision, seq, due, event)
+        self._seq = 0
         self._lock = threading.Condition()
         self._closed = False
         self._ended = False
@@ -59,12 +67,19 @@ class KubeWatch(Watch):
         with self._lock:
             if self._closed or self._ended:
                 return False
-            if len(self._events) >= self._buffer and event.type != "ERROR":
+            if len(self._events) + len(self._held) >= self._buffer and event.type != "ERROR":
                 self._events.clear()
+                self._held.clear()
                 event = expired(f"the watch fell more than {self._buffer} events behind: list again")
-            self._events.append(event)
             if event.type == "ERROR":
+                self._release(None)
+                self._events.append(event)
                 self._ended = True
+            elif self._window:
+                self._seq += 1
+                heapq.heappush(self._held, (event.revision, self._seq, time.monotonic() + self._window, event))
+            else:
+                self._events.append(event)
             self._lock.notify_all()
             waiters = list(self._waiters)
         for loop, ready in waiters:
@@ -94,37 +109,50 @@ class KubeWatch(Watch):
 
     # --- consumers -------------------------------------------------------------------------------
 
+    def _release(self, now: float | None) -> float | None:
+        """Move the held events that are due (all, with ``now`` None) to the queue, lowest revision
+        first; the time the next one is due, if any is still held. Called with the lock held."""
+        while self._held and (now is None or self._held[0][2] <= now):
+            self._events.append(heapq.heappop(self._held)[3])
+        return self._held[0][2] if self._held else None
+
+    def _wait_for(self, deadline: float | None, due: float | None) -> float | None:
+        """How long to wait: until the deadline or until a held event is due, whichever is first."""
+        ends = [t for t in (deadline, due) if t is not None]
+        return max(0.0, min(ends) - time.monotonic()) if ends else None
+
     def get(self, timeout: float | None = None) -> WatchEvent | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while not self._events:
-                if self._closed or (self._ended and not self._events):
-                    return None
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                self._lock.wait(remaining)
-            return self._events.popleft()
-
-    async def aget(self, timeout: float | None = None) -> WatchEvent | None:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            ready = asyncio.Event()
-            with self._lock:
+            while True:
+                due = self._release(time.monotonic())
                 if self._events:
                     return self._events.popleft()
                 if self._closed or self._ended:
                     return None
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                self._lock.wait(self._wait_for(deadline, due))
+
+    async def aget(self, timeout: float | None = None) -> WatchEvent | None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready = asyncio.Event()
+            with self._lock:
+                due = self._release(time.monotonic())
+                if self._events:
+                    return self._events.popleft()
+                if self._closed or self._ended:
+                    return None
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
                 self._waiters.add((loop, ready))
             try:
-                remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
-                    return None
                 try:
-                    await asyncio.wait_for(ready.wait(), remaining)
+                    await asyncio.wait_for(ready.wait(), self._wait_for(deadline, due))
                 except TimeoutError:
-                    return None
+                    pass  # the deadline (checked above) or a held event due: look again
             finally:
                 with self._lock:
                     self._waiters.discard((loop, ready))
@@ -135,6 +163,7 @@ class KubeWatch(Watch):
                 return
             self._closed = True
             self._events.clear()
+            self._held.clear()
             self._lock.notify_all()
             waiters = list(self._waiters)
         for loop, ready in waiters:
