@@ -312,7 +312,7 @@ DataDirOption = Annotated[
 StoreOption = Annotated[
     str | None,
     typer.Option("--store", envvar="JOCH_STORE", metavar="URL", show_default=False,
-                 help="Store URL (sqlite:///path or postgresql://...); default sqlite:///DATA_DIR/joch.db."),
+                 help="Store URL (sqlite:///path, postgresql://... or kubernetes://); default sqlite:///DATA_DIR/joch.db."),
 ]
 StoreFileOption = Annotated[
     Path | None,

@@ -21,13 +21,19 @@ def default_url(data_dir: str | os.PathLike[str]) -> str:
 def open_store(
     url: str, *, history: int | None = 100_000, compact_interval: float = 30.0, secret_keys: KeyRing | None = None,
 ) -> Store:
-    """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]`` or
-    ``postgresql://USER@HOST:PORT/DB`` (any libpq URL). ``history`` bounds the change log: beyond
-    its newest ``history`` changes it is compacted every ``compact_interval`` seconds (None keeps
-    all). ``secret_keys`` encrypts Secret values at rest (``joch.store.sealing``); without it
-    (tests and tools only — ``joch server`` always passes one) they are kept unencrypted, though
-    still never in object rows or the change log. Opening a store whose Secrets need a key the ring
-    does not have raises ``sealing.SecretKeyError`` naming it."""
+    """Open the store named by ``url``: ``sqlite:///PATH[?synchronous=FULL]``,
+    ``postgresql://USER@HOST:PORT/DB`` (any libpq URL) or ``kubernetes://[?kubeconfig=PATH&context=NAME]``
+    (or just ``kubernetes``: custom resources on a Kubernetes API server; ``history``, ``compact_interval`` and
+    ``secret_keys`` do not apply there: ``joch.store.kubernetes.store`` says what it cannot do).
+    ``history`` bounds the change log: beyond its newest ``history`` changes it is compacted every
+    ``compact_interval`` seconds (None keeps all). ``secret_keys`` encrypts Secret values at rest
+    (``joch.store.sealing``); without it (tests and tools only — ``joch server`` always passes one)
+    they are kept unencrypted, though still never in object rows or the change log. Opening a store
+    whose Secrets need a key the ring does not have raises ``sealing.SecretKeyError`` naming it."""
+    if url == "kubernetes" or url.startswith("kubernetes:"):  # custom resources (joch.store.kubernetes)
+        from joch.store.kubernetes import KubernetesStore
+
+        return KubernetesStore("kubernetes://" if url == "kubernetes" else url)
     from joch.store.sql import SqlStore
 
     if url.startswith(("postgresql://", "postgres://")):
@@ -45,5 +51,6 @@ def open_store(
         backend = SqliteBackend(Path(path), synchronous=options.get("synchronous", "NORMAL"))
         return SqlStore(backend, history=history, compact_interval=compact_interval, keys=secret_keys)
     raise ValueError(
-        f"unsupported store URL {url!r}: use sqlite:///PATH/joch.db or postgresql://USER@HOST:PORT/DB"
+        f"unsupported store URL {url!r}: use sqlite:///PATH/joch.db, postgresql://USER@HOST:PORT/DB or "
+        "kubernetes://[?kubeconfig=PATH&context=NAME]"
     )
