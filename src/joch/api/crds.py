@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from joch.api import columns
+from joch.api import columns, selectors
 from joch.api.openapi import kind_schema
 from joch.api.registry import Column, KindInfo
 
@@ -92,7 +92,25 @@ def _version(info: KindInfo, *, storage: bool) -> dict[str, Any]:
     if info.status_model is not None:
         version["subresources"] = {"status": {}}
     version["additionalPrinterColumns"] = [_printer_column(c) for c in info.columns or (columns.AGE,)]
+    selectable = _selectable_fields(info, version["schema"]["openAPIV3Schema"])
+    if selectable:
+        version["selectableFields"] = selectable
     return version
+
+
+def _selectable_fields(info: KindInfo, schema: dict[str, Any]) -> list[dict[str, str]]:
+    """The field selectors Joch's server takes beyond name and namespace (``selectors.selectable``),
+    declared so a cluster (Kubernetes 1.31+) filters on them too: scalar fields only, at most 8."""
+    out = []
+    for path in selectors.selectable(info):
+        if path in selectors.FIELDS:
+            continue
+        node: dict[str, Any] | None = schema
+        for part in path.split("."):
+            node = (node or {}).get("properties", {}).get(part)
+        if node and node.get("type") in ("string", "integer", "boolean"):
+            out.append({"jsonPath": "." + path})
+    return out[:8]
 
 
 def _printer_column(column: Column) -> dict[str, Any]:

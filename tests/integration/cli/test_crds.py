@@ -136,3 +136,14 @@ def test_an_output_dir_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -
     result = invoke("crds", "--output-dir", str(blocker / "crds"))
     assert result.exit_code == 2
     assert f"error: cannot create --output-dir {blocker / 'crds'}" in result.stderr
+
+
+def test_the_field_selectors_joch_takes_are_selectable_fields_of_the_crds(printed: list[dict[str, Any]]) -> None:
+    # A Kubernetes store filters `joch get runs --field-selector status.phase=Failed` on the cluster:
+    # only fields a CRD declares in selectableFields can be selected there (Kubernetes 1.31+).
+    [version] = _by_name(printed, "agentruns.runtime.joch.dev")["spec"]["versions"]
+    paths = [f["jsonPath"] for f in version["selectableFields"]]
+    assert ".status.phase" in paths and ".spec.agentRef.name" in paths, paths
+    for definition in printed:
+        for v in definition["spec"]["versions"]:
+            assert len(v.get("selectableFields", [])) <= 8, definition["metadata"]["name"]
