@@ -8,6 +8,30 @@ from joch.runtime.base import Runtime
 from joch.store.base import Store
 
 
+def build_runtime(options: ControllerOptions) -> Runtime:
+    """The runtime the controllers drive: the local one, and with ``options.kubernetes`` the
+    Kubernetes one beside it (``runtime.routing``: each run goes where its ``runtime.type`` says)."""
+    from dataclasses import replace
+
+    from joch.runtime.local import LocalRuntime
+
+    local = LocalRuntime(options.data_dir, sandbox=options.sandbox, hide=options.sandbox_hide,
+                         sandbox_reason=options.sandbox_reason, agent_user=options.agent_user, api_url=options.api_url)
+    if options.kubernetes is None:
+        return local
+    from joch.runtime.kubernetes.runtime import KubernetesRuntime
+    from joch.runtime.routing import Runtimes
+
+    settings = options.kubernetes
+    if not settings.api_url:
+        settings = replace(settings, api_url=options.api_url or "")
+    try:
+        return Runtimes(local, KubernetesRuntime(options.data_dir, settings))
+    except BaseException:
+        local.close()
+        raise
+
+
 def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions) -> list[Controller]:
     from joch.controllers.agents import AgentController
     from joch.controllers.approvals import ApprovalController
