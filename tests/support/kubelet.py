@@ -279,6 +279,8 @@ class Kubelet:
                "HOME": str(pod_dir / "home"), "HOSTNAME": meta["name"],
                **{k: v for k, v in os.environ.items() if k in ("LANG", "PYTHONPATH", "TMPDIR")}}
         (pod_dir / "home").mkdir(parents=True, exist_ok=True)
+        # The image's git identity (the Dockerfile configures one): the agent's commits need it.
+        (pod_dir / "home" / ".gitconfig").write_text("[user]\n\tname = Joch Runner\n\temail = runner@joch.invalid\n")
         for item in main.get("env") or []:
             env[item["name"]] = self._env_value(meta["namespace"], item)
         argv = [*(main.get("command") or []), *(main.get("args") or [])]

@@ -1,0 +1,183 @@
+"""The Kubernetes Job runtime end to end, against the stand-in cluster (``support.kubecluster``: a
+``joch server`` serving ``batch/v1`` Jobs, ``v1`` Pods and Secrets) and the test kubelet
+(``support.kubelet``: it runs each Pod's container as local processes and writes Pod and Job status).
+
+The Joch under test is a real ``joch server`` process with ``--kube-config`` pointing at the stand-in:
+runs whose Agent says ``runtime.type: kubernetes`` become Jobs there, whose container runs ``joch
+runner --report``, which reports back to that Joch server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from support import kubelet, stop_server, wait_ready
+from support.jochserver import free_port, git
+from support.kubecluster import Cluster, cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart"
+JOCH = Path(sys.executable).parent / "joch"
+RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
+JOBS = "/apis/batch/v1/namespaces/default/jobs"
+PODS = "/api/v1/namespaces/default/pods"
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+@dataclass
+class Kube:
+    cluster: Cluster
+    kubelet: kubelet.Handle
+    tmp: Path
+    repo: Path
+    base: str
+    port: int
+    log: Path
+    server: subprocess.Popen[str]
+
+    def start(self) -> None:
+        self.server = subprocess.Popen(
+            [str(JOCH), "server", "--data-dir", str(self.tmp / "joch-data"), "--port", str(self.port),
+             "--sandbox", "none", "--kube-config", str(self.cluster.kubeconfig), "--kube-namespace", "default",
+             "--kube-image", "ghcr.io/peasantsai/joch:test"],
+            stdout=self.log.open("a"), stderr=subprocess.STDOUT, text=True, cwd=self.tmp)
+        wait_ready(self.base, self.server)
+
+    def apply(self, *docs: dict[str, Any]) -> None:
+        body = "\n---\n".join(json.dumps(d) for d in docs)
+        response = httpx.post(f"{self.base}/v1/resources/apply", content=body,
+                              headers={"content-type": "application/yaml"}, timeout=10)
+        assert response.status_code == 200, response.text
+
+    def run(self, name: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.base}{RUNS}/{name}", timeout=5)
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait(self, name: str, until: Callable[[dict[str, Any]], bool], seconds: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + seconds
+        while True:
+            run = self.run(name)
+            if until(run):
+                return run
+            assert time.monotonic() < deadline, (run.get("status"), self.log.read_text()[-3000:])
+            time.sleep(0.1)
+
+    def cluster_get(self, path: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.cluster.url}{path}", timeout=5)
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def _phase(run: dict[str, Any]) -> str | None:
+    return (run.get("status") or {}).get("phase")
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    tmp = tmp_path_factory.mktemp("kube")
+    repo = tmp / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "--initial-branch", "main")
+    (repo / "README.md").write_text("# a repository\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "--quiet", "-m", "first")
+    with cluster(tmp / "cluster") as stand_in, \
+            kubelet.start(stand_in.url, tmp / "kubelet", logs=tmp / "cluster" / "cluster-data" / "pod-logs") as node:
+        port = free_port()
+        kube = Kube(stand_in, node, tmp, repo, f"http://127.0.0.1:{port}", port, tmp / "joch.log",
+                    None)  # type: ignore[arg-type]
+        kube.start()
+        try:
+            yield kube
+        finally:
+            stop_server(kube.server)
+    assert "Traceback" not in kube.log.read_text(), kube.log.read_text()
+
+
+def quickstart(repo: Path, run_name: str = "hello-readme") -> list[dict[str, Any]]:
+    """The quickstart's manifests with only the Agent's runtime.type changed (and the repository)."""
+    docs = []
+    for path in sorted(QUICKSTART.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc["kind"] == "Agent":
+            doc["spec"]["runtime"]["type"] = "kubernetes"
+        if doc["kind"] == "AgentRun":
+            doc["metadata"]["name"] = run_name
+            doc["spec"]["execution"]["coordinates"]["git"]["url"] = str(repo)
+        docs.append(doc)
+    return docs
+
+
+def test_the_quickstart_run_on_kubernetes_succeeds_with_its_artifacts_and_patch(kube: Kube) -> None:
+    kube.apply(*quickstart(kube.repo))
+    run = kube.wait("hello-readme", lambda r: _phase(r) in TERMINAL)
+    status = run["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["runtimeRef"]["type"] == "kubernetes"
+    names = {a["name"]: a for a in status["artifacts"]}
+    assert set(names) == {"summary", "changes.patch"}
+    patch = httpx.get(f"{kube.base}{RUNS}/hello-readme/artifacts/changes.patch", timeout=5)
+    assert patch.status_code == 200 and "+Hello from Joch" in patch.text
+    import hashlib
+    assert hashlib.sha256(patch.content).hexdigest() == names["changes.patch"]["sha256"]
+    summary = httpx.get(f"{kube.base}{RUNS}/hello-readme/artifacts/summary", timeout=5)
+    assert summary.status_code == 200 and summary.content
+    log = httpx.get(f"{kube.base}{RUNS}/hello-readme/log", timeout=10)
+    assert log.status_code == 200
+    # The Job as the runtime made it (cleanup deletes it once the run ended: look at what the
+    # stand-in's store recorded of it through a second run that stays).
+
+
+def test_the_job_carries_labels_deadline_and_secret_refs_never_values(kube: Kube) -> None:
+    secret = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Secret", "metadata": {"name": "demo-token"},
+              "spec": {"data": {"DEMO_TOKEN": base64.b64encode(b"s3cret-value-42").decode()}}}
+    docs = quickstart(kube.repo, "slow-readme")
+    provider = next(d for d in docs if d["kind"] == "AgentProvider")
+    provider["metadata"]["name"] = "slow-agent"
+    provider["spec"] = {"binary": sys.executable, "argsTemplate": ["-c", "import time; print('working'); time.sleep(30)"]}
+    agent = next(d for d in docs if d["kind"] == "Agent")
+    agent["metadata"]["name"] = "slow"
+    agent["spec"]["providerRef"]["name"] = "slow-agent"
+    agent["spec"]["security"] = {"allowedSecrets": ["demo-token"]}
+    run = next(d for d in docs if d["kind"] == "AgentRun")
+    run["spec"]["agentRef"]["name"] = "slow"
+    run["spec"]["secrets"] = ["demo-token"]
+    run["spec"]["timeoutSeconds"] = 120
+    kube.apply(secret, provider, agent, run)
+    running = kube.wait("slow-readme", lambda r: (r.get("status") or {}).get("reason") == "Started")
+    ref = running["status"]["runtimeRef"]
+    job = kube.cluster_get(f"{JOBS}/{ref['job']}")
+    labels = job["metadata"]["labels"]
+    assert labels["runtime.joch.dev/run-uid"] == running["metadata"]["uid"]
+    assert labels["runtime.joch.dev/attempt"] == "1"
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] > 0
+    assert spec["activeDeadlineSeconds"] >= 240
+    pod_spec = spec["template"]["spec"]
+    assert pod_spec["volumes"] == [{"name": "workspace", "emptyDir": {}}]
+    container = pod_spec["containers"][0]
+    assert container["image"] == "ghcr.io/peasantsai/joch:test"
+    assert container["command"] == ["joch", "runner"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DEMO_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == ref["job"]
+    assert "JOCH_RUN_TOKEN" in env
+    assert "s3cret-value-42" not in json.dumps(job)
+    httpx.patch(f"{kube.base}{RUNS}/slow-readme", json={"spec": {"cancel": True}},
+                headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
+    kube.wait("slow-readme", lambda r: _phase(r) in TERMINAL)
