@@ -181,3 +181,80 @@ def test_the_job_carries_labels_deadline_and_secret_refs_never_values(kube: Kube
     httpx.patch(f"{kube.base}{RUNS}/slow-readme", json={"spec": {"cancel": True}},
                 headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
     kube.wait("slow-readme", lambda r: _phase(r) in TERMINAL)
+
+
+def _sleeper(kube: Kube, name: str, code: str, *, timeout: int = 120) -> None:
+    """A provider, Agent and run (all called ``name``) whose agent is ``python -c code PIDFILE``."""
+    kube.apply(
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": name},
+         "spec": {"binary": sys.executable, "argsTemplate": ["-c", code, str(kube.tmp / f"{name}.pids")]}},
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": name},
+         "spec": {"providerRef": {"name": name}, "runtime": {"type": "kubernetes"}}},
+        {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
+         "spec": {"agentRef": {"name": name}, "implementation": {"inline": {"text": "wait"}},
+                  "timeoutSeconds": timeout}})
+
+
+SLEEP = ("import os,sys,time,pathlib; p=pathlib.Path(sys.argv[1]); "
+         "p.write_text(p.read_text() + ' ' if p.exists() else ''); "
+         "p.write_text(p.read_text() + f'{os.getpid()} {os.getppid()}'); print('sleeping', flush=True); "
+         "time.sleep(60)")
+
+
+def _pids(kube: Kube, name: str, seconds: float = 30) -> list[int]:
+    path = kube.tmp / f"{name}.pids"
+    deadline = time.monotonic() + seconds
+    while not path.exists() or not path.read_text().strip():
+        assert time.monotonic() < deadline, (kube.run(name).get("status"), kube.log.read_text()[-2000:])
+        time.sleep(0.05)
+    return [int(p) for p in path.read_text().split()]
+
+
+def _gone(pids: list[int], seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while alive := [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]:
+        assert time.monotonic() < deadline, f"still running: {alive}"
+        time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_cancelled_run_deletes_its_job_and_leaves_no_process(kube: Kube) -> None:
+    _sleeper(kube, "cancelled", SLEEP)
+    pids = _pids(kube, "cancelled")
+    job = kube.run("cancelled")["status"]["runtimeRef"]["job"]
+    httpx.patch(f"{kube.base}{RUNS}/cancelled", json={"spec": {"cancel": True}},
+                headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
+    status = kube.wait("cancelled", lambda r: _phase(r) in TERMINAL)["status"]
+    assert (status["phase"], status["reason"]) == ("Cancelled", "Cancelled"), status
+    _gone(pids)
+    assert httpx.get(f"{kube.cluster.url}{JOBS}/{job}", timeout=5).status_code == 404
+
+
+def test_a_timed_out_run_fails_deadline_exceeded_and_leaves_no_process(kube: Kube) -> None:
+    _sleeper(kube, "late", SLEEP, timeout=2)
+    pids = _pids(kube, "late")
+    status = kube.wait("late", lambda r: _phase(r) in TERMINAL, seconds=40)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded"), status
+    _gone(pids)
+
+
+def test_kill_9_of_joch_mid_run_re_adopts_the_job_and_the_agent_runs_once(kube: Kube) -> None:
+    code = ("import os,sys,time,pathlib; p=pathlib.Path(sys.argv[1]); "
+            "p.write_text((p.read_text() + ' ' if p.exists() else '') + f'{os.getpid()}'); time.sleep(4); "
+            "print('done', flush=True)")
+    _sleeper(kube, "survivor", code)
+    _pids(kube, "survivor")
+    os.kill(kube.server.pid, signal.SIGKILL)
+    kube.server.wait(10)
+    kube.start()
+    status = kube.wait("survivor", lambda r: _phase(r) in TERMINAL, seconds=60)["status"]
+    assert status["phase"] == "Succeeded", status
+    assert len((kube.tmp / "survivor.pids").read_text().split()) == 1  # the agent started once
+    log = httpx.get(f"{kube.base}{RUNS}/survivor/log", timeout=10)
+    assert "done" in log.text

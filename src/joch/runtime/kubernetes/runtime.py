@@ -50,7 +50,7 @@ from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod, Secret
-from lightkube.types import CascadeType
+from lightkube.types import CascadeType, PatchType
 
 from joch.runtime import reports as reporting
 from joch.runtime.base import (
@@ -85,6 +85,8 @@ class KubernetesRuntime(Runtime):
         if not settings.api_url:
             raise ValueError("the Kubernetes runtime needs the Joch API URL its Jobs report to (--kube-api-url)")
         self.settings = settings
+        # lightkube's HTTP client logs every request at INFO: a line per status poll drowns the server's log.
+        logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger("httpx2").level))
         self.reports_store = reporting.ReportStore(Path(root) / "kubernetes")
         if client is None:
             config = KubeConfig.from_file(str(settings.kubeconfig)) if settings.kubeconfig else KubeConfig.from_env()
@@ -143,7 +145,7 @@ class KubernetesRuntime(Runtime):
             raise RuntimeError(f"cannot reach the Kubernetes API to create Job {ref['job']}: {exc}") from None
         with contextlib.suppress(ApiError, httpx2.HTTPError):
             self.client.patch(Secret, ref["job"], {"metadata": {"ownerReferences": jobs.owned_by(created.to_dict())}},
-                              namespace=self.namespace)
+                              namespace=self.namespace, patch_type=PatchType.MERGE)
         self._watching()
         return ref
 
