@@ -258,3 +258,67 @@ def test_kill_9_of_joch_mid_run_re_adopts_the_job_and_the_agent_runs_once(kube: 
     assert len((kube.tmp / "survivor.pids").read_text().split()) == 1  # the agent started once
     log = httpx.get(f"{kube.base}{RUNS}/survivor/log", timeout=10)
     assert "done" in log.text
+
+
+# --- what the cluster says, as reasons a person can act on (the runtime driven directly) ------------
+
+@pytest.fixture(scope="module")
+def runtime(kube: Kube) -> Iterator[Any]:
+    from joch.runtime.kubernetes.runtime import KubernetesRuntime
+    from joch.runtime.kubernetes.settings import KubeSettings
+
+    settings = KubeSettings(api_url=kube.base, kubeconfig=kube.cluster.kubeconfig, namespace="default",
+                            pull_grace=1.0)
+    direct = KubernetesRuntime(kube.tmp / "direct", settings)
+    yield direct
+    direct.close()
+
+
+def _spec(name: str, **placement: Any) -> Any:
+    from joch.runtime.base import Placement, RunId, RunnerSpec
+
+    run = RunId(namespace="default", name=name, uid=f"uid-{name}", attempt=1)
+    return RunnerSpec(run=run, argv=(sys.executable, "-c", "import time; time.sleep(30)"), timeout_seconds=60,
+                      placement=Placement(type="kubernetes", **placement))
+
+
+def _until(runtime: Any, ref: dict[str, Any], check: Callable[[Any], bool], seconds: float = 30) -> Any:
+    deadline = time.monotonic() + seconds
+    while not check(state := runtime.status(ref)):
+        assert time.monotonic() < deadline, state
+        time.sleep(0.1)
+    return state
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_attempt_naming_it(runtime: Any) -> None:
+    ref = runtime.submit(_spec("pull", image="registry.example/agent:missing"))
+    state = _until(runtime, ref, lambda s: s.finished)
+    assert state.phase == "Failed" and state.reason in ("ErrImagePull", "ImagePullBackOff"), state
+    assert "registry.example/agent:missing" in state.message and "workload.image" in state.message
+    assert runtime.status(ref) == state  # decided once, the same answer every time
+    runtime.cleanup(ref)
+
+
+def test_a_pod_that_cannot_be_scheduled_waits_saying_why(runtime: Any) -> None:
+    ref = runtime.submit(_spec("huge", resources={"cpu": "512"}))
+    state = _until(runtime, ref, lambda s: s.reason == "Unschedulable")
+    assert state.phase == "Preparing" and "Insufficient cpu" in state.message, state
+    runtime.cleanup(ref)
+    assert runtime.status(ref).phase in ("Cancelled", "Lost")
+
+
+def test_a_container_over_its_memory_limit_fails_oom_killed(runtime: Any) -> None:
+    ref = runtime.submit(_spec("hungry", resources={"memory": "8Mi"}))
+    state = _until(runtime, ref, lambda s: s.finished)
+    assert (state.phase, state.reason, state.exit_code) == ("Failed", "OOMKilled", 137), state
+    assert "8Mi" in state.message and "resources.memory" in state.message
+    runtime.cleanup(ref)
+
+
+def test_a_second_submit_of_an_attempt_starts_nothing_new(runtime: Any, kube: Kube) -> None:
+    spec = _spec("twice")
+    first = runtime.submit(spec)
+    assert runtime.submit(spec) == first
+    jobs = kube.cluster_get(f"{JOBS}?labelSelector=runtime.joch.dev/run-uid%3Duid-twice")["items"]
+    assert len(jobs) == 1
+    runtime.cleanup(first, keep_records=False)

@@ -222,7 +222,7 @@ class KubernetesRuntime(Runtime):
                 return end("Lost", "RunnerLost", (
                     f"{where} failed ({condition.get('reason')}: {condition.get('message')}) without the "
                     "runner's report"))
-        if job is None and (pod is None or _pod_finished(pod)):
+        if job is None and (pod is None or _pod_finished(pod) or not _container_started(pod)):
             if self.reports_store.cancel_requested(uid, attempt):
                 said = "cancelled before the agent started" if state is None or state.pid is None else \
                     "cancelled; the agent's Job was deleted"
