@@ -150,7 +150,8 @@ def test_the_job_carries_labels_deadline_and_secret_refs_never_values(kube: Kube
     docs = quickstart(kube.repo, "slow-readme")
     provider = next(d for d in docs if d["kind"] == "AgentProvider")
     provider["metadata"]["name"] = "slow-agent"
-    provider["spec"] = {"binary": sys.executable, "argsTemplate": ["-c", "import time; print('working'); time.sleep(30)"]}
+    provider["spec"] = {"binary": sys.executable,
+                        "argsTemplate": ["-c", "import time; print('working'); time.sleep(30)"]}
     agent = next(d for d in docs if d["kind"] == "Agent")
     agent["metadata"]["name"] = "slow"
     agent["spec"]["providerRef"]["name"] = "slow-agent"
