@@ -261,6 +261,34 @@ def test_kill_9_of_joch_mid_run_re_adopts_the_job_and_the_agent_runs_once(kube: 
     assert "done" in log.text
 
 
+def test_joch_logs_follow_streams_the_pod_log_until_the_run_ends(kube: Kube) -> None:
+    code = ("import sys,time\nfor i in range(4):\n    print(f'line {i}', flush=True); time.sleep(0.5)")
+    _sleeper(kube, "chatty", code)
+    kube.wait("chatty", lambda r: (r.get("status") or {}).get("reason") == "Started")
+    done = subprocess.run([str(JOCH), "logs", "-f", "run", "chatty", "--server", kube.base], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(4)]
+    assert _phase(kube.run("chatty")) == "Succeeded"
+
+
+def test_a_run_whose_pod_cannot_be_scheduled_says_so_in_its_status(kube: Kube) -> None:
+    _sleeper(kube, "roomy", SLEEP)
+    # A second run of an Agent asking for more CPU than the node has.
+    kube.apply({"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "greedy"},
+                "spec": {"providerRef": {"name": "roomy"}, "runtime": {"type": "kubernetes"},
+                         "resources": {"cpu": "512"}}},
+               {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "greedy"},
+                "spec": {"agentRef": {"name": "greedy"}, "implementation": {"inline": {"text": "wait"}}}})
+    status = kube.wait("greedy", lambda r: (r.get("status") or {}).get("reason") == "Unschedulable")["status"]
+    assert status["phase"] == "Running" and "Insufficient cpu" in status["message"], status
+    for name in ("greedy", "roomy"):
+        httpx.patch(f"{kube.base}{RUNS}/{name}", json={"spec": {"cancel": True}},
+                    headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
+    for name in ("greedy", "roomy"):
+        assert _phase(kube.wait(name, lambda r: _phase(r) in TERMINAL)) == "Cancelled"
+
+
 # --- what the cluster says, as reasons a person can act on (the runtime driven directly) ------------
 
 @pytest.fixture(scope="module")

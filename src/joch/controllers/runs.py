@@ -109,6 +109,7 @@ logger = logging.getLogger("joch.controllers.runs")
 FINALIZER = "runtime.joch.dev/cleanup"
 TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 RETRYABLE = frozenset({"AgentFailed", "AgentReportedError", "RunnerLost"})
+WAITING = frozenset({"Unschedulable", "ErrImagePull", "ImagePullBackOff"})  # a runtime's unfinished reasons
 BACKSTOP_SLACK = 30.0  # seconds past deadline + grace before the controller cancels on its own
 COMPONENT = "joch-run-controller"
 
@@ -778,8 +779,15 @@ class RunController(Controller):
         if state.reason != "Unreachable":
             noted = dict(status)
             note_runtime_facts(noted, state)
+            said = _waiting(status, state)
+            if said is not None:  # why it does not start yet (a Pod that cannot be scheduled), or that it has
+                noted.update(reason=said[0], message=said[1])
             if noted != status:
-                run = self._write(run, noted)  # what runs, as the runner recorded it (no Event)
+                # what runs, as the runner recorded it (no Event); a wait a person can act on has one
+                events: list[tuple[str, str, Literal["Normal", "Warning"]]] = []
+                if said is not None and said[0] in WAITING:
+                    events.append((said[0], said[1], "Warning"))
+                run = self._write(run, noted, *events)
                 status = noted
         timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
         started = parse_time(status["startedAt"]).timestamp() if status.get("startedAt") else self.ctx.clock.time()
@@ -1091,6 +1099,18 @@ def _note_refused(status: dict[str, Any], refused: Sequence[rt.RefusedArtifact])
 
 def _decode(value: str) -> str:
     return base64.b64decode(value.replace("\n", "")).decode("utf-8", errors="replace")
+
+
+def _waiting(status: Mapping[str, Any], state: rt.RunState) -> tuple[str, str] | None:
+    """The run's reason and message while its attempt waits on something a person can act on
+    (``WAITING``: the Kubernetes runtime's Pod that cannot be scheduled or pulled), or once it no
+    longer does; None: nothing to change."""
+    if state.reason in WAITING and state.message and (status.get("reason"), status.get("message")) != (
+            state.reason, state.message):
+        return state.reason, state.message
+    if state.reason not in WAITING and status.get("reason") in WAITING:
+        return "Started", "the attempt's runner has started"
+    return None
 
 
 def _runtime_ref(run: Obj) -> rt.Ref | None:
