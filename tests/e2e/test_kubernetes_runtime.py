@@ -289,6 +289,22 @@ def test_a_run_whose_pod_cannot_be_scheduled_says_so_in_its_status(kube: Kube) -
         assert _phase(kube.wait(name, lambda r: _phase(r) in TERMINAL)) == "Cancelled"
 
 
+def test_a_report_without_the_runs_token_is_refused(kube: Kube) -> None:
+    _sleeper(kube, "guarded", SLEEP)
+    kube.wait("guarded", lambda r: (r.get("status") or {}).get("reason") == "Started")
+    url = f"{kube.base}/v1/namespaces/default/agentruns/guarded/attempts/1/record"
+    body = json.dumps({"phase": "Succeeded", "reason": "Completed"})
+    for headers in ({}, {"authorization": "Bearer jrt1_forged"}):
+        response = httpx.put(url, content=body, headers={"content-type": "application/json", **headers}, timeout=5)
+        assert response.status_code == 401 and response.json()["kind"] == "Status", response.text
+    forged = httpx.put(url.replace("/record", "/artifacts/changes.patch"), content=b"rm -rf",
+                       headers={"content-type": "application/octet-stream"}, timeout=5)
+    assert forged.status_code == 401
+    httpx.patch(f"{kube.base}{RUNS}/guarded", json={"spec": {"cancel": True}},
+                headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
+    assert _phase(kube.wait("guarded", lambda r: _phase(r) in TERMINAL)) == "Cancelled"
+
+
 # --- what the cluster says, as reasons a person can act on (the runtime driven directly) ------------
 
 @pytest.fixture(scope="module")
