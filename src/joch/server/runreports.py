@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -45,34 +46,48 @@ def install(app: FastAPI, store: Store) -> None:
         return reports, on_report, RunId(namespace=namespace, name=name, uid=str(run["metadata"]["uid"]),
                                          attempt=attempt)
 
-    async def put_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str) -> Response:
+    # The body is read on the event loop, the store and the files are written in the threadpool.
+    def store_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str,
+                       body: bytes) -> Response:
         reports, _, run = receiver(request, namespace, name, attempt)
         try:
-            record = reports.put_artifact(run.uid, attempt, artifact, await request.body())
+            record = reports.put_artifact(run.uid, attempt, artifact, body)
         except ReportRefused as exc:
             raise errors.Invalid(str(exc)) from None
         return wire.json_response({"kind": "ArtifactReceived", "apiVersion": "v1", "name": record.name,
                                    "sha256": record.sha256, "size": record.size})
 
-    async def put_log(request: Request, namespace: str, name: str, attempt: int) -> Response:
+    def log(request: Request, namespace: str, name: str, attempt: int, body: bytes) -> Response:
         reports, _, run = receiver(request, namespace, name, attempt)
         try:
-            reports.put_log(run.uid, attempt, await request.body())
+            reports.put_log(run.uid, attempt, body)
         except ReportRefused as exc:
             raise errors.Invalid(str(exc)) from None
         return wire.json_response({"kind": "LogReceived", "apiVersion": "v1"})
+
+    def record(request: Request, namespace: str, name: str, attempt: int, body: bytes) -> Response:
+        reports, on_report, run = receiver(request, namespace, name, attempt)
+        try:
+            state = reports.put_record(run.uid, attempt, body)
+        except ReportRefused as exc:
+            raise errors.Invalid(str(exc)) from None
+        on_report(run)
+        return wire.json_response({"kind": "RecordReceived", "apiVersion": "v1", "phase": state.phase})
+
+    async def put_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str) -> Response:
+        body = await request.body()
+        return await run_in_threadpool(store_artifact, request, namespace, name, attempt, artifact, body)
+
+    async def put_log(request: Request, namespace: str, name: str, attempt: int) -> Response:
+        body = await request.body()
+        return await run_in_threadpool(log, request, namespace, name, attempt, body)
 
     async def put_record(request: Request, namespace: str, name: str, attempt: int) -> Response:
         kind = wire.media_type(request.headers.get("content-type"))
         if not wire.is_json(kind):
             raise wire.unsupported(kind, wire.JSON)
-        reports, on_report, run = receiver(request, namespace, name, attempt)
-        try:
-            state = reports.put_record(run.uid, attempt, await request.body())
-        except ReportRefused as exc:
-            raise errors.Invalid(str(exc)) from None
-        on_report(run)
-        return wire.json_response({"kind": "RecordReceived", "apiVersion": "v1", "phase": state.phase})
+        body = await request.body()
+        return await run_in_threadpool(record, request, namespace, name, attempt, body)
 
     app.add_api_route(f"{BASE}/artifacts/{{artifact}}", put_artifact, methods=["PUT"], tags=TAGS,
                       summary="A Job runner's artifact (authenticated by the run's own token)")

@@ -65,10 +65,10 @@ def test_a_final_record_is_refused_until_its_artifacts_arrived_as_listed(tmp_pat
     patch = b"diff --git a/x b/x\n"
     listed = ArtifactRecord(name="changes.patch", path="changes.patch", sha256=hashlib.sha256(patch).hexdigest(),
                             size=len(patch))
-    with pytest.raises(ReportRefused, match="changes.patch .* was not uploaded as listed"):
+    with pytest.raises(ReportRefused, match=r"changes\.patch .* was not uploaded as listed"):
         reports.put_record("u", 1, _final(listed))
     reports.put_artifact("u", 1, "changes.patch", b"something else")
-    with pytest.raises(ReportRefused, match="record.artifacts"):
+    with pytest.raises(ReportRefused, match=r"record\.artifacts"):
         reports.put_record("u", 1, _final(listed))
     reports.put_artifact("u", 1, "changes.patch", patch)
     assert reports.put_record("u", 1, _final(listed)).phase == "Succeeded"
@@ -84,5 +84,5 @@ def test_a_record_that_is_not_one_is_refused_naming_the_field(tmp_path: Path) ->
     reports = ReportStore(tmp_path)
     with pytest.raises(ReportRefused, match="record:"):
         reports.put_record("u", 1, b"[1, 2]")
-    with pytest.raises(ReportRefused, match="record.phase"):
+    with pytest.raises(ReportRefused, match=r"record\.phase"):
         reports.put_record("u", 1, json.dumps({"phase": "Lost"}).encode())
