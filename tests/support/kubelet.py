@@ -219,12 +219,20 @@ class Kubelet:
 
     def _collect_garbage(self, job_uids: set[str], pods: list[dict[str, Any]]) -> None:
         for pod in pods:
-            if _orphan(pod, job_uids):
+            if _orphan(pod, job_uids) and self._owner_gone(pod):
                 self._delete(_pod_path(pod))
         for secret in self._list("/api/v1/secrets"):
-            if _orphan(secret, job_uids):
+            if _orphan(secret, job_uids) and self._owner_gone(secret):
                 self._delete(f"/api/v1/namespaces/{secret['metadata']['namespace']}/secrets/"
                              f"{secret['metadata']['name']}")
+
+    def _owner_gone(self, obj: dict[str, Any]) -> bool:
+        """Asked of the API, as the garbage collector does: the Job list may predate the owner."""
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            response = self.http.get(f"/apis/batch/v1/namespaces/{obj['metadata']['namespace']}/jobs/{owner['name']}")
+            if response.status_code == 200 and response.json()["metadata"]["uid"] == owner.get("uid"):
+                return False
+        return True
 
     # --- the kubelet ------------------------------------------------------------------------------
 

@@ -67,6 +67,11 @@ def test_a_runtime_the_server_does_not_have_fails_the_run_saying_how_to_get_it(s
     status = ended(store, "kube")
     assert (status["phase"], status["reason"]) == ("Failed", "RuntimeUnavailable"), status
     assert 'runtime.type "kubernetes"' in status["message"] and "--kube-config" in status["message"]
+    # The run's own runtime.type wins over its Agent's.
+    run = docs("own", {"type": "local"})
+    run[2]["spec"]["runtime"] = {"type": "kubernetes"}
+    apply(store, *run)
+    assert ended(store, "own")["reason"] == "RuntimeUnavailable"
 
 
 def test_a_service_account_the_agent_does_not_allow_fails_the_run(store: Store) -> None:
