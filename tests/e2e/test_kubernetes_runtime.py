@@ -160,7 +160,8 @@ def test_the_job_carries_labels_deadline_and_secret_refs_never_values(kube: Kube
     run["spec"]["agentRef"]["name"] = "slow"
     run["spec"]["secrets"] = ["demo-token"]
     run["spec"]["timeoutSeconds"] = 120
-    kube.apply(secret, provider, agent, run)
+    implementation = next(d for d in docs if d["kind"] == "ImplementationSpec")
+    kube.apply(secret, implementation, provider, agent, run)
     running = kube.wait("slow-readme", lambda r: (r.get("status") or {}).get("reason") == "Started")
     ref = running["status"]["runtimeRef"]
     job = kube.cluster_get(f"{JOBS}/{ref['job']}")
@@ -367,3 +368,15 @@ def test_a_second_submit_of_an_attempt_starts_nothing_new(runtime: Any, kube: Ku
     jobs = kube.cluster_get(f"{JOBS}?labelSelector=runtime.joch.dev/run-uid%3Duid-twice")["items"]
     assert len(jobs) == 1
     runtime.cleanup(first, keep_records=False)
+
+
+def test_a_reference_without_the_jobs_name_finds_the_job_by_its_labels(runtime: Any, kube: Kube) -> None:
+    # What the run controller holds for a start it had not recorded yet (a pending reference).
+    first = runtime.submit(_spec("pending"))
+    pending = {"type": "kubernetes", "id": first["id"]}
+    assert not runtime.status(pending).finished
+    runtime.cancel(pending)
+    assert httpx.get(f"{kube.cluster.url}{JOBS}/{first['job']}", timeout=5).status_code == 404
+    state = _until(runtime, pending, lambda s: s.finished)
+    assert state.phase == "Cancelled", state
+    runtime.cleanup(pending, keep_records=False)

@@ -168,7 +168,8 @@ class KubernetesRuntime(Runtime):
             return state
         self._watching()
         try:
-            job = self._get(Job, ref["job"], ref.get("namespace"))
+            ref = self._named(ref)
+            job = self._get(Job, ref["job"], ref.get("namespace")) if ref.get("job") else None
             pod = self._pod(uid, attempt, ref.get("namespace"))
         except httpx2.HTTPError as exc:
             return RunState(phase="Running", reason="Unreachable",
@@ -190,7 +191,7 @@ class KubernetesRuntime(Runtime):
                             started_at=state.started_at if state is not None else None, finished_at=time.time(),
                             pid=state.pid if state is not None else None)
 
-        where = f"Job {ref.get('namespace') or self.namespace}/{ref['job']}"
+        where = f"Job {ref.get('namespace') or self.namespace}/{ref.get('job') or '(none)'}"
         container = _container(pod)
         terminated = (container.get("state") or {}).get("terminated") if container else None
         waiting = (container.get("state") or {}).get("waiting") if container else None
@@ -257,19 +258,26 @@ class KubernetesRuntime(Runtime):
         if state is not None and state.finished:
             return
         self.reports_store.request_cancel(uid, attempt)
+        with contextlib.suppress(httpx2.HTTPError):
+            ref = self._named(ref)
         self._delete_job(ref)
 
     def cleanup(self, ref: Ref, *, keep_records: bool = True) -> None:
         uid, _ = self._id(ref)
         if not self.status(ref).finished:
             self.cancel(ref)
+        with contextlib.suppress(httpx2.HTTPError):
+            ref = self._named(ref)
         self._delete_job(ref)
         with contextlib.suppress(ApiError, httpx2.HTTPError):
-            self.client.delete(Secret, ref["job"], namespace=ref.get("namespace") or self.namespace)
+            if ref.get("job"):
+                self.client.delete(Secret, ref["job"], namespace=ref.get("namespace") or self.namespace)
         if not keep_records:
             self.reports_store.remove(uid)
 
     def _delete_job(self, ref: Ref) -> None:
+        if not ref.get("job"):
+            return
         try:
             self.client.delete(Job, ref["job"], namespace=ref.get("namespace") or self.namespace,
                                cascade=CascadeType.BACKGROUND)
@@ -398,12 +406,29 @@ class KubernetesRuntime(Runtime):
     # --- helpers --------------------------------------------------------------------------------------
 
     def _id(self, ref: Ref) -> tuple[str, int]:
-        if ref.get("type") != TYPE or not isinstance(ref.get("job"), str):
+        if ref.get("type") != TYPE:
             raise ValueError(f"not a kubernetes runtime reference: {ref!r}")
         uid, _, attempt = str(ref.get("id", "")).rpartition("/")
         if not uid or not attempt.isdigit() or not is_own_ref(ref, uid):
             raise ValueError(f"malformed kubernetes runtime reference id: {ref.get('id')!r}")
         return uid, int(attempt)
+
+    def _named(self, ref: Ref) -> Ref:
+        """``ref`` with its Job's name: a reference the controller made itself (a pending start's,
+        an earlier attempt's) has only the run's uid and the attempt, so the Job (or, before it
+        exists, the Secret) is found by their labels."""
+        if isinstance(ref.get("job"), str):
+            return ref
+        uid, attempt = self._id(ref)
+        namespace = ref.get("namespace") or self.namespace
+        labels: dict[str, Any] = {jobs.RUN_UID: uid, jobs.ATTEMPT: str(attempt)}
+        kinds: tuple[Any, ...] = (Job, Secret)
+        for kind in kinds:
+            for found in self.client.list(kind, namespace=namespace, labels=labels):
+                name = (found.to_dict().get("metadata") or {}).get("name")
+                if name:
+                    return {**ref, "job": name, "namespace": namespace}
+        return {**ref, "job": None, "namespace": namespace}
 
     def _get(self, kind: Any, name: str, namespace: str | None = None) -> Any:
         try:
