@@ -19,6 +19,9 @@ Contracts (every adapter, every test):
   period; the record then ends ``Cancelled``. Cancelling a finished run does nothing.
 * ``subscribe`` callbacks fire (from a runtime thread) whenever a run's state may have changed:
   the agent started, ended, or the runner vanished. They carry the run's identity only.
+* A reference's ``type`` is the runtime's: ``for_type`` picks the runtime of a type (the spec's
+  ``placement.type`` for a new attempt), so a server with several (``routing.Runtimes``) follows
+  each run on the one that started it.
 """
 
 from __future__ import annotations
