@@ -26,7 +26,10 @@ def build_runtime(options: ControllerOptions) -> Runtime:
     if not settings.api_url:
         settings = replace(settings, api_url=options.api_url or "")
     try:
-        return Runtimes(local, KubernetesRuntime(options.data_dir, settings))
+        limits = [n for n in (options.max_artifact_bytes, options.max_log_bytes) if n is not None]
+        # Every upload within the runner's own limits, plus room for the notes a cut log gets.
+        limit = max(limits) + 64 * 1024 if len(limits) == 2 else None
+        return Runtimes(local, KubernetesRuntime(options.data_dir, settings, report_limit=limit))
     except BaseException:
         local.close()
         raise

@@ -120,8 +120,13 @@ def _message(exc: Any) -> str:
 # --- server side -----------------------------------------------------------------------------------
 
 class ReportStore:
-    def __init__(self, root: Path) -> None:
+    """``limit``: the most bytes one upload (an artifact, the log) may have (None: no limit); the
+    runner holds artifacts and the log to the server's ``--max-artifact-bytes``/``--max-log-bytes``
+    already, so only a runner that does not (or an agent holding the token) meets it."""
+
+    def __init__(self, root: Path, *, limit: int | None = None) -> None:
         self.root = Path(root)
+        self.limit = limit
 
     def dir(self, uid: str, attempt: int) -> Path:
         if not uid or "/" in uid or uid in (".", "..") or attempt < 1:
@@ -135,18 +140,20 @@ class ReportStore:
         except (ValueError, TypeError, KeyError):
             return None
 
-    def put_artifact(self, uid: str, attempt: int, name: str, data: bytes) -> ArtifactRecord:
+    def put_artifact(self, uid: str, attempt: int, name: str, data: bytes | BinaryIO) -> ArtifactRecord:
+        """Keep an artifact (``data``: its bytes, or a file to copy them from), hashed as written."""
         if not name or "/" in name or name in (".", ".."):
             raise ReportRefused(f'artifact name "{name}": use a plain file name')
         self._open_for_writes(uid, attempt)
         target = self.dir(uid, attempt) / ARTIFACTS / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        _write(target, data)
-        return ArtifactRecord(name=name, path=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+        digest, size = _copy(target, data)
+        return ArtifactRecord(name=name, path=name, sha256=digest, size=size)
 
-    def put_log(self, uid: str, attempt: int, data: bytes) -> None:
+    def put_log(self, uid: str, attempt: int, data: bytes | BinaryIO) -> None:
         self._open_for_writes(uid, attempt)
-        _write(self.dir(uid, attempt) / LOG, data)
+        self.dir(uid, attempt).mkdir(parents=True, exist_ok=True)
+        _copy(self.dir(uid, attempt) / LOG, data)
 
     def put_record(self, uid: str, attempt: int, body: bytes) -> RunState:
         """Keep a runner's record; ``ReportRefused`` when it is not one, or lists an artifact that
@@ -232,6 +239,21 @@ def _sha256(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     return digest.hexdigest()
+
+
+def _copy(path: Path, data: bytes | BinaryIO) -> tuple[str, int]:
+    """Write ``data`` to ``path`` atomically; its sha256 and size."""
+    digest = hashlib.sha256()
+    size = 0
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out:
+        chunks = iter([data]) if isinstance(data, bytes) else iter(lambda: data.read(1 << 20), b"")
+        for chunk in chunks:
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    os.replace(tmp, path)
+    return digest.hexdigest(), size
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -13,7 +13,8 @@ report cannot be is a 422 naming the part at fault.
 
 from __future__ import annotations
 
-from typing import Any
+import tempfile
+from typing import Any, BinaryIO, cast
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +33,33 @@ TAGS: list[Any] = ["runs"]
 BASE = "/v1/namespaces/{namespace}/agentruns/{name}/attempts/{attempt}"
 
 
+SPOOL_BYTES = 8 * 1024 * 1024  # an upload larger than this waits on disk, not in memory
+
+
+async def _spooled(request: Request) -> BinaryIO:
+    """The request's body in a file (memory up to ``SPOOL_BYTES``), at most the runtime's report
+    limit (a 413 naming it). Taking the body before the token is checked costs a refused caller
+    nothing it could not send anyway; it is never kept."""
+    runtime = getattr(request.app.state, "runtime", None)
+    found = runtime.reports() if runtime is not None else None
+    limit = found[0].limit if found is not None else None
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise errors.RequestEntityTooLarge(
+                    f"the upload is larger than the limit of {limit} bytes (joch server --max-artifact-bytes "
+                    "and --max-log-bytes)")
+            spool.write(chunk)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return cast(BinaryIO, spool)
+
+
 def install(app: FastAPI, store: Store) -> None:
     def receiver(request: Request, namespace: str, name: str, attempt: int) -> tuple[ReportStore, Any, RunId]:
         run = metering.authenticate(store, namespace, name, bearer(request.headers.get("authorization")))
@@ -48,7 +76,7 @@ def install(app: FastAPI, store: Store) -> None:
 
     # The body is read on the event loop, the store and the files are written in the threadpool.
     def store_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str,
-                       body: bytes) -> Response:
+                       body: BinaryIO) -> Response:
         reports, _, run = receiver(request, namespace, name, attempt)
         try:
             record = reports.put_artifact(run.uid, attempt, artifact, body)
@@ -57,7 +85,7 @@ def install(app: FastAPI, store: Store) -> None:
         return wire.json_response({"kind": "ArtifactReceived", "apiVersion": "v1", "name": record.name,
                                    "sha256": record.sha256, "size": record.size})
 
-    def log(request: Request, namespace: str, name: str, attempt: int, body: bytes) -> Response:
+    def log(request: Request, namespace: str, name: str, attempt: int, body: BinaryIO) -> Response:
         reports, _, run = receiver(request, namespace, name, attempt)
         try:
             reports.put_log(run.uid, attempt, body)
@@ -75,12 +103,12 @@ def install(app: FastAPI, store: Store) -> None:
         return wire.json_response({"kind": "RecordReceived", "apiVersion": "v1", "phase": state.phase})
 
     async def put_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str) -> Response:
-        body = await request.body()
-        return await run_in_threadpool(store_artifact, request, namespace, name, attempt, artifact, body)
+        with await _spooled(request) as body:
+            return await run_in_threadpool(store_artifact, request, namespace, name, attempt, artifact, body)
 
     async def put_log(request: Request, namespace: str, name: str, attempt: int) -> Response:
-        body = await request.body()
-        return await run_in_threadpool(log, request, namespace, name, attempt, body)
+        with await _spooled(request) as body:
+            return await run_in_threadpool(log, request, namespace, name, attempt, body)
 
     async def put_record(request: Request, namespace: str, name: str, attempt: int) -> Response:
         kind = wire.media_type(request.headers.get("content-type"))

@@ -4,6 +4,7 @@ what a Job's runner reports (``runtime.reports.ReportStore``): pure, no cluster.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -70,7 +71,7 @@ def test_a_final_record_is_refused_until_its_artifacts_arrived_as_listed(tmp_pat
     reports.put_artifact("u", 1, "changes.patch", b"something else")
     with pytest.raises(ReportRefused, match=r"record\.artifacts"):
         reports.put_record("u", 1, _final(listed))
-    reports.put_artifact("u", 1, "changes.patch", patch)
+    reports.put_artifact("u", 1, "changes.patch", io.BytesIO(patch))  # as the route hands it: a file
     assert reports.put_record("u", 1, _final(listed)).phase == "Succeeded"
     record, stream = reports.open_artifact("u", 1, "changes.patch")
     with stream:

@@ -81,13 +81,15 @@ FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateConta
 class KubernetesRuntime(Runtime):
     type = TYPE
 
-    def __init__(self, root: Path, settings: KubeSettings, *, client: Client | None = None) -> None:
+    def __init__(self, root: Path, settings: KubeSettings, *, client: Client | None = None,
+                 report_limit: int | None = None) -> None:
+        """``report_limit``: the most bytes one upload of a runner (an artifact, its log) may have."""
         if not settings.api_url:
             raise ValueError("the Kubernetes runtime needs the Joch API URL its Jobs report to (--kube-api-url)")
         self.settings = settings
         # lightkube's HTTP client logs every request at INFO: a line per status poll drowns the server's log.
         logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger("httpx2").level))
-        self.reports_store = reporting.ReportStore(Path(root) / "kubernetes")
+        self.reports_store = reporting.ReportStore(Path(root) / "kubernetes", limit=report_limit)
         if client is None:
             config = KubeConfig.from_file(str(settings.kubeconfig)) if settings.kubeconfig else KubeConfig.from_env()
             client = Client(config.get(context_name=settings.context) if settings.context else config,
