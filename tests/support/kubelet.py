@@ -133,7 +133,7 @@ class Kubelet:
                 print(f"kubelet: {exc}", file=sys.stderr, flush=True)
             time.sleep(POLL)
         for container in list(self.containers.values()):
-            self._kill(container, grace=0)
+            self._kill(container)
 
     def stop(self) -> None:
         self._stop.set()
@@ -406,19 +406,10 @@ class Kubelet:
             left.append((container, until))
         self.stopping = left
 
-    def _kill(self, container: Container, grace: float) -> None:
+    def _kill(self, container: Container) -> None:
         container.signal_all(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             container.process.wait(5)
-
-    def running(self) -> list[int]:
-        """Every process of every container still alive (stopping ones included)."""
-        out: list[int] = []
-        for container in [*self.containers.values(), *(c for c, _ in self.stopping)]:
-            out += container.alive()
-            if container.process.poll() is None:
-                out.append(container.process.pid)
-        return out
 
     # --- HTTP -------------------------------------------------------------------------------------
 

@@ -42,7 +42,8 @@ LOG = "log"
 ARTIFACTS = "artifacts"
 CANCEL = "cancel-requested"
 REPORT_PATIENCE = 300.0  # how long the runner keeps trying to deliver its final record
-_TIMEOUT = 10.0
+_TIMEOUT = 30.0          # one request of the final report (artifacts can be large)
+_PROGRESS_TIMEOUT = 3.0  # one request of a record while the run goes on: it must not hold the run up
 
 
 class ReportRefused(Exception):
@@ -79,7 +80,8 @@ class Reporter:
             failed = self._put_file("/log", run_dir / LOG, patience)
             if failed:
                 return f"log: {failed}"
-        return self._put("/record", record, "application/json", patience)
+        return self._put("/record", record, "application/json", patience,
+                         timeout=_TIMEOUT if finished else _PROGRESS_TIMEOUT)
 
     def _put_file(self, path: str, source: Path, patience: float) -> str | None:
         try:
@@ -88,7 +90,8 @@ class Reporter:
             data = b""
         return self._put(path, data, "application/octet-stream", patience)
 
-    def _put(self, path: str, body: bytes, content_type: str, patience: float) -> str | None:
+    def _put(self, path: str, body: bytes, content_type: str, patience: float, *,
+             timeout: float = _TIMEOUT) -> str | None:
         import urllib.error  # here, not at the top: the runner's start-up time is every run's latency
         import urllib.request
         until = time.monotonic() + patience
@@ -97,7 +100,7 @@ class Reporter:
             request = urllib.request.Request(self.base + path, data=body, method="PUT", headers={  # noqa: S310
                 "Content-Type": content_type, "Authorization": f"Bearer {self.token}"})
             try:
-                with urllib.request.urlopen(request, timeout=_TIMEOUT):  # noqa: S310 - http(s) from --api-url
+                with urllib.request.urlopen(request, timeout=timeout):  # noqa: S310 - http(s) from --api-url
                     return None
             except urllib.error.HTTPError as exc:
                 failure = f"{exc.code}: {_message(exc)}"
