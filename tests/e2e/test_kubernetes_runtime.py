@@ -380,3 +380,20 @@ def test_a_reference_without_the_jobs_name_finds_the_job_by_its_labels(runtime: 
     state = _until(runtime, pending, lambda s: s.finished)
     assert state.phase == "Cancelled", state
     runtime.cleanup(pending, keep_records=False)
+
+
+def test_an_api_that_cannot_be_reached_is_a_submit_error_and_an_unreachable_status(tmp_path: Path) -> None:
+    from support.kubecluster import kubeconfig
+
+    from joch.runtime.kubernetes.runtime import KubernetesRuntime
+    from joch.runtime.kubernetes.settings import KubeSettings
+
+    config = kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "kubeconfig")
+    away = KubernetesRuntime(tmp_path, KubeSettings(api_url="http://127.0.0.1:1", kubeconfig=config))
+    try:
+        with pytest.raises(RuntimeError, match="cannot reach the Kubernetes API"):
+            away.submit(_spec("away"))
+        state = away.status({"type": "kubernetes", "id": "uid-away/1", "job": "joch-away-uidaway-1"})
+        assert (state.phase, state.reason) == ("Running", "Unreachable"), state
+    finally:
+        away.close()

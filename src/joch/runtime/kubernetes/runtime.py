@@ -116,6 +116,14 @@ class KubernetesRuntime(Runtime):
     # --- submit ---------------------------------------------------------------------------------------
 
     def submit(self, spec: RunnerSpec, *, secrets: Mapping[str, str] | None = None) -> Ref:
+        try:
+            return self._submit(spec, secrets)
+        except ApiError as exc:
+            raise RuntimeError(f"the Kubernetes API refused: {exc.status.message}") from None
+        except httpx2.HTTPError as exc:
+            raise RuntimeError(f"cannot reach the Kubernetes API: {exc}") from None
+
+    def _submit(self, spec: RunnerSpec, secrets: Mapping[str, str] | None) -> Ref:
         if spec.resume is not None:
             # A Job's emptyDir goes with its Pod: there is no earlier worktree to continue in.
             spec = dataclasses.replace(spec, resume=None)
@@ -143,8 +151,6 @@ class KubernetesRuntime(Runtime):
                 if found is not None:
                     return self._adopted(ref, found)
             raise RuntimeError(f"cannot create Job {self.namespace}/{ref['job']}: {exc.status.message}") from None
-        except httpx2.HTTPError as exc:
-            raise RuntimeError(f"cannot reach the Kubernetes API to create Job {ref['job']}: {exc}") from None
         with contextlib.suppress(ApiError, httpx2.HTTPError):
             self.client.patch(Secret, ref["job"], {"metadata": {"ownerReferences": jobs.owned_by(created.to_dict())}},
                               namespace=self.namespace, patch_type=PatchType.MERGE)
