@@ -383,10 +383,9 @@ def test_a_reference_without_the_jobs_name_finds_the_job_by_its_labels(runtime: 
 
 
 def test_an_api_that_cannot_be_reached_is_a_submit_error_and_an_unreachable_status(tmp_path: Path) -> None:
-    from support.kubecluster import kubeconfig
-
     from joch.runtime.kubernetes.runtime import KubernetesRuntime
     from joch.runtime.kubernetes.settings import KubeSettings
+    from support.kubecluster import kubeconfig
 
     config = kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "kubeconfig")
     away = KubernetesRuntime(tmp_path, KubeSettings(api_url="http://127.0.0.1:1", kubeconfig=config))
