@@ -21,7 +21,8 @@ lightkube, against a kubeconfig or the in-cluster configuration.
 * **Re-adoption needs nothing but the reference.** ``status`` reads the Job by name (and its Pod by
   the run's labels) every time; a server restarted after ``kill -9`` follows the Job it finds.
 * **Watching** the Jobs and Pods labelled ``managed-by: joch`` (one thread per kind, restarted with
-  backoff) only wakes the run controller (``subscribe``); a report arriving wakes it too.
+  backoff) only wakes the run controller (``subscribe``), at once and again a second later (its
+  cache may not have the start yet); a report arriving wakes it too.
 * **Cancel** leaves a marker, then deletes the Job with ``propagationPolicy: Background``: the Pod
   gets SIGTERM (the runner stops the agent and reports ``Cancelled``), then SIGKILL after its grace
   period. A Job that is gone with no final record and no Pod left is ``Cancelled`` when the marker is
@@ -74,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 TYPE = "kubernetes"
 PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+RENOTIFY = 1.0  # seconds after a watch event, the subscribers are woken again (_notify_again)
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
                            "CreateContainerError"})
 
@@ -100,6 +102,7 @@ class KubernetesRuntime(Runtime):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._again: dict[tuple[str, int], threading.Timer] = {}
 
     # --- paths, as the container sees them ------------------------------------------------------------
 
@@ -371,6 +374,24 @@ class KubernetesRuntime(Runtime):
             self._callbacks.append(callback)
         self._watching()
 
+    def _notify_again(self, run: RunId) -> None:
+        """Wake the subscribers once more ``RENOTIFY`` seconds after a watch event: an event that
+        arrives while the controller still writes the start (its cache a step behind) is otherwise
+        spent on the stale run, and a Pod that then waits (Unschedulable) sends no other."""
+        key = (run.uid, run.attempt)
+        with self._lock:
+            if key in self._again or self._stop.is_set():
+                return
+
+            def fire() -> None:
+                with self._lock:
+                    self._again.pop(key, None)
+                self._notify(run)
+
+            timer = self._again[key] = threading.Timer(RENOTIFY, fire)
+            timer.daemon = True
+        timer.start()
+
     def _notify(self, run: RunId) -> None:
         with self._lock:
             callbacks = list(self._callbacks)
@@ -401,6 +422,7 @@ class KubernetesRuntime(Runtime):
                     run = jobs.run_of(obj.to_dict())
                     if run is not None:
                         self._notify(run)
+                        self._notify_again(run)
             except (ApiError, httpx2.HTTPError) as exc:
                 logger.info("kubernetes runtime: watching %s: %s; watching again", kind.__name__, exc)
             except Exception:
@@ -410,6 +432,11 @@ class KubernetesRuntime(Runtime):
 
     def close(self) -> None:
         self._stop.set()
+        with self._lock:
+            timers = list(self._again.values())
+            self._again.clear()
+        for timer in timers:
+            timer.cancel()
 
     # --- helpers --------------------------------------------------------------------------------------
 
