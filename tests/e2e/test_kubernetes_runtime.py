@@ -396,3 +396,18 @@ def test_an_api_that_cannot_be_reached_is_a_submit_error_and_an_unreachable_stat
         assert (state.phase, state.reason) == ("Running", "Unreachable"), state
     finally:
         away.close()
+
+
+def test_a_runs_own_runtime_type_sends_a_local_agents_run_to_kubernetes(kube: Kube) -> None:
+    code = "print('from a Job', flush=True)"
+    kube.apply(
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "mixed"},
+         "spec": {"binary": sys.executable, "argsTemplate": ["-c", code]}},
+        {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "mixed"},
+         "spec": {"providerRef": {"name": "mixed"}, "runtime": {"type": "local"}}},
+        {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "mixed"},
+         "spec": {"agentRef": {"name": "mixed"}, "implementation": {"inline": {"text": "x"}},
+                  "runtime": {"type": "kubernetes"}}})
+    status = kube.wait("mixed", lambda r: _phase(r) in TERMINAL)["status"]
+    assert status["phase"] == "Succeeded" and status["runtimeRef"]["type"] == "kubernetes", status
+    assert "from a Job" in httpx.get(f"{kube.base}{RUNS}/mixed/log", timeout=10).text
