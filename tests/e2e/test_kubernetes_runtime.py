@@ -411,3 +411,16 @@ def test_a_runs_own_runtime_type_sends_a_local_agents_run_to_kubernetes(kube: Ku
     status = kube.wait("mixed", lambda r: _phase(r) in TERMINAL)["status"]
     assert status["phase"] == "Succeeded" and status["runtimeRef"]["type"] == "kubernetes", status
     assert "from a Job" in httpx.get(f"{kube.base}{RUNS}/mixed/log", timeout=10).text
+
+
+def test_kube_flags_without_the_runtime_or_a_config_that_does_not_work_are_clear_errors(tmp_path: Path) -> None:
+    def server(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port",
+                               str(free_port()), *flags], capture_output=True, text=True, timeout=60)
+
+    done = server("--kube-namespace", "agents")
+    assert done.returncode != 0 and "--kube-namespace: only the Kubernetes runtime uses this" in done.stderr
+    assert "--kube-config FILE or --kube-in-cluster" in done.stderr
+    done = server("--kube-in-cluster")  # not in a cluster: no service account token
+    assert done.returncode != 0 and "the Kubernetes runtime cannot start (--kube-in-cluster)" in done.stderr
+    assert "Traceback" not in done.stderr

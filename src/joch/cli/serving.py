@@ -185,7 +185,7 @@ def kube_settings(*, kubeconfig: Path | None, in_cluster: bool, context: str | N
                                           ("--kube-image", image), ("--kube-api-url", api_url),
                                           ("--kube-service-account", service_account)) if value]
         if given:
-            raise errors.BadRequest(f"{', '.join(given)} configure the Kubernetes runtime: enable it with "
+            raise errors.BadRequest(f"{', '.join(given)}: only the Kubernetes runtime uses this; enable it with "
                                     "--kube-config FILE or --kube-in-cluster")
         return None
     if kubeconfig is not None and not kubeconfig.is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from joch.api import errors
 from joch.controllers.base import Controller
 from joch.controllers.options import ControllerOptions
 from joch.runtime.base import Runtime
@@ -25,11 +26,15 @@ def build_runtime(options: ControllerOptions) -> Runtime:
     settings = options.kubernetes
     if not settings.api_url:
         settings = replace(settings, api_url=options.api_url or "")
+    limits = [n for n in (options.max_artifact_bytes, options.max_log_bytes) if n is not None]
+    # Every upload within the runner's own limits, plus room for the notes a cut log gets.
+    limit = max(limits) + 64 * 1024 if len(limits) == 2 else None
     try:
-        limits = [n for n in (options.max_artifact_bytes, options.max_log_bytes) if n is not None]
-        # Every upload within the runner's own limits, plus room for the notes a cut log gets.
-        limit = max(limits) + 64 * 1024 if len(limits) == 2 else None
         return Runtimes(local, KubernetesRuntime(options.data_dir, settings, report_limit=limit))
+    except Exception as exc:  # noqa: BLE001 - lightkube's configuration errors have no common base
+        local.close()
+        where = f"--kube-config {settings.kubeconfig}" if settings.kubeconfig else "--kube-in-cluster"
+        raise errors.BadRequest(f"the Kubernetes runtime cannot start ({where}): {exc}") from None
     except BaseException:
         local.close()
         raise

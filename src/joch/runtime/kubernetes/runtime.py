@@ -93,7 +93,8 @@ class KubernetesRuntime(Runtime):
         logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger("httpx2").level))
         self.reports_store = reporting.ReportStore(Path(root) / "kubernetes", limit=report_limit)
         if client is None:
-            config = KubeConfig.from_file(str(settings.kubeconfig)) if settings.kubeconfig else KubeConfig.from_env()
+            config = KubeConfig.from_file(str(settings.kubeconfig)) if settings.kubeconfig \
+                else KubeConfig.from_service_account()
             client = Client(config.get(context_name=settings.context) if settings.context else config,
                             namespace=settings.namespace, field_manager="joch")
         self.client = client
