@@ -424,3 +424,31 @@ def test_kube_flags_without_the_runtime_or_a_config_that_does_not_work_are_clear
     done = server("--kube-in-cluster")  # not in a cluster: no service account token
     assert done.returncode != 0 and "the Kubernetes runtime cannot start (--kube-in-cluster)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_jobs_own_deadline_fails_the_run_deadline_exceeded(kube: Kube) -> None:
+    _sleeper(kube, "overdue", SLEEP)
+    pids = _pids(kube, "overdue")
+    job = kube.run("overdue")["status"]["runtimeRef"]["job"]
+    # As if the runner had stopped enforcing the timeout: the Job's backstop goes off.
+    httpx.patch(f"{kube.cluster.url}{JOBS}/{job}", json={"spec": {"activeDeadlineSeconds": 1}},
+                headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
+    status = kube.wait("overdue", lambda r: _phase(r) in TERMINAL)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded"), status
+    assert "activeDeadlineSeconds (1 s)" in status["message"]
+    _gone(pids)
+
+
+def test_a_pod_deleted_by_the_cluster_loses_the_runner_not_cancelled(kube: Kube) -> None:
+    _sleeper(kube, "evicted", SLEEP)
+    pids = _pids(kube, "evicted")
+    uid = kube.run("evicted")["metadata"]["uid"]
+    pods = kube.cluster_get(f"{PODS}?labelSelector=runtime.joch.dev/run-uid%3D{uid}")["items"]
+    assert len(pods) == 1
+    httpx.delete(f"{kube.cluster.url}{PODS}/{pods[0]['metadata']['name']}", timeout=5).raise_for_status()
+    status = kube.wait("evicted", lambda r: _phase(r) in TERMINAL)["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "RunnerLost"), status
+    assert "Kubernetes stopped the runner" in status["message"]
+    _gone(pids)
+    # backoffLimit 0: the Job made no second Pod, so the agent started once.
+    assert len((kube.tmp / "evicted.pids").read_text().split()) == 2

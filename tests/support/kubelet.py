@@ -121,6 +121,7 @@ class Kubelet:
         self.containers: dict[str, Container] = {}  # pod uid → its running container
         self.stopping: list[tuple[Container, float]] = []
         self.pulls: dict[str, float] = {}  # pod uid → when the image pull failed
+        self.created: set[str] = set()  # the Jobs (uids) this controller made a Pod for
         self._stop = threading.Event()
 
     # --- the loop ---------------------------------------------------------------------------------
@@ -171,7 +172,14 @@ class Kubelet:
                 self._delete(path)
             return
         started = parse(status.get("startTime"))
+        if not pods and meta["uid"] in self.created:
+            # Its Pod was deleted before it ended (evicted, kubectl delete): with backoffLimit 0, the
+            # Job has failed (podReplacementPolicy: Failed, as Jobs whose Pods may not run twice want).
+            self._end_job(path, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit",
+                          failed=1)
+            return
         if not pods and not (status.get("failed") or status.get("succeeded")):
+            self.created.add(meta["uid"])
             self._create_pod(job)
             if started is None:
                 self._patch(path + "/status", {"status": {"startTime": stamp(), "active": 1}})

@@ -75,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 TYPE = "kubernetes"
 PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+REPORT_GRACE = 15.0  # seconds a Job that ended without its runner's final report waits for it
 RENOTIFY = 1.0  # seconds after a watch event, the subscribers are woken again (_notify_again)
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
                            "CreateContainerError"})
@@ -177,6 +178,9 @@ class KubernetesRuntime(Runtime):
         uid, attempt = self._id(ref)
         state = self.reports_store.state(uid, attempt)
         if state is not None and state.finished:
+            if state.phase == "Cancelled" and state.reason == "Cancelled" and \
+                    not self.reports_store.cancel_requested(uid, attempt):
+                return self._stopped_by_cluster(ref, uid, attempt, state)
             return state
         self._watching()
         try:
@@ -231,7 +235,7 @@ class KubernetesRuntime(Runtime):
                 deadline = ((job.to_dict().get("spec") or {}).get("activeDeadlineSeconds")) if job else None
                 return end("Failed", "DeadlineExceeded",
                            f"{where} ran longer than its activeDeadlineSeconds ({deadline} s) and was stopped")
-            if pod is None or _pod_finished(pod):
+            if (pod is None or _pod_finished(pod)) and not _recent(condition):
                 return end("Lost", "RunnerLost", (
                     f"{where} failed ({condition.get('reason')}: {condition.get('message')}) without the "
                     "runner's report"))
@@ -241,9 +245,35 @@ class KubernetesRuntime(Runtime):
                     "cancelled; the agent's Job was deleted"
                 return end("Cancelled", "Cancelled", said)
             return end("Lost", "RunnerLost", f"{where} is gone and its runner did not report how the run ended")
-        if job is not None and _job_complete(job) and (pod is None or _pod_finished(pod)):
+        complete = _job_complete(job) if job is not None else None
+        if complete is not None and (pod is None or _pod_finished(pod)) and not _recent(complete):
             return end("Lost", "RunnerLost", f"{where} completed, but its runner's final report never arrived")
         return None
+
+    def _stopped_by_cluster(self, ref: Ref, uid: str, attempt: int, state: RunState) -> RunState:
+        """A runner that reports ``Cancelled`` when Joch asked nothing was stopped by Kubernetes: the
+        Job's deadline (its Pod deleted), an eviction, a drained node, a ``kubectl delete``. Say which,
+        once (the record is rewritten): a deadline is ``DeadlineExceeded``, anything else
+        ``RunnerLost`` (retried like a lost local runner)."""
+        try:
+            ref = self._named(ref)
+            job = self._get(Job, ref["job"], ref.get("namespace")) if ref.get("job") else None
+        except httpx2.HTTPError as exc:
+            return RunState(phase="Running", reason="Unreachable",
+                            message=f"the Kubernetes API cannot be reached to see Job {ref.get('job')}: {exc}")
+        where = f"Job {ref.get('namespace') or self.namespace}/{ref.get('job') or '(none)'}"
+        condition = _job_failed(job)
+        if condition is not None and condition.get("reason") == "DeadlineExceeded":
+            deadline = (job.to_dict().get("spec") or {}).get("activeDeadlineSeconds") if job else None
+            judged = dataclasses.replace(state, phase="Failed", reason="DeadlineExceeded", message=(
+                f"{where} ran longer than its activeDeadlineSeconds ({deadline} s): Kubernetes stopped the runner"))
+        else:
+            judged = dataclasses.replace(state, phase="Lost", reason="RunnerLost", message=(
+                f"Kubernetes stopped the runner of {where} (its Pod was deleted or evicted), not Joch: "
+                f"{state.message}"))
+        with self._lock:
+            self.reports_store.write_state(uid, attempt, judged)
+        return judged
 
     def _pulling_too_long(self, job: Job | None) -> bool:
         created = job.metadata.creationTimestamp if job is not None and job.metadata else None
@@ -523,9 +553,29 @@ def _job_failed(job: Job | None) -> dict[str, Any] | None:
     return None
 
 
-def _job_complete(job: Job) -> bool:
-    return any(c.get("type") == "Complete" and c.get("status") == "True"
-               for c in (job.to_dict().get("status") or {}).get("conditions") or [])
+def _job_complete(job: Job) -> dict[str, Any] | None:
+    for condition in (job.to_dict().get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Complete" and condition.get("status") == "True":
+            return dict(condition)
+    return None
+
+
+def _recent(condition: Mapping[str, Any]) -> bool:
+    """Whether the Job's end is newer than ``REPORT_GRACE``: its runner, stopped with its Pod, may
+    still be sending its report (the Pod object can be gone before its processes are)."""
+    moment = condition.get("lastTransitionTime")
+    if moment is None:
+        return False
+    when = moment.timestamp() if hasattr(moment, "timestamp") else _parse_time(str(moment))
+    return when is not None and time.time() - when < REPORT_GRACE
+
+
+def _parse_time(text: str) -> float | None:
+    import datetime as dt
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _image(pod: Pod) -> str:
