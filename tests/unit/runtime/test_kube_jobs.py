@@ -42,6 +42,7 @@ def test_the_job_holds_secret_refs_never_values() -> None:
     assert refs["API_KEY"] == {"name": jobs.job_name(RUN), "key": "API_KEY"}
     assert refs["odd name!"]["key"] == "env-1"  # not a valid Secret key: by position
     assert container["image"] == "img:1" and container["resources"]["limits"] == {"memory": "1Gi"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 2 * 600 + 10 + 120
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "builder" and pod["automountServiceAccountToken"] is True

@@ -14,6 +14,8 @@ so a watch event names the run to reconcile.
   deletes it when the run is cleaned up anyway.
 * Secret values (the agent's secrets and the run token) live in a Secret of the same name, owned by
   the Job (deleted with it), and reach the container as ``secretKeyRef``s: never in the Job.
+* The container gains no privilege (``allowPrivilegeEscalation: false``, every capability dropped,
+  the ``RuntimeDefault`` seccomp profile); which user it runs as is the image's.
 * The workspace is an ``emptyDir`` at ``MOUNT``: the runner's run directory (``run/``), the checkout
   (``src/``) and the repository mirror (``mirrors/``). The container runs ``joch runner --report``,
   which sends its records, artifacts and log to ``api_url`` (``joch.runtime.reports``).
@@ -87,6 +89,9 @@ def job(spec: RunnerSpec, *, namespace: str, image: str, api_url: str, runner: t
                  "--sandbox-reason", SANDBOX_REASON],
         "env": env, "workingDir": MOUNT,
         "volumeMounts": [{"name": "workspace", "mountPath": MOUNT}],
+        # The agent needs no privilege: none to gain, no capability, the runtime's seccomp profile.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
     }
     if resources:
         container["resources"] = {"requests": resources, "limits": resources}
