@@ -88,3 +88,15 @@ def test_a_record_that_is_not_one_is_refused_naming_the_field(tmp_path: Path) ->
         reports.put_record("u", 1, b"[1, 2]")
     with pytest.raises(ReportRefused, match=r"record\.phase"):
         reports.put_record("u", 1, json.dumps({"phase": "Lost"}).encode())
+
+
+def test_the_job_and_its_secret_are_valid_kubernetes_objects() -> None:
+    import kubernetes_validate
+
+    values = {"API_KEY": "k", "odd name!": "v", "JOCH_RUN_TOKEN": "t"}
+    job = jobs.job(spec(image="img:1", resources={"cpu": "2", "memory": "1Gi", "ephemeral-storage": "5Gi"},
+                        service_account="builder"), namespace="ns", image="default:1", api_url="http://joch:8080",
+                   runner=("joch", "runner"), service_account=None, ttl_seconds=600, values=values)
+    for version in ("1.32.0", "1.37.0"):
+        kubernetes_validate.validate(job, version, strict=True)
+        kubernetes_validate.validate(jobs.secret(spec(), "ns", values), version, strict=True)
