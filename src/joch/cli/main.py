@@ -487,7 +487,8 @@ def server_command(
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth,
+                allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
+                allowed_origins=allowed_origins or (), limits=limits, auth=auth,
                 audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file)
 
 

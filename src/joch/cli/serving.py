@@ -176,6 +176,13 @@ def controller_options(
     )
 
 
+def kube_hosts(settings: KubeSettings | None) -> tuple[str, ...]:
+    """The host of ``--kube-api-url``: run Pods send it in ``Host``, so the server accepts it
+    (a Service's DNS name is no ``--allowed-host`` a user should have to repeat)."""
+    host = urlsplit(settings.api_url).hostname if settings is not None and settings.api_url else None
+    return (host,) if host else ()
+
+
 def kube_settings(*, kubeconfig: Path | None, in_cluster: bool, context: str | None, namespace: str | None,
                   image: str | None, api_url: str | None, service_account: str | None) -> KubeSettings | None:
     """``--kube-*``: the Kubernetes runtime's settings, or None when neither ``--kube-config`` nor
