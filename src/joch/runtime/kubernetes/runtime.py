@@ -211,6 +211,12 @@ class KubernetesRuntime(Runtime):
         container = _container(pod)
         terminated = (container.get("state") or {}).get("terminated") if container else None
         waiting = (container.get("state") or {}).get("waiting") if container else None
+        gone = pod is None or _pod_finished(pod) or not _container_started(pod) or bool(terminated)
+        if job is None and gone and self.reports_store.cancel_requested(uid, attempt):
+            # Joch deleted the Job, and its runner was stopped (or never started) without a report.
+            said = "cancelled before the agent started" if state is None or state.pid is None else \
+                "cancelled; the agent's Job was deleted"
+            return end("Cancelled", "Cancelled", said)
         if terminated:
             code = terminated.get("exitCode")
             if terminated.get("reason") == "OOMKilled":
@@ -239,11 +245,7 @@ class KubernetesRuntime(Runtime):
                 return end("Lost", "RunnerLost", (
                     f"{where} failed ({condition.get('reason')}: {condition.get('message')}) without the "
                     "runner's report"))
-        if job is None and (pod is None or _pod_finished(pod) or not _container_started(pod)):
-            if self.reports_store.cancel_requested(uid, attempt):
-                said = "cancelled before the agent started" if state is None or state.pid is None else \
-                    "cancelled; the agent's Job was deleted"
-                return end("Cancelled", "Cancelled", said)
+        if job is None and gone:
             return end("Lost", "RunnerLost", f"{where} is gone and its runner did not report how the run ended")
         complete = _job_complete(job) if job is not None else None
         if complete is not None and (pod is None or _pod_finished(pod)) and not _recent(complete):
