@@ -464,3 +464,17 @@ def test_a_pod_deleted_by_the_cluster_loses_the_runner_not_cancelled(kube: Kube)
     _gone(pids)
     # backoffLimit 0: the Job made no second Pod, so the agent started once.
     assert len((kube.tmp / "evicted.pids").read_text().split()) == 2
+
+
+def test_an_agent_that_ignores_sigterm_is_killed_with_its_pod_and_the_run_ends_cancelled(kube: Kube) -> None:
+    # The Pod's grace period (the kubelet's, at most 5 s here) ends before the runner's own (10 s):
+    # everything in the container is killed before the runner can report.
+    stubborn = SLEEP.replace("import os,sys,time,pathlib;",
+                             "import os,sys,time,pathlib,signal; signal.signal(signal.SIGTERM, signal.SIG_IGN);")
+    _sleeper(kube, "stubborn", stubborn)
+    pids = _pids(kube, "stubborn")
+    httpx.patch(f"{kube.base}{RUNS}/stubborn", json={"spec": {"cancel": True}},
+                headers={"content-type": "application/merge-patch+json"}, timeout=5).raise_for_status()
+    status = kube.wait("stubborn", lambda r: _phase(r) in TERMINAL, seconds=30)["status"]
+    assert (status["phase"], status["reason"]) == ("Cancelled", "Cancelled"), status
+    _gone(pids)
