@@ -391,7 +391,9 @@ def test_a_reference_without_the_jobs_name_finds_the_job_by_its_labels(runtime: 
     assert httpx.get(f"{kube.cluster.url}{JOBS}/{first['job']}", timeout=5).status_code == 404
     state = _until(runtime, pending, lambda s: s.finished)
     assert state.phase == "Cancelled", state
-    runtime.cleanup(pending, keep_records=False)
+    assert runtime.reports_store.dir("uid-pending", 1).exists()
+    runtime.cleanup(pending, keep_records=False)  # the run is deleted: its records go too
+    assert not runtime.reports_store.dir("uid-pending", 1).exists()
 
 
 def test_an_api_that_cannot_be_reached_is_a_submit_error_and_an_unreachable_status(tmp_path: Path) -> None:
