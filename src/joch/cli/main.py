@@ -365,6 +365,30 @@ ApiUrlOption = Annotated[
                              help="The API server as agents on this machine reach it, for their usage callback "
                                   "(JOCH_API_URL). joch server: default from --host and --port."),
 ]
+KubeConfigOption = Annotated[
+    Path | None, typer.Option("--kube-config", metavar="FILE", show_default=False,
+                              help="Enable the Kubernetes runtime (runs whose Agent or run says runtime.type: "
+                                   "kubernetes become Jobs) with this kubeconfig.")]
+KubeInClusterOption = Annotated[
+    bool, typer.Option("--kube-in-cluster", help="Enable the Kubernetes runtime with the in-cluster configuration "
+                                                 "(the server's Pod's service account).")]
+KubeContextOption = Annotated[
+    str | None, typer.Option("--kube-context", metavar="NAME", show_default=False,
+                             help="The kubeconfig context (default: its current one).")]
+KubeNamespaceOption = Annotated[
+    str | None, typer.Option("--kube-namespace", metavar="NS", show_default=False,
+                             help="Where run Jobs go (default: the context's namespace, in-cluster the server's).")]
+KubeImageOption = Annotated[
+    str | None, typer.Option("--kube-image", metavar="IMAGE", show_default=False,
+                             help="The image of run Jobs whose provider and run name none (it must have joch and "
+                                  "the agent CLI; default ghcr.io/peasantsai/joch:latest).")]
+KubeApiUrlOption = Annotated[
+    str | None, typer.Option("--kube-api-url", metavar="URL", show_default=False,
+                             help="The Joch API as run Pods reach it, for their reports (default: --api-url).")]
+KubeServiceAccountOption = Annotated[
+    str | None, typer.Option("--kube-service-account", metavar="NAME", show_default=False,
+                             help="The run Pods' service account when the Agent names none (default: none, no "
+                                  "token mounted).")]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -448,6 +472,13 @@ def server_command(
              "and hourly.")] = "90d",
     api_url: ApiUrlOption = None,
     agent_user: AgentUserOption = None,
+    kube_config: KubeConfigOption = None,
+    kube_in_cluster: KubeInClusterOption = False,
+    kube_context: KubeContextOption = None,
+    kube_namespace: KubeNamespaceOption = None,
+    kube_image: KubeImageOption = None,
+    kube_api_url: KubeApiUrlOption = None,
+    kube_service_account: KubeServiceAccountOption = None,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -469,13 +500,17 @@ def server_command(
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox if controllers else "none", store_file=store_file, api_url=api_url,
         secret_key_file=secret_key_file, agent_user=agent_user,
+        kubernetes=serving.kube_settings(kubeconfig=kube_config, in_cluster=kube_in_cluster, context=kube_context,
+                                         namespace=kube_namespace, image=kube_image, api_url=kube_api_url,
+                                         service_account=kube_service_account),
     )
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
     serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
                 apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=allowed_hosts or (), allowed_origins=allowed_origins or (), limits=limits, auth=auth,
+                allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
+                allowed_origins=allowed_origins or (), limits=limits, auth=auth,
                 audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file)
 
 
@@ -494,6 +529,13 @@ def controller_command(
     sandbox: SandboxOption = "auto",
     api_url: ApiUrlOption = None,
     agent_user: AgentUserOption = None,
+    kube_config: KubeConfigOption = None,
+    kube_in_cluster: KubeInClusterOption = False,
+    kube_context: KubeContextOption = None,
+    kube_namespace: KubeNamespaceOption = None,
+    kube_image: KubeImageOption = None,
+    kube_api_url: KubeApiUrlOption = None,
+    kube_service_account: KubeServiceAccountOption = None,
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -505,6 +547,9 @@ def controller_command(
         max_log_bytes=max_log_bytes, max_artifact_bytes=max_artifact_bytes,
         sandbox=sandbox, store_file=store_file, api_url=api_url, secret_key_file=secret_key_file,
         agent_user=agent_user,
+        kubernetes=serving.kube_settings(kubeconfig=kube_config, in_cluster=kube_in_cluster, context=kube_context,
+                                         namespace=kube_namespace, image=kube_image, api_url=kube_api_url,
+                                         service_account=kube_service_account),
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
                             secret_key_file=secret_key_file)
@@ -1055,6 +1100,10 @@ def runner_command(
     sandbox_reason: Annotated[str | None, typer.Option("--sandbox-reason", metavar="TEXT", show_default=False,
                                                        help="With --sandbox none: why, for the run's record.")
                               ] = None,
+    report: Annotated[bool, typer.Option("--report", help="Also send the records, artifacts and log to the Joch "
+                                         "API at --api-url (a Kubernetes Job's runner).")] = False,
+    spec_json: Annotated[str | None, typer.Option("--spec-json", metavar="JSON", show_default=False,
+                                                  help="The spec itself, written to --spec first.")] = None,
 ) -> None:
     """Execute one run attempt from a runner spec and record it (runtimes start this; see joch.runtime.runner)."""
     from joch.runtime import runner
@@ -1072,6 +1121,8 @@ def runner_command(
     argv += ["--api-url", api_url] if api_url else []
     argv += ["--agent-user", agent_user] if agent_user else []
     argv += ["--sandbox-reason", sandbox_reason] if sandbox_reason else []
+    argv += ["--report"] if report else []
+    argv += ["--spec-json", spec_json] if spec_json is not None else []
     raise typer.Exit(runner.main(argv))
 
 

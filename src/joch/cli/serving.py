@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from joch.api import audit as audits
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
+from joch.runtime.kubernetes.settings import KubeSettings
 
 if TYPE_CHECKING:
     from joch.server.auth.options import AuthOptions
@@ -139,7 +140,7 @@ def controller_options(
     *, data_dir: Path, max_concurrent_runs: int | None, max_concurrent_runs_per_namespace: int | None,
     lease_duration: float, identity: str | None, max_log_bytes: str = "64Mi", max_artifact_bytes: str = "1Gi",
     sandbox: str = "none", store_file: Path | None = None, api_url: str | None = None,
-    secret_key_file: Path | None = None, agent_user: str | None = None,
+    secret_key_file: Path | None = None, agent_user: str | None = None, kubernetes: KubeSettings | None = None,
 ) -> ControllerOptions:
     for flag, value in (("--max-concurrent-runs", max_concurrent_runs),
                         ("--max-concurrent-runs-per-namespace", max_concurrent_runs_per_namespace)):
@@ -171,7 +172,36 @@ def controller_options(
         renew_deadline=lease_duration * 10 / 15, retry_period=lease_duration * 2 / 15,
         max_concurrent_runs=max_concurrent_runs, max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace,
         max_log_bytes=log_limit, max_artifact_bytes=parse_size("--max-artifact-bytes", max_artifact_bytes),
+        kubernetes=kubernetes,
     )
+
+
+def kube_hosts(settings: KubeSettings | None) -> tuple[str, ...]:
+    """The host of ``--kube-api-url``: run Pods send it in ``Host``, so the server accepts it
+    (a Service's DNS name is no ``--allowed-host`` a user should have to repeat)."""
+    host = urlsplit(settings.api_url).hostname if settings is not None and settings.api_url else None
+    return (host,) if host else ()
+
+
+def kube_settings(*, kubeconfig: Path | None, in_cluster: bool, context: str | None, namespace: str | None,
+                  image: str | None, api_url: str | None, service_account: str | None) -> KubeSettings | None:
+    """``--kube-*``: the Kubernetes runtime's settings, or None when neither ``--kube-config`` nor
+    ``--kube-in-cluster`` enables it."""
+    if kubeconfig is None and not in_cluster:
+        given = [flag for flag, value in (("--kube-context", context), ("--kube-namespace", namespace),
+                                          ("--kube-image", image), ("--kube-api-url", api_url),
+                                          ("--kube-service-account", service_account)) if value]
+        if given:
+            raise errors.BadRequest(f"{', '.join(given)}: only the Kubernetes runtime uses this; enable it with "
+                                    "--kube-config FILE or --kube-in-cluster")
+        return None
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise errors.BadRequest(f'--kube-config: "{kubeconfig}" is not a file')
+    if api_url is not None and not api_url.startswith(("http://", "https://")):
+        raise errors.BadRequest(f'--kube-api-url must be an http:// or https:// URL (got "{api_url}")')
+    settings = KubeSettings(api_url=(api_url or "").rstrip("/"), kubeconfig=kubeconfig, context=context,
+                            namespace=namespace, service_account=service_account)
+    return replace(settings, image=image) if image else settings
 
 
 def _sandbox(choice: str) -> tuple[str, str | None]:
@@ -293,7 +323,7 @@ def run_controllers(
     import logging
 
     from joch.controllers import manager as managing
-    from joch.runtime.local import LocalRuntime
+    from joch.controllers.assembly import build_runtime
     from joch.store import open_store
 
     if not logging.getLogger().handlers:
@@ -305,9 +335,7 @@ def run_controllers(
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
     try:
-        runtime = LocalRuntime(options.data_dir, sandbox=options.sandbox, hide=options.sandbox_hide,
-                               sandbox_reason=options.sandbox_reason, agent_user=options.agent_user,
-                               api_url=options.api_url)
+        runtime = build_runtime(options)
         try:
             with managing.running(opened, runtime, options) as manager:
                 with _stopping_on_signals(manager.request_stop):

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from joch.runtime.kubernetes.settings import KubeSettings
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
@@ -48,3 +50,6 @@ class ControllerOptions:
     # The API server as agents reach it (their JOCH_API_URL, for the run callback). `joch server`
     # derives it from --host and --port; `joch controller` takes --api-url. None: no callback.
     api_url: str | None = None
+    # The Kubernetes runtime's settings (joch server --kube-config or --kube-in-cluster); None: runs
+    # whose runtime.type is kubernetes fail RuntimeUnavailable.
+    kubernetes: KubeSettings | None = None

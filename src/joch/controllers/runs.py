@@ -94,7 +94,7 @@ from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.compiler import manifest as compiler
 from joch.compiler import render
-from joch.controllers import approvals, budgets, events, metering, scheduling
+from joch.controllers import approvals, budgets, events, metering, placements, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.invocations import git_source, note_runtime_facts, resume_of, runner_fields
 from joch.controllers.options import ControllerOptions
@@ -109,6 +109,7 @@ logger = logging.getLogger("joch.controllers.runs")
 FINALIZER = "runtime.joch.dev/cleanup"
 TERMINAL = frozenset({"Succeeded", "Failed", "Cancelled"})
 RETRYABLE = frozenset({"AgentFailed", "AgentReportedError", "RunnerLost"})
+WAITING = frozenset({"Unschedulable", "ErrImagePull", "ImagePullBackOff"})  # a runtime's unfinished reasons
 BACKSTOP_SLACK = 30.0  # seconds past deadline + grace before the controller cancels on its own
 COMPONENT = "joch-run-controller"
 
@@ -599,7 +600,8 @@ class RunController(Controller):
             run_id = _run_id(run, attempt)
             git = git_source(run)
             resumed = resume_of(run, attempt, plan.compiled.manifest or {})
-            workspace = self._workspace(run_id, git, resumed)
+            placement, runtime = self._placement(run, plan)
+            workspace = self._workspace(run_id, git, resumed, runtime)
             invocation = self._invocation(run, plan, workspace, run_id, resumed)
             secrets = self._secret_values(run, invocation, plan.agent["metadata"]["name"])
             secrets[metering.TOKEN_ENV] = metering.run_token(self.ctx.store, run_id.uid, attempt)
@@ -622,13 +624,13 @@ class RunController(Controller):
             outputs=tuple(rt.Output(name, path, optional) for name, path, optional in invocation.outputs),
             git=git, timeout_seconds=float(plan.timeout_seconds), grace_seconds=self.options.grace_seconds,
             max_log_bytes=self.options.max_log_bytes, max_artifact_bytes=self.options.max_artifact_bytes,
-            **runner_fields(invocation, plan.compiled), resume=resumed,
+            **runner_fields(invocation, plan.compiled), resume=resumed, placement=placement,
         )
         spec_hash = "sha256:" + hashlib.sha256(spec.to_json().encode()).hexdigest()
         if not resume:
             status = dict(run.get("status") or {})
             status.update(phase="Running", reason="Starting", message=f"starting attempt {attempt}",
-                          runtimeRef={"type": self.runtime.type, "id": f"{run_id.uid}/{attempt}", "pending": True},
+                          runtimeRef={"type": runtime.type, "id": f"{run_id.uid}/{attempt}", "pending": True},
                           startedAt=now(), specHash=spec_hash, compiledManifestHash=plan.compiled.hash)
             status.pop("finishedAt", None)
             for stale in ("invocation", "baseCommit", "sandbox", "omitted"):
@@ -646,7 +648,7 @@ class RunController(Controller):
             logger.info("run %s: not starting attempt %d, this replica does not hold the lease now", key, attempt)
             return Result(requeue_after=self.options.retry_period)
         try:
-            ref = self.runtime.submit(spec, secrets=secrets)
+            ref = runtime.submit(spec, secrets=secrets)
         except (OSError, ValueError, RuntimeError) as exc:
             if resume:
                 self._stop_pending(run)
@@ -654,11 +656,11 @@ class RunController(Controller):
             reason, why = "SubmitFailed", str(exc)
             if disks.is_full_error(exc):
                 reason, why = disks.REASON, disks.describe(getattr(exc, "filename", None) or self.options.data_dir)
-            message = f"the {self.runtime.type} runtime could not start the run: {why}"
+            message = f"the {runtime.type} runtime could not start the run: {why}"
             self._write(run, _ended(run, "Failed", reason, message), (reason, message, "Warning"))
             return None
         status = dict(run.get("status") or {})
-        message = f"attempt {attempt} started on the {self.runtime.type} runtime"
+        message = f"attempt {attempt} started on the {runtime.type} runtime"
         status.update(phase="Running", reason="Started", message=message, runtimeRef=ref, specHash=spec_hash)
         conditions = set_condition(list(status.get("conditions") or []), _cond("Queued", "False", "Started", message))
         status["conditions"] = set_condition(conditions, _cond("InProgress", "True", "Started", message))
@@ -673,10 +675,24 @@ class RunController(Controller):
             except (OSError, ValueError) as exc:
                 logger.warning("run %s: could not stop a possibly started attempt: %s", Key.of(run), exc)
 
-    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None, resume: rt.Resume | None = None
-                   ) -> rt.Workspace:
+    def _placement(self, run: Obj, plan: Plan) -> tuple[rt.Placement, rt.Runtime]:
+        """Where the attempt runs (``placements``), and the runtime of that type this server has."""
         try:
-            return self.runtime.workspace(run_id, git, resume=resume)
+            placement = placements.placement_of(run, plan.compiled.manifest or {})
+        except placements.PlacementProblem as exc:
+            raise InvalidSpec(exc.reason, exc.message) from None
+        runtime = self.runtime.for_type(placement.type)
+        if runtime is None:
+            raise InvalidSpec("RuntimeUnavailable", (
+                f'runtime.type "{placement.type}": this server has no {placement.type} runtime (it runs '
+                f"{self.runtime.type}; joch server --kube-config or in-cluster config enables kubernetes): "
+                "set the run's or its Agent's spec.runtime.type to one it has"))
+        return placement, runtime
+
+    def _workspace(self, run_id: rt.RunId, git: rt.GitSource | None, resume: rt.Resume | None = None,
+                   runtime: rt.Runtime | None = None) -> rt.Workspace:
+        try:
+            return (runtime or self.runtime).workspace(run_id, git, resume=resume)
         except ValueError as exc:
             raise InvalidSpec("InvalidPath", f"spec.execution.coordinates.git: {exc}") from None
 
@@ -763,8 +779,15 @@ class RunController(Controller):
         if state.reason != "Unreachable":
             noted = dict(status)
             note_runtime_facts(noted, state)
+            said = _waiting(status, state)
+            if said is not None:  # why it does not start yet (a Pod that cannot be scheduled), or that it has
+                noted.update(reason=said[0], message=said[1])
             if noted != status:
-                run = self._write(run, noted)  # what runs, as the runner recorded it (no Event)
+                # what runs, as the runner recorded it (no Event); a wait a person can act on has one
+                events: list[tuple[str, str, Literal["Normal", "Warning"]]] = []
+                if said is not None and said[0] in WAITING:
+                    events.append((said[0], said[1], "Warning"))
+                run = self._write(run, noted, *events)
                 status = noted
         timeout = float(run["spec"].get("timeoutSeconds") or self._agent_timeout(run))
         started = parse_time(status["startedAt"]).timestamp() if status.get("startedAt") else self.ctx.clock.time()
@@ -899,7 +922,8 @@ class RunController(Controller):
         session = (run.get("status") or {}).get("session") or {}
         earlier = session.get("resumedFromAttempt")
         if isinstance(earlier, int) and 1 <= earlier < attempt and session.get("attempt") == attempt:
-            self._cleanup(key, {"type": self.runtime.type, "id": f"{run['metadata']['uid']}/{earlier}"},
+            kind = (_runtime_ref(run) or {}).get("type") or self.runtime.type
+            self._cleanup(key, {"type": kind, "id": f"{run['metadata']['uid']}/{earlier}"},
                           keep_records=True)
 
     def _retry_limit(self, run: Obj) -> int:
@@ -1075,6 +1099,18 @@ def _note_refused(status: dict[str, Any], refused: Sequence[rt.RefusedArtifact])
 
 def _decode(value: str) -> str:
     return base64.b64decode(value.replace("\n", "")).decode("utf-8", errors="replace")
+
+
+def _waiting(status: Mapping[str, Any], state: rt.RunState) -> tuple[str, str] | None:
+    """The run's reason and message while its attempt waits on something a person can act on
+    (``WAITING``: the Kubernetes runtime's Pod that cannot be scheduled or pulled), or once it no
+    longer does; None: nothing to change."""
+    if state.reason in WAITING and state.message and (status.get("reason"), status.get("message")) != (
+            state.reason, state.message):
+        return state.reason, state.message
+    if state.reason not in WAITING and status.get("reason") in WAITING:
+        return "Started", "the attempt's runner has started"
+    return None
 
 
 def _runtime_ref(run: Obj) -> rt.Ref | None:

@@ -19,6 +19,9 @@ Contracts (every adapter, every test):
   period; the record then ends ``Cancelled``. Cancelling a finished run does nothing.
 * ``subscribe`` callbacks fire (from a runtime thread) whenever a run's state may have changed:
   the agent started, ended, or the runner vanished. They carry the run's identity only.
+* A reference's ``type`` is the runtime's: ``for_type`` picks the runtime of a type (the spec's
+  ``placement.type`` for a new attempt), so a server with several (``routing.Runtimes``) follows
+  each run on the one that started it.
 """
 
 from __future__ import annotations
@@ -142,6 +145,20 @@ class Network:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where an attempt runs, for the runtime that places it (the runner ignores it): ``type`` the
+    runtime (the run's ``spec.runtime.type``, else its Agent's), ``image`` the container image (the
+    run's ``workload.image``, else the provider's; None: the runtime's default), ``resources``
+    (``cpu``, ``memory``, ``ephemeralStorage`` as Kubernetes quantities), ``service_account`` (the
+    runtime config's ``serviceAccountName``, one the Agent's ``security.allowedServiceAccounts`` allows)."""
+
+    type: str = "local"
+    image: str | None = None
+    resources: Mapping[str, str] = field(default_factory=dict)
+    service_account: str | None = None
+
+
+@dataclass(frozen=True)
 class RunnerSpec:
     run: RunId
     argv: tuple[str, ...]
@@ -162,6 +179,7 @@ class RunnerSpec:
     resume: Resume | None = None
     network: Network = field(default_factory=Network)
     manifest_hash: str | None = None       # the compiled Agent manifest's hash, for the record
+    placement: Placement = field(default_factory=Placement)
 
     def to_json(self) -> str:
         body = asdict(self)
@@ -178,6 +196,7 @@ class RunnerSpec:
         success = body.pop("success", None) or {}
         patch = body.pop("patch", None) or {}
         network = body.pop("network", None) or {}
+        placement = body.pop("placement", None) or {}
         return cls(
             run=RunId(**body.pop("run")),
             argv=tuple(body.pop("argv")),
@@ -195,6 +214,9 @@ class RunnerSpec:
             version_args=tuple(body.pop("version_args", ("--version",))),
             resume=Resume(**resume) if resume else None,
             network=Network(mode=network.get("mode", "on"), allow=tuple(network.get("allow") or ())),
+            placement=Placement(type=str(placement.get("type") or "local"), image=placement.get("image"),
+                                resources=dict(placement.get("resources") or {}),
+                                service_account=placement.get("service_account")),
             **body,
         )
 
@@ -332,6 +354,17 @@ class Runtime(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Stop background threads; running agents keep running (they are re-adopted later)."""
+
+    def for_type(self, type: str) -> Runtime | None:
+        """The runtime that runs attempts placed on ``type`` (``Placement.type``): this one when it
+        is of that type, else None (``joch.runtime.routing`` holds several)."""
+        return self if type == self.type else None
+
+    def reports(self) -> Any:
+        """Where runners that report over HTTP (``joch.runtime.reports``) have their reports kept
+        (a ``ReportStore``), and who is told they arrived: ``(store, on_report)``; None when no
+        runner of this runtime reports (the local runtime reads its runners' files)."""
+        return None
 
 
 def own_ref(ref: Any, uid: str, attempt: Any) -> Ref | None:

@@ -68,6 +68,10 @@ to start on a directory that has one: a run attempt is executed once.
   ``Runner.report_usage`` posts events to that callback with that token (``usage.post_usage``: retried
   on connection failures and 5xx with the same event ids, which the server counts once), so there
   is one path into metering (``joch.controllers.metering``) whoever reports.
+* **Reporting the run** (``--report``, with ``--api-url``): for a runner whose files the server
+  cannot read (a Kubernetes Job's container), every record also goes to the Joch API with the run
+  token, the final one after the artifacts and the log (``joch.runtime.reports``). ``--spec-json``
+  hands such a runner its spec on the command line.
 * **The deadline** (``timeout_seconds``) counts from the agent's start; preparing the workspace
   is bounded by the same length separately, so a hung clone cannot hold a run forever either.
   At the deadline, or when the runner gets SIGTERM or SIGINT (cancel), the agent's process group
@@ -150,7 +154,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from joch.runtime import agentoutput, disks, workspace
+from joch.runtime import agentoutput, disks, reports, workspace
 from joch.runtime import sandbox as sandboxing
 from joch.runtime.base import (
     API_URL_ENV,
@@ -455,7 +459,8 @@ class Runner:
     def __init__(self, spec: RunnerSpec, files: RunFiles, *, root: Path, cache: Path,
                  environ: Mapping[str, str], secrets: Mapping[str, str] | None = None, sandbox: str = "none",
                  hide: Iterable[Path] = (), api_url: str | None = None,
-                 agent_user: sandboxing.AgentUser | None = None, sandbox_reason: str | None = None) -> None:
+                 agent_user: sandboxing.AgentUser | None = None, sandbox_reason: str | None = None,
+                 report: bool = False) -> None:
         self.spec = spec
         self.api_url = api_url
         self.files = files
@@ -484,6 +489,10 @@ class Runner:
         self._watch = OutputWatch(None, (), on_usage=lambda events: None, on_session=lambda session: None)
         self._usage: UsageReporter | None = None
         self._said_no_usage = False
+        # --report (a runner whose files the server cannot read: a Job's container): every record
+        # also goes to the Joch API (joch.runtime.reports).
+        self._reporter = reports.Reporter(api_url, spec.run, self.secret_values.get(RUN_TOKEN_ENV)) \
+            if report and api_url else None
 
     # The record ------------------------------------------------------------------------------------
 
@@ -495,6 +504,11 @@ class Runner:
             sandbox=state.sandbox or self._sandbox, session=state.session or self._session,
             omitted=state.omitted or self._omitted)
         record_state(self.files, state, runner_pid=os.getpid())
+        if self._reporter is not None:
+            failed = self._reporter.report(self.files.dir, self.files.state.read_bytes(), finished=state.finished,
+                                           artifacts=state.artifacts)
+            if failed:
+                _say(f"joch runner: the {state.phase} record was not reported to {self.api_url}: {failed}")
 
     def finish(self, phase: RunnerPhase, reason: str, message: str, *, exit_code: int | None = None,
                artifacts: tuple[ArtifactRecord, ...] = (), refused: tuple[RefusedArtifact, ...] = ()) -> int:
@@ -535,6 +549,8 @@ class Runner:
         if self.cancelled or self.files.cancel.exists():
             return self.finish("Cancelled", "Cancelled", "cancelled before the agent started")
         log = LogSink(self.files, self.spec.max_log_bytes)
+        if self._reporter is not None:
+            log.echo = sys.stdout.fileno()  # the redacted output is the container's log too
         try:
             # Subreaper only while the agent runs: orphans of the runner's own git (a detached
             # `gc --auto` in the shared mirror after a fetch) are not the agent's and must live on.
@@ -1307,10 +1323,14 @@ class LogSink:
         self._last = b"\n"      # the log's last byte, so the notes start on a line of their own
         self._log = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._ring: int | None = None
+        self.echo: int | None = None  # also written here as it comes (a Job's runner: its stdout, the Pod's log)
 
     def write(self, data: bytes) -> None:
         if not data:
             return
+        if self.echo is not None:
+            with contextlib.suppress(OSError):
+                _write_all(self.echo, data)
         if self.limit is None or self._written < self.head:
             take = len(data) if self.limit is None else min(len(data), self.head - self._written)
             self._append(data[:take])
@@ -1423,7 +1443,15 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
     parser.add_argument("--api-url", metavar="URL",
                         help="the Joch server as this runner reaches it: the agent gets JOCH_API_URL and the "
                              "run's callback URL for reporting usage")
+    parser.add_argument("--report", action="store_true",
+                        help="also send every record, the artifacts and the log to the Joch API at --api-url "
+                             "(a runner whose files the server cannot read: a Kubernetes Job's container)")
+    parser.add_argument("--spec-json", metavar="JSON",
+                        help="the spec itself, written to --spec first (a container has no file from the runtime)")
     args = parser.parse_args(argv)
+    if args.spec_json is not None and not Path(args.spec).exists():
+        Path(args.spec).parent.mkdir(parents=True, exist_ok=True)
+        write_durably(Path(args.spec), args.spec_json.encode())
     if args.secrets_stdin and secrets is None:
         try:
             given = json.loads(sys.stdin.buffer.read() or b"{}")
@@ -1458,7 +1486,7 @@ def main(argv: Sequence[str] | None = None, *, secrets: Mapping[str, str] | None
         return 2
     runner = Runner(spec, files, root=root, cache=cache, environ=os.environ, secrets=secrets, sandbox=args.sandbox,
                     hide=[Path(h) for h in args.hide], api_url=args.api_url, agent_user=user,
-                    sandbox_reason=args.sandbox_reason)
+                    sandbox_reason=args.sandbox_reason, report=args.report)
     handlers = {signum: signal.signal(signum, runner._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:

@@ -28,6 +28,7 @@ from joch.server import (
     metering,
     openapi,
     resources,
+    runreports,
     runs,
     schemas,
     v1,
@@ -67,6 +68,7 @@ def create_app(
     webhooks.install(app, store, options, kind_schemas)
     audit.install(app, store, registry, kind_schemas)
     metering.install(app, store, options, kind_schemas)
+    runreports.install(app, store)
     schemas.install(app, kind_schemas)
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard

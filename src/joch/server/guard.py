@@ -69,6 +69,7 @@ READS = frozenset({"GET", "HEAD"})
 CROSS_SITES = frozenset({"cross-site", "same-site"})
 APPLY_PATCH = "application/apply-patch+yaml"
 PROTOBUF = "application/vnd.kubernetes.protobuf"  # kubectl's self-reviews; routes refuse it unless they read it
+OCTET_STREAM = "application/octet-stream"  # a Job's runner uploading artifacts (server.runreports); preflighted too
 DEFAULT_PORTS = {"http": 80, "https": 443}
 CORS_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 CORS_MAX_AGE = "600"
@@ -334,7 +335,7 @@ def _check_content_type(request: _Request) -> None:
     if request.method not in WRITES:
         return
     kind = wire.media_type(request.content_type)
-    if wire.is_json(kind) or kind in wire.YAML_TYPES or kind in (APPLY_PATCH, PROTOBUF):
+    if wire.is_json(kind) or kind in wire.YAML_TYPES or kind in (APPLY_PATCH, PROTOBUF, OCTET_STREAM):
         return
     if not kind:
         raise errors.UnsupportedMediaType(

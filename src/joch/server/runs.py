@@ -170,11 +170,12 @@ class RunRoutes:
                 "ask the server that runs the controllers (`joch server`)"
             )
         kind = (ref or {}).get("type")
-        if kind and kind != getattr(runtime, "type", kind):
+        chosen = runtime.for_type(kind) if kind else runtime
+        if chosen is None:
             name = run["metadata"]["name"]
             raise errors.BadRequest(f'run "{name}" ran on the {kind} runtime, and this server reads the '
                                     f"{runtime.type} runtime", kind=kinds.AGENT_RUN.plural, name=name)
-        return runtime
+        return chosen
 
     # --- logs ---------------------------------------------------------------------------------------
 

@@ -100,13 +100,11 @@ def serve(
         if apply_missing_paths:
             create_missing(store, apply_missing_paths, options)
         if controllers is not None:
-            from joch.runtime.local import LocalRuntime
+            from joch.controllers.assembly import build_runtime
 
             if controllers.api_url is None:
                 controllers = replace(controllers, api_url=runtime_url(host, port))
-            runtime = LocalRuntime(controllers.data_dir, sandbox=controllers.sandbox, hide=controllers.sandbox_hide,
-                                   sandbox_reason=controllers.sandbox_reason, agent_user=controllers.agent_user,
-                                   api_url=controllers.api_url)
+            runtime = build_runtime(controllers)
         app = create_app(store, options=options, runtime=runtime)
         # Start-up built tens of thousands of long-lived objects (routes, schemas, validators);
         # moving them out of the collector's reach keeps full collections short while a request

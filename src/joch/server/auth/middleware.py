@@ -7,7 +7,8 @@ looked at, and every handler runs with the authenticated user current. For each 
 1. **Exempt routes pass untouched**: ``/healthz``, ``/livez``, ``/readyz``, ``/version``, everything under
    ``/v1/webhooks/`` (webhooks verify their own signatures) and exactly
    ``POST /v1/namespaces/NS/agentruns/NAME/callback`` (a run's usage callback, which checks the
-   run's own token).
+   run's own token), and the Job runner's reports, ``PUT .../agentruns/NAME/attempts/N/record``,
+   ``.../log`` and ``.../artifacts/X`` (``server.runreports``, which check it the same way).
 2. **What the request asks** (``requests.resolve``): verb, group, resource, subresource,
    namespace, name. The verb goes to ``scope["joch.verb"]`` (``list``, ``watch``, ``update`` for an
    approval decision), which the request context and the audit log record.
@@ -70,11 +71,23 @@ class Authenticators:
 def is_exempt(method: str, path: str) -> bool:
     if path in EXEMPT or path.startswith(WEBHOOKS):
         return True
+    if method == "PUT" and "/attempts/" in path:
+        return _run_report(path)
     if method != "POST" or not path.endswith("/callback"):
         return False
     parts = path.split("/")  # "", "v1", "namespaces", NS, "agentruns", NAME, "callback"
     return len(parts) == 7 and parts[1:3] == ["v1", "namespaces"] and parts[4] == "agentruns" \
         and all(parts[3:6])
+
+
+def _run_report(path: str) -> bool:
+    """A Job runner's report (``server.runreports``), which checks the attempt's run token itself:
+    ``/v1/namespaces/NS/agentruns/NAME/attempts/N/{record,log,artifacts/X}``."""
+    parts = path.split("/")
+    head = len(parts) >= 9 and parts[1:3] == ["v1", "namespaces"] and parts[4] == "agentruns" \
+        and parts[6] == "attempts" and all(parts[3:8])
+    return head and (parts[8:] in (["record"], ["log"]) or (len(parts) == 10 and parts[8] == "artifacts"
+                                                              and bool(parts[9])))
 
 
 def bearer_token(scope: Scope) -> str | None:
