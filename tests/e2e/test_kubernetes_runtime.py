@@ -52,7 +52,7 @@ class Kube:
         self.server = subprocess.Popen(
             [str(JOCH), "server", "--data-dir", str(self.tmp / "joch-data"), "--port", str(self.port),
              "--sandbox", "none", "--kube-config", str(self.cluster.kubeconfig), "--kube-namespace", "default",
-             "--kube-image", "ghcr.io/peasantsai/joch:test"],
+             "--kube-image", "ghcr.io/joch-dev/joch:test"],
             stdout=self.log.open("a"), stderr=subprocess.STDOUT, text=True, cwd=self.tmp)
         wait_ready(self.base, self.server)
 
@@ -186,7 +186,7 @@ def test_the_job_carries_labels_deadline_and_secret_refs_never_values(kube: Kube
     pod_spec = spec["template"]["spec"]
     assert pod_spec["volumes"] == [{"name": "workspace", "emptyDir": {}}]
     container = pod_spec["containers"][0]
-    assert container["image"] == "ghcr.io/peasantsai/joch:test"
+    assert container["image"] == "ghcr.io/joch-dev/joch:test"
     assert container["command"] == ["joch", "runner"]
     env = {e["name"]: e for e in container["env"]}
     assert env["DEMO_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == ref["job"]

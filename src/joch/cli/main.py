@@ -381,7 +381,7 @@ KubeNamespaceOption = Annotated[
 KubeImageOption = Annotated[
     str | None, typer.Option("--kube-image", metavar="IMAGE", show_default=False,
                              help="The image of run Jobs whose provider and run name none (it must have joch and "
-                                  "the agent CLI; default ghcr.io/peasantsai/joch:latest).")]
+                                  "the agent CLI; default ghcr.io/joch-dev/joch:latest).")]
 KubeApiUrlOption = Annotated[
     str | None, typer.Option("--kube-api-url", metavar="URL", show_default=False,
                              help="The Joch API as run Pods reach it, for their reports (default: --api-url).")]

@@ -1,5 +1,5 @@
 """``batch/v1`` Jobs, ``v1`` Pods and ``v1`` Secrets for the stand-in cluster (``support.kubecluster``),
-as far as the Kubernetes Job runtime uses them.
+as far as the Kubernetes Job runtime and the Kubernetes store (its shared keys) use them.
 
 Their bodies are open (any field the Kubernetes schema has is kept as written): the stand-in stores
 and serves them, and ``support.kubelet`` plays the Job controller and the kubelet on them. A Secret

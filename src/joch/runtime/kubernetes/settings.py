@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_IMAGE = "ghcr.io/peasantsai/joch:latest"
+DEFAULT_IMAGE = "ghcr.io/joch-dev/joch:latest"
 
 
 @dataclass(frozen=True)
