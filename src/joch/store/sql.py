@@ -469,6 +469,10 @@ class _Tx(Writer):
         cm = current["metadata"]
         new_meta = {k: v for k, v in cm.items() if k not in _USER_METADATA}
         new_meta.update((k, m[k]) for k in _USER_METADATA if m.get(k))
+        if m.get("managedFields") is not None:  # set by the server's field manager; kept when absent
+            new_meta.pop("managedFields", None)
+            if m["managedFields"]:
+                new_meta["managedFields"] = m["managedFields"]
         new = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": new_meta}
         new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status"))
         if "status" in current:
