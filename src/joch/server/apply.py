@@ -146,16 +146,26 @@ def apply_patch(
                 created, warnings = admission.create_object(
                     store, kind, obj, namespace=namespace, dry_run=dry_run, options=options.admission,
                     track=track)
-                return wire.json_response(created, status_code=201, warnings=warnings)
+                return wire.json_response(_as_dry_run(created, None) if dry_run else created,
+                                          status_code=201, warnings=warnings)
             obj = ssa.rebuild(live, applied.tracked, ignore=ignore)
             updated, warnings = admission.update_object(
                 store, kind, obj, namespace=namespace, name=name, dry_run=dry_run, options=options.admission,
                 track=track)
-            return wire.json_response(updated, warnings=warnings)
+            return wire.json_response(_as_dry_run(updated, live) if dry_run else updated, warnings=warnings)
         except (errors.Conflict, errors.AlreadyExists, errors.NotFound):
             # written, created or deleted since it was read: compute ownership again
             if attempt >= APPLY_ATTEMPTS:
                 raise
+
+
+def _as_dry_run(obj: Obj, live: Obj | None) -> Obj:
+    """A dry run's answer as the apiserver gives it: the resourceVersion of the object it read
+    (none for a create), since nothing was stored; ``kubectl diff`` then shows only real changes."""
+    metadata = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+    if live is not None:
+        metadata["resourceVersion"] = live["metadata"]["resourceVersion"]
+    return {**obj, "metadata": metadata}
 
 
 def _conflict(exc: ssa.ApplyConflict) -> errors.Conflict:
