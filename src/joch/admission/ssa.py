@@ -22,7 +22,10 @@ left out now and nobody else owns; then compare live with the result: a changed 
 that another manager owns is a conflict (``ApplyConflict``), unless ``force`` moves it to the
 applier. A field set to the value it already has is shared, not a conflict. An object that exists
 but has no managedFields (written before tracking, or by ``joch apply``) is first attributed whole
-to ``before-first-apply``, as the apiserver does.
+to ``before-first-apply``, as the apiserver does. Moving from client-side ``kubectl apply`` to
+``kubectl apply --server-side`` (manager ``kubectl``) conflicts with nobody on the fields of the
+``kubectl.kubernetes.io/last-applied-configuration`` annotation, and that annotation is kept up to
+date with each such apply, as the apiserver's last-applied manager and updater do.
 
 Update (``update``): the fields a non-apply write changed or added move to its manager's
 ``Update`` entry, and the fields it removed leave every entry. Creation is tracked; an update of an
@@ -50,6 +53,8 @@ ListKind = Literal["atomic", "set", "map"]
 APPLY = "Apply"
 UPDATE = "Update"
 BEFORE_FIRST_APPLY = "before-first-apply"
+KUBECTL = "kubectl"  # the manager of `kubectl apply --server-side`, which takes over client-side apply
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 MAX_MANAGER_LENGTH = 128
 STRIPPED_METADATA = frozenset({
     "name", "namespace", "generateName", "uid", "resourceVersion", "generation", "creationTimestamp",
@@ -451,13 +456,47 @@ def apply(
     conflicts = [Conflict(e, p) for key, e in managers.items() if key != me
                  for p in sorted(e.fields & changed)]
     if conflicts and not force:
-        raise ApplyConflict(conflicts)
+        allowed = _last_applied_fields(live_part, lists) if manager == KUBECTL else frozenset()
+        conflicts = [c for c in conflicts if c.path not in allowed]
+        if conflicts:
+            raise ApplyConflict(conflicts)
     mine = managers.pop(me)
     if (last is not None and last.fields == mine.fields and last.api_version == api_version
             and not changed and not removed):
         mine = replace(mine, time=last.time)
     others = [replace(e, fields=e.fields - changed - removed) for e in managers.values()]
+    if manager == KUBECTL and _annotations(live_part).get(LAST_APPLIED):
+        result = _with_last_applied(result, config)
     return Applied(result, [e for e in [*others, mine] if e.fields])
+
+
+def _annotations(part: Obj) -> dict[str, Any]:
+    annotations = (part.get("metadata") or {}).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _last_applied_fields(live_part: Obj, lists: ListTypes) -> FieldSet:
+    """The fields of the client-side apply annotation: kubectl's server-side apply takes them
+    over without conflicts (the apiserver's last-applied manager)."""
+    try:
+        last = json.loads(_annotations(live_part).get(LAST_APPLIED) or "")
+    except (ValueError, TypeError):
+        return frozenset()
+    return field_set(tracked(last), lists) if isinstance(last, dict) else frozenset()
+
+
+def _with_last_applied(part: Obj, config: Obj) -> Obj:
+    """``part`` with the client-side apply annotation set to ``config``, so a later client-side
+    ``kubectl apply`` diffs against what was applied last (the apiserver's last-applied updater)."""
+    shown = copy.deepcopy(config)
+    metadata = shown.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("annotations"), dict):
+        metadata["annotations"].pop(LAST_APPLIED, None)
+        if not metadata["annotations"]:
+            del metadata["annotations"]
+    out = copy.deepcopy(part)
+    out.setdefault("metadata", {}).setdefault("annotations", {})[LAST_APPLIED] = canonical(shown)
+    return out
 
 
 def update(

@@ -122,6 +122,25 @@ def test_kubectl_conflict_names_the_other_manager_and_force_conflicts_takes_the_
 
 
 @needs_kubectl
+def test_kubectl_moves_from_client_side_to_server_side_apply_without_conflicts(
+    server: LiveServer, kubectl: Any
+) -> None:
+    created = kubectl("apply", manifest=MANIFEST.format(name="k-csa", binary="echo"))
+    assert created.returncode == 0, created.stderr
+    assert ("kubectl-client-side-apply", "Update") in managers(server.http.get(server.path("ap", "k-csa")).json())
+    moved = kubectl("apply", "--server-side", manifest=MANIFEST.format(name="k-csa", binary="cat"))
+    assert moved.returncode == 0, moved.stderr
+    obj = server.http.get(server.path("ap", "k-csa")).json()
+    assert obj["spec"]["binary"] == "cat"
+    assert "f:binary" in managers(obj)[("kubectl", "Apply")]["f:spec"]
+    last = json.loads(obj["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])
+    assert last["spec"]["binary"] == "cat"  # kept current, so client-side apply still diffs right
+    back = kubectl("apply", manifest=MANIFEST.format(name="k-csa", binary="bash"))
+    assert back.returncode == 0, back.stderr
+    assert server.http.get(server.path("ap", "k-csa")).json()["spec"]["binary"] == "bash"
+
+
+@needs_kubectl
 def test_kubectl_diff_server_side_exits_0_unchanged_and_1_with_the_change(server: LiveServer, kubectl: Any) -> None:
     assert kubectl("apply", "--server-side", manifest=MANIFEST.format(name="k-diff", binary="echo")).returncode == 0
     same = kubectl("diff", "--server-side", manifest=MANIFEST.format(name="k-diff", binary="echo"))

@@ -142,6 +142,18 @@ def test_an_untracked_object_belongs_to_before_first_apply() -> None:
     assert by_manager(shared.entries) == {"before-first-apply": {f("spec", "binary")}, "a": {f("spec", "binary")}}
 
 
+def test_kubectl_takes_over_client_side_apply_fields_and_keeps_the_annotation_current() -> None:
+    last = '{"apiVersion":"joch.dev/v1alpha1","kind":"AgentProvider","metadata":{"name":"p"},"spec":{"binary":"x"}}'
+    live = obj({"binary": "x"}, annotations={ssa.LAST_APPLIED: last})
+    csa = [ssa.Entry("kubectl-client-side-apply", ssa.UPDATE, V, frozenset({f("spec", "binary")}), T0)]
+    with pytest.raises(ssa.ApplyConflict):
+        apply(live, obj({"binary": "y"}), csa, manager="someone-else")
+    out = apply(live, obj({"binary": "y"}), csa, manager="kubectl")
+    assert by_manager(out.entries) == {"kubectl": {f("spec", "binary")}}
+    annotation = out.tracked["metadata"]["annotations"][ssa.LAST_APPLIED]
+    assert '"binary":"y"' in annotation and ssa.LAST_APPLIED not in annotation
+
+
 def test_nulls_in_the_configuration_are_no_opinion() -> None:
     out = apply(None, obj({"binary": "x", "resumable": None}), [])
     assert out.tracked["spec"] == {"binary": "x"}
