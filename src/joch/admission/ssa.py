@@ -9,8 +9,10 @@ structured-merge-diff's ``ToFieldSet``: every scalar leaf and every atomic list;
 their fields (an empty map owns nothing); every item of a keyed or set list, plus the fields of a
 keyed item. Lists are atomic (one leaf, replaced whole) except where ``ListTypes`` says otherwise:
 ``metadata.finalizers`` is a set and ``metadata.ownerReferences`` is keyed by ``uid``, as in
-Kubernetes' own schema. The fields every object has and no manager owns (``apiVersion``, ``kind``,
-``metadata.name``, ``.namespace``, ``.uid``, ``.resourceVersion``, ``.generation``,
+Kubernetes' own schema, and a spec list of objects with a required ``name`` is keyed by it
+(``kind_lists``, read off the kind's pydantic model). A list whose items lack the key or repeat one
+is treated as atomic rather than losing an item. The fields every object has and no manager owns
+(``apiVersion``, ``kind``, ``metadata.name``, ``.namespace``, ``.uid``, ``.resourceVersion``, ``.generation``,
 ``.creationTimestamp``, ``.managedFields``…) are stripped first (the apiserver's strip-meta
 manager), and so is ``status`` of a kind with a status subresource, which the main resource never
 writes.
@@ -39,10 +41,17 @@ its fields do, so re-applying the same configuration writes nothing.
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import types
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from joch.api.registry import KindInfo
 
 Element = tuple[str, str]
 Path = tuple[Element, ...]
@@ -78,6 +87,63 @@ _METADATA_LISTS: dict[Path, ListType] = {
 
 def default_lists(path: Path) -> ListType:
     return _METADATA_LISTS.get(path, ListType())
+
+
+def kind_lists(kind: KindInfo) -> ListTypes:
+    """The list types of ``kind``'s objects: the metadata lists, and under ``spec`` every list of
+    objects with a required ``name`` (an Agent's ``env``, a provider's ``parameters``…) keyed by
+    it, as ``x-kubernetes-list-type: map`` would declare it. A kind whose fields are top-level (a
+    RoleBinding) keeps Kubernetes' atomic lists (``subjects``)."""
+    keyed = _keyed_lists(kind.spec_model) if kind.body == "spec" else {}
+
+    def lists(path: Path) -> ListType:
+        if path[:1] == (("f", "spec"),):
+            general = tuple(("*", "") if k in ("k", "v") else (k, p) for k, p in path[1:])
+            found = keyed.get(general)
+            if found is not None:
+                return found
+        return default_lists(path)
+
+    return lists
+
+
+@functools.cache
+def _keyed_lists(model: type[BaseModel]) -> dict[Path, ListType]:
+    out: dict[Path, ListType] = {}
+    _collect(model, (), out, depth=0)
+    return out
+
+
+def _collect(model: type[BaseModel], path: Path, out: dict[Path, ListType], depth: int) -> None:
+    if depth > 8:  # recursive models: deep enough for any manifest
+        return
+    for name, info in model.model_fields.items():
+        here = (*path, ("f", info.alias or name))
+        annotation = _unwrap(info.annotation)
+        if typing.get_origin(annotation) is list:
+            (item,) = typing.get_args(annotation) or (Any,)
+            item = _unwrap(item)
+            if isinstance(item, type) and issubclass(item, BaseModel):
+                named = item.model_fields.get("name")
+                if named is not None and named.is_required():
+                    out[here] = ListType("map", ("name",))
+                    _collect(item, (*here, ("*", "")), out, depth + 1)
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _collect(annotation, here, out, depth + 1)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` from ``Annotated[X, ...]`` and ``X | None``."""
+    while True:
+        if typing.get_origin(annotation) is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(rest) == 1:
+                annotation = rest[0]
+                continue
+        return annotation
 
 
 @dataclass(frozen=True)
@@ -287,7 +353,10 @@ def merge(live: Any, config: Any, lists: ListTypes = default_lists, path: Path =
 def remove(obj: Obj, paths: Iterable[Path]) -> Obj:
     """``obj`` without ``paths``; a map left empty by a removal goes too (below the top level)."""
     out = copy.deepcopy(obj)
-    for path in sorted(paths, key=len, reverse=True):
+    wanted = set(paths)
+    # a removed item takes its fields along: removing those first would unmake its key
+    outermost = [p for p in wanted if not any(p[:i] in wanted for i in range(1, len(p)))]
+    for path in sorted(outermost, key=len, reverse=True):
         _remove(out, path, top=True)
     return out
 

@@ -110,7 +110,8 @@ def tracker(kind: KindInfo, fields: FieldManagement) -> admission.Tracker:
         given_managed = (given.get("metadata") or {}).get("managedFields")
         source = given if given_managed is not None else old
         entries = ssa.update(old, admitted, _entries(source, "the object's"), manager=manager,
-                             api_version=kind.api_version, now=now(), ignore=_ignored(kind))
+                             api_version=kind.api_version, now=now(), ignore=_ignored(kind),
+                             lists=ssa.kind_lists(kind))
         return _with_managed(admitted, ssa.encode_managed(entries))
 
     return track
@@ -132,7 +133,8 @@ def apply_patch(
             live = None
         try:
             applied = ssa.apply(live, config, _entries(live, "the stored"), manager=manager,
-                                api_version=kind.api_version, force=bool(fields.force), now=now(), ignore=ignore)
+                                api_version=kind.api_version, force=bool(fields.force), now=now(), ignore=ignore,
+                                lists=ssa.kind_lists(kind))
         except ssa.ApplyConflict as exc:
             raise _conflict(exc) from None
         managed = ssa.encode_managed(applied.entries)

@@ -246,6 +246,17 @@ def test_two_appliers_share_a_field_with_the_same_value_and_the_last_one_leaving
     assert "envTemplate" not in r.json()["spec"]  # nobody's now: removed
 
 
+def test_two_appliers_own_an_item_each_of_a_list_keyed_by_name(server: LiveServer) -> None:
+    one = provider("w-keyed", outputArtifacts=[{"name": "report", "path": "report.md"}])
+    assert apply(server, one, "?fieldManager=one").status_code == 201
+    two = {**provider("w-keyed"), "spec": {"outputArtifacts": [{"name": "log", "path": "log.txt"}]}}
+    r = apply(server, two, "?fieldManager=two")
+    assert r.status_code == 200, r.text
+    assert [a["name"] for a in r.json()["spec"]["outputArtifacts"]] == ["report", "log"]
+    r = apply(server, {**two, "spec": {}}, "?fieldManager=two")  # two leaves: its item goes, one's stays
+    assert [a["name"] for a in r.json()["spec"]["outputArtifacts"]] == ["report"]
+
+
 def test_conflict_status_names_every_field_and_manager(server: LiveServer) -> None:
     assert apply(server, provider("w-many", envTemplate={"A": "1"}), "?fieldManager=one").status_code == 201
     r = apply(server, provider("w-many", binary="cat", envTemplate={"A": "2"}), "?fieldManager=two")

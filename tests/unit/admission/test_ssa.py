@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from joch.admission import ssa
+from joch.api.registry import REGISTRY
 
 V = "joch.dev/v1alpha1"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"
@@ -176,6 +177,28 @@ def test_owner_references_merge_by_uid_and_finalizers_as_a_set() -> None:
 def test_a_list_with_duplicate_keys_is_atomic_rather_than_losing_items() -> None:
     refs = [{"uid": "1", "name": "a"}, {"uid": "1", "name": "b"}]
     assert ssa.field_set({"metadata": {"ownerReferences": refs}}) == {f("metadata", "ownerReferences")}
+
+
+def test_spec_lists_of_named_objects_are_keyed_by_name() -> None:
+    lists = ssa.kind_lists(REGISTRY.resolve("agentproviders"))
+    assert lists(f("spec", "outputArtifacts")) == ssa.ListType("map", ("name",))
+    assert lists(f("spec", "versionArgs")) == ssa.ListType()  # strings: atomic
+    assert lists(f("metadata", "finalizers")) == ssa.ListType("set")
+    assert ssa.kind_lists(REGISTRY.resolve("rolebindings"))(f("subjects")) == ssa.ListType()  # as Kubernetes'
+    live = obj({"binary": "x", "outputArtifacts": [{"name": "a", "path": "a.txt"}]})
+    entries = [ssa.Entry("b", ssa.APPLY, V, ssa.field_set(ssa.tracked(live), lists), T0)]
+    out = ssa.apply(live, obj({"outputArtifacts": [{"name": "c", "path": "c.txt"}]}), entries, manager="a",
+                    api_version=V, force=False, now=T1, lists=lists)
+    assert out.tracked["spec"]["outputArtifacts"] == [{"name": "a", "path": "a.txt"}, {"name": "c", "path": "c.txt"}]
+    assert ssa.encode_managed(out.entries)[1]["fieldsV1"] == {"f:spec": {"f:outputArtifacts": {
+        'k:{"name":"c"}': {".": {}, "f:name": {}, "f:path": {}}}}}
+
+
+def test_removing_a_keyed_item_with_its_fields_removes_the_item() -> None:
+    item = (("f", "l"), ("k", '{"name":"a"}'))
+    o = {"l": [{"name": "a", "x": 1}, {"name": "b"}]}
+    assert ssa.remove(o, {item, (*item, ("f", "name")), (*item, ("f", "x"))}) == {"l": [{"name": "b"}]}
+    assert ssa.remove(o, {(*item, ("f", "x"))}) == {"l": [{"name": "a"}, {"name": "b"}]}
 
 
 # --- update --------------------------------------------------------------------------------------
