@@ -211,7 +211,13 @@ class ManagedFieldsError(ValueError):
 # --- paths ---------------------------------------------------------------------------------------
 
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """``value`` as compact JSON with sorted keys. What YAML reads that JSON has no type for (a
+    date, a mapping with both number and text keys) still gets a text, for admission to refuse
+    with a message, after ownership was computed."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def path_string(path: Path) -> str:

@@ -224,6 +224,16 @@ def test_apply_refuses_managed_fields_a_wrong_kind_and_a_wrong_name(server: Live
     assert r.status_code == 400 and "does not match" in r.json()["message"]
 
 
+def test_apply_of_yaml_json_cannot_hold_is_a_422_naming_the_field(server: LiveServer) -> None:
+    head = "apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: w-yaml-types}\n"
+    for spec, field in (("spec: {binary: 2024-01-01}", "spec.binary"),
+                        ("spec: {binary: x, versionArgs: [{1: a, b: c}]}", "spec.versionArgs[0][1]")):
+        r = server.http.patch(server.path("ap", "w-yaml-types"), content=head + spec, headers=APPLY,
+                              params={"fieldManager": "m"})
+        assert r.status_code == 422 and is_status(r.json(), 422, "Invalid"), r.text
+        assert r.json()["details"]["causes"][0]["field"] == field
+
+
 def test_apply_accepts_yaml_and_dry_run_writes_nothing(server: LiveServer) -> None:
     body = yaml.safe_dump(provider("w-yaml"))
     r = server.http.patch(server.path("ap", "w-yaml"), content=body, headers=APPLY,
