@@ -131,6 +131,7 @@ def apply_patch(
             live: Obj | None = store.get(kind, namespace, name)
         except errors.NotFound:
             live = None
+        _check_preconditions(kind, config, live)
         try:
             applied = ssa.apply(live, config, _entries(live, "the stored"), manager=manager,
                                 api_version=kind.api_version, force=bool(fields.force), now=now(), ignore=ignore,
@@ -159,6 +160,22 @@ def apply_patch(
             # written, created or deleted since it was read: compute ownership again
             if attempt >= APPLY_ATTEMPTS:
                 raise
+
+
+def _check_preconditions(kind: KindInfo, config: Obj, live: Obj | None) -> None:
+    """A ``resourceVersion`` or ``uid`` in the configuration must be the stored object's, as for
+    any write (on a create, admission refuses a ``resourceVersion``)."""
+    if live is None:
+        return
+    for key in ("uid", "resourceVersion"):
+        wanted, stored = config["metadata"].get(key), live["metadata"].get(key)
+        if wanted and wanted != stored:
+            name = live["metadata"]["name"]
+            raise errors.Conflict(
+                f"Operation cannot be fulfilled on {kind.resource} {name!r}: the configuration's "
+                f"metadata.{key} is {wanted!r}, the stored object's is {stored!r}: the object has been "
+                "modified; leave the field out, or apply your changes to the latest version",
+                kind=kind.plural, name=name)
 
 
 def _as_dry_run(obj: Obj, live: Obj | None) -> Obj:

@@ -244,6 +244,16 @@ def test_apply_accepts_yaml_and_dry_run_writes_nothing(server: LiveServer) -> No
     assert r.status_code == 201
 
 
+def test_a_resource_version_in_the_configuration_is_a_precondition(server: LiveServer) -> None:
+    created = apply(server, provider("w-rv"), "?fieldManager=m").json()
+    stale = provider("w-rv", binary="cat")
+    stale["metadata"]["resourceVersion"] = str(int(created["metadata"]["resourceVersion"]) - 1)
+    r = apply(server, stale, "?fieldManager=m")
+    assert r.status_code == 409 and "metadata.resourceVersion" in r.json()["message"]
+    stale["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+    assert apply(server, stale, "?fieldManager=m").json()["spec"]["binary"] == "cat"
+
+
 def test_two_appliers_share_a_field_with_the_same_value_and_the_last_one_leaving_removes_it(
     server: LiveServer,
 ) -> None:
