@@ -65,6 +65,8 @@ BEFORE_FIRST_APPLY = "before-first-apply"
 KUBECTL = "kubectl"  # the manager of `kubectl apply --server-side`, which takes over client-side apply
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 MAX_MANAGER_LENGTH = 128
+MAX_UPDATE_MANAGERS = 10
+ANCIENT_CHANGES = "ancient-changes"
 STRIPPED_METADATA = frozenset({
     "name", "namespace", "generateName", "uid", "resourceVersion", "generation", "creationTimestamp",
     "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields",
@@ -593,7 +595,24 @@ def update(
             mine = replace(mine, fields=frozenset((e.fields - removed) | changed))
         else:
             out.append(replace(e, fields=e.fields - changed - removed))
-    return [e for e in [*out, mine] if e.fields]
+    return _capped([e for e in [*out, mine] if e.fields])
+
+
+def _capped(entries: list[Entry]) -> list[Entry]:
+    """At most ``MAX_UPDATE_MANAGERS`` Update entries: the oldest are merged into one
+    ``ancient-changes`` entry, as the apiserver does, so a stream of writers with new names (a
+    User-Agent each) cannot grow ``managedFields`` without bound."""
+    updates = sorted((e for e in entries if e.operation == UPDATE and e.manager != ANCIENT_CHANGES),
+                     key=lambda e: e.time or "")
+    bucket = next((e for e in entries if e.key == (ANCIENT_CHANGES, UPDATE, "")), None)
+    excess = len(updates) + (bucket is not None) - MAX_UPDATE_MANAGERS
+    if excess <= 0:
+        return entries
+    merged = updates[:excess + (bucket is None)]
+    fields = frozenset().union(*(e.fields for e in merged), bucket.fields if bucket else frozenset())
+    ancient = Entry(ANCIENT_CHANGES, UPDATE, merged[-1].api_version, fields, merged[-1].time)
+    gone = {e.key for e in merged} | {ancient.key}
+    return [*(e for e in entries if e.key not in gone), ancient]
 
 
 def rebuild(base: Obj, part: Obj, *, ignore: Iterable[str] = ()) -> Obj:

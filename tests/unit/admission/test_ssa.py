@@ -220,6 +220,20 @@ def test_update_of_an_untracked_object_stays_untracked() -> None:
     assert ssa.update(obj({"binary": "x"}), obj({"binary": "y"}), [], manager="m", api_version=V, now=T1) == []
 
 
+def test_update_entries_are_capped_by_merging_the_oldest_into_ancient_changes() -> None:
+    entries = [ssa.Entry("seed", ssa.UPDATE, V, frozenset({f("spec", "binary")}), "2026-01-01T00:00:00Z")]
+    old = obj({"binary": "x"})
+    for i in range(12):  # twelve writers, each adding a key of its own
+        new = obj({"binary": "x", "env": {f"K{j}": "v" for j in range(i + 1)}})
+        entries = ssa.update(old, new, entries, manager=f"m{i}", api_version=V, now=f"2026-01-01T00:00:{10 + i}Z")
+        old = new
+    managers = [e.manager for e in entries]
+    assert len(managers) == ssa.MAX_UPDATE_MANAGERS and managers[-1] == "ancient-changes"
+    ancient = entries[-1]
+    assert f("spec", "binary") in ancient.fields and f("spec", "env", "K0") in ancient.fields
+    assert "seed" not in managers and "m0" not in managers and "m11" in managers
+
+
 def test_manager_names() -> None:
     assert ssa.manager_from_user_agent("kubectl/v1.37.0 (linux/amd64) kubernetes/abc") == "kubectl"
     assert ssa.manager_from_user_agent(None) == "unknown"
