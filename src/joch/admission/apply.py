@@ -537,6 +537,7 @@ def patch_object(
 
 def update_status(
     store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, name: str, dry_run: bool = False,
+    track: Tracker | None = None,
 ) -> Obj:
     """PUT on the status subresource: validate ``obj["status"]`` and write only the status;
     ``metadata.resourceVersion`` in the body is a precondition."""
@@ -550,7 +551,8 @@ def update_status(
     def body(writer: Writer) -> Obj:
         current = writer.get(kind, namespace, name)
         metadata = {**current["metadata"], "resourceVersion": version or current["metadata"]["resourceVersion"]}
-        return writer.update_status(kind, {**current, "metadata": metadata, "status": status})
+        target = {**current, "metadata": metadata, "status": status}
+        return writer.update_status(kind, track(current, obj, target) if track else target)
 
     return _run(store, dry_run, body)
 

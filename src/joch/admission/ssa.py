@@ -84,6 +84,7 @@ ListTypes = Callable[[Path], ListType]
 _METADATA_LISTS: dict[Path, ListType] = {
     (("f", "metadata"), ("f", "finalizers")): ListType("set"),
     (("f", "metadata"), ("f", "ownerReferences")): ListType("map", ("uid",)),
+    (("f", "status"), ("f", "conditions")): ListType("map", ("type",)),
 }
 
 
@@ -507,10 +508,11 @@ class Applied:
 
 def apply(
     live: Obj | None, config: Obj, entries: list[Entry], *, manager: str, api_version: str, force: bool,
-    now: str, ignore: Iterable[str] = (), lists: ListTypes = default_lists,
+    now: str, ignore: Iterable[str] = (), lists: ListTypes = default_lists, subresource: str = "",
 ) -> Applied:
     """Server-side apply of ``config`` by ``manager`` onto ``live`` (None: create). Raises
-    ``ApplyConflict`` unless ``force``."""
+    ``ApplyConflict`` unless ``force``. For the status subresource, ``live`` and ``config`` hold
+    only ``status``."""
     ignore = tuple(ignore)
     live_part = tracked(live, ignore=ignore)
     config_part = tracked(without_nulls(config), ignore=ignore)
@@ -520,11 +522,11 @@ def apply(
         if owned:
             first = Entry(BEFORE_FIRST_APPLY, UPDATE, api_version, owned, now)
             managers[first.key] = first
-    me = (manager, APPLY, "")
+    me = (manager, APPLY, subresource)
     last = managers.get(me)
     applied_set = field_set(config_part, lists)
     result = merge(live_part, config_part, lists)
-    managers[me] = Entry(manager, APPLY, api_version, applied_set, now)
+    managers[me] = Entry(manager, APPLY, api_version, applied_set, now, subresource)
     if last is not None:
         held: set[Path] = set().union(*(e.fields for e in managers.values()))
         stale = {p for p in last.fields - held if not any(o[:len(p)] == p for o in held)}

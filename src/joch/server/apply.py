@@ -162,6 +162,47 @@ def apply_patch(
                 raise
 
 
+def apply_status_patch(
+    store: Store, kind: KindInfo, namespace: str | None, name: str, body: bytes, dry_run: bool,
+    fields: FieldManagement,
+) -> Response:
+    """Server-side apply of the status subresource (``kubectl apply --server-side
+    --subresource=status``, lightkube's ``apply(..., subresource="status")``): only ``status`` of
+    the configuration counts, ownership is recorded with ``subresource: status``, and the object
+    must exist (404 otherwise)."""
+    manager = _manager(fields, default=None)
+    config = _configuration(kind, body, namespace, name)
+    attempt = 0
+    while True:
+        attempt += 1
+        live = store.get(kind, namespace, name)
+        _check_preconditions(kind, config, live)
+        try:
+            applied = ssa.apply(_status_of(live), _status_of(config), _entries(live, "the stored"),
+                                manager=manager, api_version=kind.api_version, force=bool(fields.force),
+                                now=now(), subresource="status")
+        except ssa.ApplyConflict as exc:
+            raise _conflict(exc) from None
+        managed = ssa.encode_managed(applied.entries)
+
+        def track(old: Obj | None, given: Obj, target: Obj, managed: list[dict[str, Any]] = managed) -> Obj:
+            return _with_managed(target, managed)
+
+        obj = {**live, "status": applied.tracked.get("status") or {}}
+        try:
+            updated = admission.update_status(store, kind, obj, namespace=namespace, name=name, dry_run=dry_run,
+                                              track=track)
+        except errors.Conflict:
+            if attempt >= APPLY_ATTEMPTS:
+                raise
+            continue
+        return wire.json_response(_as_dry_run(updated, live) if dry_run else updated)
+
+
+def _status_of(obj: Obj) -> Obj:
+    return {"status": obj["status"]} if isinstance(obj.get("status"), dict) else {}
+
+
 def _check_preconditions(kind: KindInfo, config: Obj, live: Obj | None) -> None:
     """A ``resourceVersion`` or ``uid`` in the configuration must be the stored object's, as for
     any write (on a create, admission refuses a ``resourceVersion``)."""

@@ -148,8 +148,11 @@ class KindHandlers:
         return wire.json_response(self._write_status(obj, namespace, name, dry_run))
 
     def patch_status(
-        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
     ) -> Response:
+        if apply.is_apply(content_type):
+            return apply.apply_status_patch(self.store, self.kind, namespace, name, body, dry_run, fields)
         wire.require_merge_patch(content_type)
         patch = wire.decode_object(body, content_type, allow_yaml=False)
         given = patch.get("metadata")
@@ -294,9 +297,9 @@ def install(
 
     def patch_status(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run))
+        return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
     add(collection, create, "POST", "create", 201, object_body)
     add(item, read, "GET", "read", responses=schemas.read_responses(kind))

@@ -516,9 +516,14 @@ class _Tx(Writer):
         status = obj.get("status")
         if kind.sensitive:  # status.keys is the store's account of the sealed values: not writable
             status = {**(status or {}), "keys": (current.get("status") or {}).get("keys") or []}
-        if status == current.get("status"):
-            return current
         new = dict(current)
+        managed = m.get("managedFields")  # set by the server's field manager; kept when absent
+        if managed is not None and managed != (current["metadata"].get("managedFields") or []):
+            new["metadata"] = {k: v for k, v in current["metadata"].items() if k != "managedFields"}
+            if managed:
+                new["metadata"]["managedFields"] = managed
+        elif status == current.get("status"):
+            return current
         if status is None:
             new.pop("status", None)
         else:

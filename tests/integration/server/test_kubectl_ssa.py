@@ -153,6 +153,18 @@ def test_kubectl_diff_server_side_exits_0_unchanged_and_1_with_the_change(server
 
 
 @needs_kubectl
+def test_kubectl_apply_server_side_of_the_status_subresource(server: LiveServer, kubectl: Any) -> None:
+    assert kubectl("apply", "--server-side", manifest=MANIFEST.format(name="k-status", binary="echo")).returncode == 0
+    ready = "status:\n  conditions: [{type: Ready, status: 'True'}]\n"
+    status = MANIFEST.format(name="k-status", binary="echo") + ready
+    applied = kubectl("apply", "--server-side", "--subresource=status", "--field-manager=probe", manifest=status)
+    assert applied.returncode == 0, applied.stderr
+    obj = server.http.get(server.path("ap", "k-status")).json()
+    assert obj["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert [e.get("subresource") for e in obj["metadata"]["managedFields"]] == [None, "status"]
+
+
+@needs_kubectl
 def test_kubectl_apply_server_side_of_an_invalid_object_is_refused_naming_the_field(kubectl: Any) -> None:
     bad = MANIFEST.format(name="k-bad", binary="echo").replace("envTemplate", "envTemplat")
     refused = kubectl("apply", "--server-side", manifest=bad)
@@ -199,6 +211,40 @@ def test_lightkube_client_apply(server: LiveServer) -> None:
     # left out now: the label lightkube alone owned goes
     updated = lk.apply(providers(metadata=ObjectMeta(name="lk-apply"), spec={"binary": "cat"}))
     assert updated.spec == {"binary": "cat"} and not updated.metadata.labels
+
+
+def test_lightkube_applies_the_status_subresource_with_conditions_keyed_by_type(server: LiveServer) -> None:
+    from lightkube import Client, KubeConfig
+    from lightkube.config.models import Cluster, User
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.models.meta_v1 import ObjectMeta
+
+    providers = create_namespaced_resource("joch.dev", "v1alpha1", "AgentProvider", "agentproviders")
+    config = KubeConfig.from_one(cluster=Cluster(server=server.url), user=User(), namespace="default")
+    lk = Client(config, trust_env=False)
+    lk.apply(providers(metadata=ObjectMeta(name="lk-status"), spec={"binary": "echo"}), field_manager="owner")
+
+    def status(manager: str, condition: str) -> Any:
+        obj = providers.Status(metadata=ObjectMeta(name="lk-status"),
+                               status={"conditions": [{"type": condition, "status": "True", "reason": manager}]})
+        return lk.apply(obj, field_manager=manager)
+
+    status("probe", "Reachable")
+    applied = status("checker", "Verified")  # another type: another item, no conflict
+    assert [c["type"] for c in applied.status["conditions"]] == ["Reachable", "Verified"]
+    assert applied.spec == {"binary": "echo"}  # the main resource is untouched
+    entries = {(m.manager, m.operation, m.subresource) for m in applied.metadata.managedFields}
+    assert entries == {("owner", "Apply", None), ("probe", "Apply", "status"), ("checker", "Apply", "status")}
+    r = server.http.patch(server.path("ap", "lk-status") + "/status", headers=APPLY, params={"fieldManager": "x"},
+                          content=json.dumps({**provider("lk-status"), "status": {"conditions": [
+                              {"type": "Verified", "status": "False"}]}}))
+    assert r.status_code == 409
+    assert r.json()["details"]["causes"][0] == {
+        "reason": "FieldManagerConflict", "field": '.status.conditions[type="Verified"].status',
+        "message": 'conflict with "checker" with subresource "status"'}
+    r = server.http.patch(server.path("ap", "nobody") + "/status", headers=APPLY, params={"fieldManager": "x"},
+                          content=json.dumps(provider("nobody")))
+    assert r.status_code == 404
 
 
 # --- the wire ------------------------------------------------------------------------------------
