@@ -18,7 +18,7 @@ computed against the object it replaces.
 
 POST, PUT and non-apply PATCH record an ``Update`` entry for ``?fieldManager=``, or for the
 User-Agent's product (``kubectl``) when none is given, as the apiserver does (``tracker``).
-``force`` is only for apply: with another patch type it is a 400.
+``force`` is only for apply: with another patch type it is a 400 (POST and PUT ignore it).
 """
 
 from __future__ import annotations
@@ -99,9 +99,10 @@ def _manager(fields: FieldManagement, *, default: str | None) -> str:
     return manager
 
 
-def tracker(kind: KindInfo, fields: FieldManagement) -> admission.Tracker:
-    """Records an ``Update`` entry for a create, replace or non-apply patch."""
-    if fields.force is not None:
+def tracker(kind: KindInfo, fields: FieldManagement, *, patch: bool = False) -> admission.Tracker:
+    """Records an ``Update`` entry for a create, replace or non-apply patch (``force`` is an
+    apply option: a 400 on another patch, ignored elsewhere, as the apiserver has it)."""
+    if patch and fields.force is not None:
         message = "force: Forbidden: may not be specified for non-apply patch"
         raise errors.BadRequest(message, causes=[Cause("force", message, "FieldValueForbidden")])
     manager = _manager(fields, default=ssa.manager_from_user_agent(fields.user_agent))

@@ -122,7 +122,7 @@ class KindHandlers:
         patch = wire.decode_object(body, content_type, allow_yaml=False)
         patched, warnings = admission.patch_object(
             self.store, self.kind, namespace, name, patch, dry_run=dry_run,
-            options=self.options.admission, track=apply.tracker(self.kind, fields),
+            options=self.options.admission, track=apply.tracker(self.kind, fields, patch=True),
         )
         return wire.json_response(patched, warnings=warnings)
 
