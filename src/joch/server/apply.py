@@ -144,6 +144,9 @@ def apply_patch(
         def track(old: Obj | None, given: Obj, admitted: Obj, managed: list[dict[str, Any]] = managed) -> Obj:
             return _with_managed(admitted, managed)
 
+        # Written, created or deleted since it was read: compute ownership again. (A NotFound on a
+        # create is something else, such as a namespace that does not exist: not retried.)
+        retried = (errors.AlreadyExists,) if live is None else (errors.Conflict, errors.NotFound)
         try:
             if live is None:
                 obj = ssa.rebuild(config, applied.tracked, ignore=ignore)
@@ -157,8 +160,7 @@ def apply_patch(
                 store, kind, obj, namespace=namespace, name=name, dry_run=dry_run, options=options.admission,
                 track=track)
             return wire.json_response(_as_dry_run(updated, live) if dry_run else updated, warnings=warnings)
-        except (errors.Conflict, errors.AlreadyExists, errors.NotFound):
-            # written, created or deleted since it was read: compute ownership again
+        except retried:
             if attempt >= APPLY_ATTEMPTS:
                 raise
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -321,6 +322,26 @@ def test_two_appliers_own_an_item_each_of_a_list_keyed_by_name(server: LiveServe
     assert [a["name"] for a in r.json()["spec"]["outputArtifacts"]] == ["report", "log"]
     r = apply(server, {**two, "spec": {}}, "?fieldManager=two")  # two leaves: its item goes, one's stays
     assert [a["name"] for a in r.json()["spec"]["outputArtifacts"]] == ["report"]
+
+
+def test_concurrent_appliers_of_one_new_object_all_land(server: LiveServer) -> None:
+    codes: list[int] = []
+
+    def applier(i: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            r = http.patch(server.path("ap", "w-race"), params={"fieldManager": f"m{i}"}, headers=APPLY,
+                           content=json.dumps(provider("w-race", envTemplate={f"K{i}": "v"})))
+            codes.append(r.status_code)
+
+    threads = [threading.Thread(target=applier, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [200] * 5 + [201]  # one created it, the others merged into it
+    obj = server.http.get(server.path("ap", "w-race")).json()
+    assert sorted(obj["spec"]["envTemplate"]) == [f"K{i}" for i in range(6)]
+    assert len(obj["metadata"]["managedFields"]) == 6
 
 
 def test_conflict_status_names_every_field_and_manager(server: LiveServer) -> None:
