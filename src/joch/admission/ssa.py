@@ -580,7 +580,7 @@ def _with_last_applied(part: Obj, config: Obj) -> Obj:
 
 def update(
     old: Obj | None, new: Obj, entries: list[Entry], *, manager: str, api_version: str, now: str,
-    ignore: Iterable[str] = (), lists: ListTypes = default_lists,
+    ignore: Iterable[str] = (), lists: ListTypes = default_lists, subresource: str = "",
 ) -> list[Entry]:
     """The entries after a non-apply write of ``new`` over ``old`` (None: create) by ``manager``."""
     if old is not None and not entries:
@@ -589,9 +589,9 @@ def update(
     changed, removed = changes(tracked(old, ignore=ignore), tracked(new, ignore=ignore), lists)
     if not changed and not removed:
         return list(entries)
-    me = (manager, UPDATE, "")
+    me = (manager, UPDATE, subresource)
     out: list[Entry] = []
-    mine = Entry(manager, UPDATE, api_version, frozenset(changed), now)
+    mine = Entry(manager, UPDATE, api_version, frozenset(changed), now, subresource)
     for e in entries:
         if e.key == me:
             mine = replace(mine, fields=frozenset((e.fields - removed) | changed))

@@ -99,13 +99,21 @@ def _manager(fields: FieldManagement, *, default: str | None) -> str:
     return manager
 
 
-def tracker(kind: KindInfo, fields: FieldManagement, *, patch: bool = False) -> admission.Tracker:
+def tracker(kind: KindInfo, fields: FieldManagement, *, patch: bool = False, status: bool = False,
+            ) -> admission.Tracker:
     """Records an ``Update`` entry for a create, replace or non-apply patch (``force`` is an
-    apply option: a 400 on another patch, ignored elsewhere, as the apiserver has it)."""
+    apply option: a 400 on another patch, ignored elsewhere, as the apiserver has it); with
+    ``status``, of the status subresource (only ``status`` counts; the request's managedFields do
+    not)."""
     if patch and fields.force is not None:
         message = "force: Forbidden: may not be specified for non-apply patch"
         raise errors.BadRequest(message, causes=[Cause("force", message, "FieldValueForbidden")])
     manager = _manager(fields, default=ssa.manager_from_user_agent(fields.user_agent))
+
+    def track_status(old: Obj | None, given: Obj, target: Obj) -> Obj:
+        entries = ssa.update(_status_of(old or {}), _status_of(target), _entries(old, "the stored"),
+                             manager=manager, api_version=kind.api_version, now=now(), subresource="status")
+        return _with_managed(target, ssa.encode_managed(entries))
 
     def track(old: Obj | None, given: Obj, admitted: Obj) -> Obj:
         given_managed = (given.get("metadata") or {}).get("managedFields")
@@ -115,7 +123,7 @@ def tracker(kind: KindInfo, fields: FieldManagement, *, patch: bool = False) -> 
                              lists=ssa.kind_lists(kind))
         return _with_managed(admitted, ssa.encode_managed(entries))
 
-    return track
+    return track_status if status else track
 
 
 def apply_patch(

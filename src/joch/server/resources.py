@@ -142,10 +142,12 @@ class KindHandlers:
         return wire.json_response(deleted)
 
     def replace_status(
-        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
     ) -> Response:
         obj = wire.decode_object(body, content_type)
-        return wire.json_response(self._write_status(obj, namespace, name, dry_run))
+        track = apply.tracker(self.kind, fields, status=True)
+        return wire.json_response(self._write_status(obj, namespace, name, dry_run, track))
 
     def patch_status(
         self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
@@ -167,14 +169,17 @@ class KindHandlers:
             target["metadata"] = {**current["metadata"],
                                   "resourceVersion": precondition or current["metadata"]["resourceVersion"]}
             try:
-                return wire.json_response(self._write_status(target, namespace, name, dry_run))
+                track = apply.tracker(self.kind, fields, patch=True, status=True)
+                return wire.json_response(self._write_status(target, namespace, name, dry_run, track))
             except errors.Conflict:
                 if precondition or attempt >= STATUS_PATCH_ATTEMPTS:
                     raise
 
-    def _write_status(self, obj: Obj, namespace: str | None, name: str, dry_run: bool) -> Obj:
+    def _write_status(
+        self, obj: Obj, namespace: str | None, name: str, dry_run: bool, track: admission.Tracker | None = None,
+    ) -> Obj:
         return admission.update_status(self.store, self.kind, obj, namespace=namespace, name=name,
-                                       dry_run=dry_run)
+                                       dry_run=dry_run, track=track)
 
     def _delete_preview(self, namespace: str | None, name: str, preconditions: dict[str, Any]) -> Obj:
         current = self.store.get(self.kind, namespace, name)
@@ -291,9 +296,9 @@ def install(
 
     def replace_status(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.replace_status(namespace, name, body, content_type, params.dry_run(dry_run))
+        return h.replace_status(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
     def patch_status(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),

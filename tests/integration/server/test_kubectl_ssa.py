@@ -369,6 +369,27 @@ def test_non_apply_writes_record_update_entries_and_take_the_fields_they_change(
     assert r.json()["details"]["causes"][0]["message"] == 'conflict with "kubectl" using joch.dev/v1alpha1'
 
 
+def test_status_writes_record_update_entries_of_the_status_subresource(server: LiveServer) -> None:
+    status = {"conditions": [{"type": "Ready", "status": "True"}]}
+    assert apply(server, provider("w-status"), "?fieldManager=owner").status_code == 201
+    r = server.http.patch(server.path("ap", "w-status") + "/status", headers=APPLY, params={"fieldManager": "probe"},
+                          content=json.dumps({**provider("w-status"), "status": status}))
+    assert r.status_code == 200, r.text
+    r = server.http.patch(server.path("ap", "w-status") + "/status", headers=MERGE, params={"fieldManager": "kubelet"},
+                          json={"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    assert r.status_code == 200, r.text
+    entries = {(e["manager"], e["operation"], e.get("subresource")): e["fieldsV1"]
+               for e in r.json()["metadata"]["managedFields"]}
+    ready = 'k:{"type":"Ready"}'
+    assert entries[("kubelet", "Update", "status")] == {"f:status": {"f:conditions": {ready: {"f:status": {}}}}}
+    assert entries[("probe", "Apply", "status")] == {  # the condition's status moved; its item and key stay
+        "f:status": {"f:conditions": {ready: {".": {}, "f:type": {}}}}}
+    r = server.http.patch(server.path("ap", "w-status") + "/status", headers=APPLY, params={"fieldManager": "probe"},
+                          content=json.dumps({**provider("w-status"), "status": status}))
+    assert r.status_code == 409
+    assert 'conflict with "kubelet" with subresource "status" using joch.dev/v1alpha1' in r.json()["message"]
+
+
 def test_force_is_only_for_apply(server: LiveServer) -> None:
     server.http.post(server.path("ap"), json=provider("w-force"))
     r = server.http.patch(server.path("ap", "w-force"), json={"spec": {"binary": "cat"}}, headers=MERGE,
