@@ -78,6 +78,9 @@ Mode = Literal["apply", "create"]
 Identity = tuple[str, str | None, str]
 PATCH_ATTEMPTS = 5
 _CONTROLLER_METADATA = ("finalizers", "ownerReferences")
+# (stored object or None, object as given, object as admitted) -> the object to write: how the
+# server records metadata.managedFields (joch.server.apply) without admission knowing of it.
+Tracker = Callable[[Obj | None, Obj, Obj], Obj]
 _T = TypeVar("_T")
 
 
@@ -485,7 +488,7 @@ def _detail(doc: Document, exc: errors.Invalid, causes: list[Cause]) -> dict[str
 
 def create_object(
     store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, dry_run: bool = False,
-    options: AdmissionOptions | None = None,
+    options: AdmissionOptions | None = None, track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
     """POST: admit and create one object (``generateName`` honoured). Returns it and warnings."""
     obj = _identified(kind, obj, namespace=namespace, name=None)
@@ -493,7 +496,7 @@ def create_object(
     def body(writer: Writer) -> tuple[Obj, list[str]]:
         admitted = _admit_with(writer, obj, old=None, options=options or DEFAULT_OPTIONS,
                                extra=list(_batch_rules(_single(obj), "create", None, None)))
-        created = _create(writer, kind, admitted.obj, None)
+        created = _create(writer, kind, track(None, obj, admitted.obj) if track else admitted.obj, None)
         warned = policies.enforce(writer, StoreSource(writer), kind, created, None,
                                   name=created["metadata"]["name"])
         return created, [*admitted.warnings, *warned]
@@ -503,17 +506,18 @@ def create_object(
 
 def update_object(
     store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, name: str,
-    dry_run: bool = False, options: AdmissionOptions | None = None,
+    dry_run: bool = False, options: AdmissionOptions | None = None, track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
     """PUT: replace user metadata and spec of an existing object; ``metadata.resourceVersion`` in
     the body is a precondition. Name and namespace in the body must match the URL's."""
     obj = _identified(kind, obj, namespace=namespace, name=name)
-    return _run(store, dry_run, lambda w: _replace(w, kind, obj, namespace, name, options))
+    return _run(store, dry_run, lambda w: _replace(w, kind, obj, namespace, name, options, track))
 
 
 def patch_object(
     store: Store, kind: KindInfo, namespace: str | None, name: str, patch: Obj, *,
     dry_run: bool = False, options: AdmissionOptions | None = None, attempts: int = PATCH_ATTEMPTS,
+    track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
     """PATCH (merge patch, RFC 7386) through admission; retried on ``Conflict`` unless the patch
     names a ``resourceVersion`` of its own."""
@@ -525,7 +529,7 @@ def patch_object(
     while True:
         attempt += 1
         try:
-            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, patch, options))
+            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, patch, options, track))
         except errors.Conflict:
             if pinned or attempt >= attempts:
                 raise
@@ -533,6 +537,7 @@ def patch_object(
 
 def update_status(
     store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, name: str, dry_run: bool = False,
+    track: Tracker | None = None,
 ) -> Obj:
     """PUT on the status subresource: validate ``obj["status"]`` and write only the status;
     ``metadata.resourceVersion`` in the body is a precondition."""
@@ -546,29 +551,30 @@ def update_status(
     def body(writer: Writer) -> Obj:
         current = writer.get(kind, namespace, name)
         metadata = {**current["metadata"], "resourceVersion": version or current["metadata"]["resourceVersion"]}
-        return writer.update_status(kind, {**current, "metadata": metadata, "status": status})
+        target = {**current, "metadata": metadata, "status": status}
+        return writer.update_status(kind, track(current, obj, target) if track else target)
 
     return _run(store, dry_run, body)
 
 
 def _replace(
     writer: Writer, kind: KindInfo, obj: Obj, namespace: str | None, name: str,
-    options: AdmissionOptions | None,
+    options: AdmissionOptions | None, track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
     old = writer.get(kind, namespace, name)
     admitted = admit(writer, obj, old=old, options=options or DEFAULT_OPTIONS)
-    updated = _update(writer, kind, old, admitted.obj, always=True)
+    updated = _update(writer, kind, old, track(old, obj, admitted.obj) if track else admitted.obj, always=True)
     warned = policies.enforce(writer, StoreSource(writer), kind, updated, old, name=name)
     return updated, [*admitted.warnings, *warned]
 
 
 def _patch(
     writer: Writer, kind: KindInfo, namespace: str | None, name: str, patch: Obj,
-    options: AdmissionOptions | None,
+    options: AdmissionOptions | None, track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
     current = writer.get(kind, namespace, name)
     merged = _identified(kind, merge_patch(current, patch), namespace=namespace, name=name)
-    return _replace(writer, kind, merged, namespace, name, options)
+    return _replace(writer, kind, merged, namespace, name, options, track)
 
 
 def _identified(kind: KindInfo, obj: Obj, *, namespace: str | None, name: str | None) -> Obj:

@@ -43,13 +43,14 @@ from joch.admission import merge
 from joch.api import errors
 from joch.api.meta import now
 from joch.api.registry import KindInfo
-from joch.server import limits, params, tables, watch, wire
+from joch.server import apply, limits, params, tables, watch, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
 from joch.store.base import ListResult, Obj, Store
 
 ContentType = Annotated[str | None, Header(alias="content-type", include_in_schema=False)]
 Scope = Callable[..., Awaitable[str | None]]
+FIELDS = Depends(apply.field_management)  # fieldManager, force, User-Agent (joch.server.apply)
 STATUS_PATCH_ATTEMPTS = 5
 
 
@@ -85,11 +86,14 @@ class KindHandlers:
             return wire.json_response(self.tables.for_list(result, table))
         return wire.json_response(list_body(self.kind, result))
 
-    def create(self, namespace: str | None, body: bytes, content_type: str | None, dry_run: bool) -> Response:
+    def create(
+        self, namespace: str | None, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
+    ) -> Response:
         obj = wire.decode_object(body, content_type)
         created, warnings = admission.create_object(
             self.store, self.kind, obj, namespace=namespace, dry_run=dry_run,
-            options=self.options.admission,
+            options=self.options.admission, track=apply.tracker(self.kind, fields),
         )
         return wire.json_response(created, status_code=201, warnings=warnings)
 
@@ -98,23 +102,27 @@ class KindHandlers:
         return wire.json_response(self.tables.for_object(obj, table) if table else obj)
 
     def replace(
-        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
     ) -> Response:
         obj = wire.decode_object(body, content_type)
         updated, warnings = admission.update_object(
             self.store, self.kind, obj, namespace=namespace, name=name, dry_run=dry_run,
-            options=self.options.admission,
+            options=self.options.admission, track=apply.tracker(self.kind, fields),
         )
         return wire.json_response(updated, warnings=warnings)
 
     def patch(
-        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
     ) -> Response:
+        if apply.is_apply(content_type):  # server-side apply (joch.server.apply)
+            return apply.apply_patch(self.store, self.kind, self.options, namespace, name, body, dry_run, fields)
         wire.require_merge_patch(content_type)
         patch = wire.decode_object(body, content_type, allow_yaml=False)
         patched, warnings = admission.patch_object(
             self.store, self.kind, namespace, name, patch, dry_run=dry_run,
-            options=self.options.admission,
+            options=self.options.admission, track=apply.tracker(self.kind, fields, patch=True),
         )
         return wire.json_response(patched, warnings=warnings)
 
@@ -134,14 +142,19 @@ class KindHandlers:
         return wire.json_response(deleted)
 
     def replace_status(
-        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
     ) -> Response:
         obj = wire.decode_object(body, content_type)
-        return wire.json_response(self._write_status(obj, namespace, name, dry_run))
+        track = apply.tracker(self.kind, fields, status=True)
+        return wire.json_response(self._write_status(obj, namespace, name, dry_run, track))
 
     def patch_status(
-        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
+        self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
+        fields: apply.FieldManagement = apply.UNNAMED,
     ) -> Response:
+        if apply.is_apply(content_type):
+            return apply.apply_status_patch(self.store, self.kind, namespace, name, body, dry_run, fields)
         wire.require_merge_patch(content_type)
         patch = wire.decode_object(body, content_type, allow_yaml=False)
         given = patch.get("metadata")
@@ -156,14 +169,17 @@ class KindHandlers:
             target["metadata"] = {**current["metadata"],
                                   "resourceVersion": precondition or current["metadata"]["resourceVersion"]}
             try:
-                return wire.json_response(self._write_status(target, namespace, name, dry_run))
+                track = apply.tracker(self.kind, fields, patch=True, status=True)
+                return wire.json_response(self._write_status(target, namespace, name, dry_run, track))
             except errors.Conflict:
                 if precondition or attempt >= STATUS_PATCH_ATTEMPTS:
                     raise
 
-    def _write_status(self, obj: Obj, namespace: str | None, name: str, dry_run: bool) -> Obj:
+    def _write_status(
+        self, obj: Obj, namespace: str | None, name: str, dry_run: bool, track: admission.Tracker | None = None,
+    ) -> Obj:
         return admission.update_status(self.store, self.kind, obj, namespace=namespace, name=name,
-                                       dry_run=dry_run)
+                                       dry_run=dry_run, track=track)
 
     def _delete_preview(self, namespace: str | None, name: str, preconditions: dict[str, Any]) -> Obj:
         current = self.store.get(self.kind, namespace, name)
@@ -229,7 +245,7 @@ def install(
     read_body = wire.body_reader(options.max_body_bytes)
     object_ref = schemas.object(kind)
     object_body = request_body(object_ref, wire.JSON, "application/yaml")
-    patch_body = request_body({"type": "object"}, wire.MERGE_PATCH)
+    patch_body = request_body({"type": "object"}, wire.MERGE_PATCH, apply.APPLY_PATCH)
     tags: list[str | Enum] = [kind.api_version]
     resource = kind.resource
 
@@ -250,9 +266,9 @@ def install(
 
     def create(
         namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.create(namespace, body, content_type, params.dry_run(dry_run))
+        return h.create(namespace, body, content_type, params.dry_run(dry_run), fields)
 
     def read(
         name: str, namespace: str | None = Depends(scope), accept: params.Accept = None,
@@ -262,15 +278,15 @@ def install(
 
     def replace(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.replace(namespace, name, body, content_type, params.dry_run(dry_run))
+        return h.replace(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
     def patch(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.patch(namespace, name, body, content_type, params.dry_run(dry_run))
+        return h.patch(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
     def delete(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
@@ -280,15 +296,15 @@ def install(
 
     def replace_status(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.replace_status(namespace, name, body, content_type, params.dry_run(dry_run))
+        return h.replace_status(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
     def patch_status(
         name: str, namespace: str | None = Depends(scope), body: bytes = Depends(read_body),
-        content_type: ContentType = None, dry_run: params.DryRun = None,
+        content_type: ContentType = None, dry_run: params.DryRun = None, fields: apply.FieldManagement = FIELDS,
     ) -> Response:
-        return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run))
+        return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
     add(collection, create, "POST", "create", 201, object_body)
     add(item, read, "GET", "read", responses=schemas.read_responses(kind))

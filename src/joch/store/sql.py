@@ -469,6 +469,10 @@ class _Tx(Writer):
         cm = current["metadata"]
         new_meta = {k: v for k, v in cm.items() if k not in _USER_METADATA}
         new_meta.update((k, m[k]) for k in _USER_METADATA if m.get(k))
+        if m.get("managedFields") is not None:  # set by the server's field manager; kept when absent
+            new_meta.pop("managedFields", None)
+            if m["managedFields"]:
+                new_meta["managedFields"] = m["managedFields"]
         new = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": new_meta}
         new.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status"))
         if "status" in current:
@@ -512,9 +516,14 @@ class _Tx(Writer):
         status = obj.get("status")
         if kind.sensitive:  # status.keys is the store's account of the sealed values: not writable
             status = {**(status or {}), "keys": (current.get("status") or {}).get("keys") or []}
-        if status == current.get("status"):
-            return current
         new = dict(current)
+        managed = m.get("managedFields")  # set by the server's field manager; kept when absent
+        if managed is not None and managed != (current["metadata"].get("managedFields") or []):
+            new["metadata"] = {k: v for k, v in current["metadata"].items() if k != "managedFields"}
+            if managed:
+                new["metadata"]["managedFields"] = managed
+        elif status == current.get("status"):
+            return current
         if status is None:
             new.pop("status", None)
         else:

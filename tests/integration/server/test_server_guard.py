@@ -135,11 +135,15 @@ def test_kubectl_shaped_requests_work(server: LiveServer) -> None:
     r = server.http.request("DELETE", server.path("ap", "p"), headers=json_headers,
                             content='{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"}')
     assert r.status_code == 200, r.text
-    # Server-side apply and strategic merge reach the route, which names the patch type it takes.
+    # Server-side apply and strategic merge reach the route: apply asks for its fieldManager, and
+    # strategic merge is named as a type the route does not take.
     server.create(provider("p"))
-    for media in ("application/apply-patch+yaml", "application/strategic-merge-patch+json"):
-        r = server.http.patch(server.path("ap", "p"), content="{}", headers={**KUBECTL, "Content-Type": media})
-        assert is_status(r.json(), 415, "UnsupportedMediaType") and "merge-patch+json" in r.json()["message"]
+    r = server.http.patch(server.path("ap", "p"), content="{}",
+                          headers={**KUBECTL, "Content-Type": "application/apply-patch+yaml"})
+    assert is_status(r.json(), 400, "BadRequest") and "fieldManager" in r.json()["message"]
+    r = server.http.patch(server.path("ap", "p"), content="{}",
+                          headers={**KUBECTL, "Content-Type": "application/strategic-merge-patch+json"})
+    assert is_status(r.json(), 415, "UnsupportedMediaType") and "merge-patch+json" in r.json()["message"]
     # The seed's custom WATCH method (no browser can send it without a preflight).
     r = server.http.request("WATCH", "/v1/resources", params={"timeoutSeconds": "1"})
     assert r.status_code == 200
