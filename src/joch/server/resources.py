@@ -73,11 +73,17 @@ class KindHandlers:
     def list(
         self, namespace: str | None, *, labels: str | None, fields: str | None, limit: int | None,
         token: str | None, resource_version: str | None, watching: bool, timeout: int | None,
-        bookmarks: bool, table: tables.TableRequest | None = None,
+        bookmarks: bool, table: tables.TableRequest | None = None, send_initial: bool | None = None,
+        match: str | None = None,
     ) -> Response:
         if watching:
             options = params.watch_options(namespace, labels, fields, resource_version, bookmarks)
             transform = self.tables.watch_transform(table) if table else None
+            if send_initial is not None:
+                watch.check_watch_list(send_initial, match, bookmarks)
+                return watch.respond_list(self.store, self.kind, options, send_initial=send_initial,
+                                          timeout_seconds=timeout, options=self.options, slots=self.slots,
+                                          transform=transform)
             return watch.respond(self.store, self.kind, options, timeout_seconds=timeout,
                                  options=self.options, slots=self.slots, transform=transform)
         result = self.store.list(self.kind, params.list_options(namespace, labels, fields, limit, token))
@@ -318,11 +324,13 @@ def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Respons
         bookmarks: params.AllowBookmarks = False,
         accept: params.Accept = None,
         include_object: params.IncludeObject = None,
+        send_initial: params.SendInitialEvents = None,
+        match: params.ResourceVersionMatch = None,
     ) -> Response:
         return h.list(
             namespace, labels=label_selector, fields=field_selector, limit=limit, token=token,
             resource_version=resource_version, watching=watching, timeout=timeout, bookmarks=bookmarks,
-            table=tables.negotiate(accept, include_object),
+            table=tables.negotiate(accept, include_object), send_initial=send_initial, match=match,
         )
 
     return list_objects
