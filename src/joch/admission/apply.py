@@ -521,11 +521,21 @@ def patch_object(
         raise errors.BadRequest("a merge patch must be a JSON object")
     metadata = patch.get("metadata")
     pinned = isinstance(metadata, dict) and bool(metadata.get("resourceVersion"))
+    return change_object(store, kind, namespace, name, lambda current: merge_patch(current, patch),
+                         pinned=pinned, dry_run=dry_run, options=options, attempts=attempts)
+
+
+def change_object(
+    store: Store, kind: KindInfo, namespace: str | None, name: str, change: Callable[[Obj], Obj], *,
+    pinned: bool, dry_run: bool = False, options: AdmissionOptions | None = None, attempts: int = PATCH_ATTEMPTS,
+) -> tuple[Obj, list[str]]:
+    """Any patch (``change`` maps the stored object to the desired one) through admission, written
+    over the version read; retried on ``Conflict`` unless the patch is ``pinned`` to a version."""
     attempt = 0
     while True:
         attempt += 1
         try:
-            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, patch, options))
+            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, change, options))
         except errors.Conflict:
             if pinned or attempt >= attempts:
                 raise
@@ -563,11 +573,11 @@ def _replace(
 
 
 def _patch(
-    writer: Writer, kind: KindInfo, namespace: str | None, name: str, patch: Obj,
+    writer: Writer, kind: KindInfo, namespace: str | None, name: str, change: Callable[[Obj], Obj],
     options: AdmissionOptions | None,
 ) -> tuple[Obj, list[str]]:
     current = writer.get(kind, namespace, name)
-    merged = _identified(kind, merge_patch(current, patch), namespace=namespace, name=name)
+    merged = _identified(kind, change(current), namespace=namespace, name=name)
     return _replace(writer, kind, merged, namespace, name, options)
 
 

@@ -39,7 +39,7 @@ from fastapi import Depends, FastAPI, Header, Path
 from starlette.responses import Response
 
 from joch.admission import apply as admission
-from joch.admission import merge
+from joch.admission import json_patch, merge
 from joch.api import errors
 from joch.api.meta import now
 from joch.api.registry import KindInfo
@@ -51,6 +51,22 @@ from joch.store.base import ListResult, Obj, Store
 ContentType = Annotated[str | None, Header(alias="content-type", include_in_schema=False)]
 Scope = Callable[..., Awaitable[str | None]]
 STATUS_PATCH_ATTEMPTS = 5
+JSON_PATCH = "application/json-patch+json"
+
+
+def json_patch_pins(patched: Obj, current: Obj) -> bool:
+    """Whether a patch changed ``metadata.resourceVersion``: it then names a precondition."""
+    wanted = (patched.get("metadata") or {}).get("resourceVersion")
+    return bool(wanted) and wanted != current["metadata"].get("resourceVersion")
+
+
+def require_patch_type(content_type: str | None) -> None:
+    kind = wire.media_type(content_type)
+    if kind != wire.MERGE_PATCH:
+        raise errors.UnsupportedMediaType(
+            f"the patch type {kind or '(none)'!r} is not supported: send a JSON merge patch "
+            f"(Content-Type: {wire.MERGE_PATCH}) or a JSON patch (Content-Type: {JSON_PATCH})"
+        )
 
 
 def list_body(kind: KindInfo, result: ListResult) -> dict[str, Any]:
@@ -116,7 +132,14 @@ class KindHandlers:
     def patch(
         self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
     ) -> Response:
-        wire.require_merge_patch(content_type)
+        if wire.media_type(content_type) == JSON_PATCH:
+            ops = json_patch.decode(wire.decode_text(body))
+            patched, warnings = admission.change_object(
+                self.store, self.kind, namespace, name, lambda current: json_patch.apply(current, ops),
+                pinned=json_patch.pinned(ops), dry_run=dry_run, options=self.options.admission,
+            )
+            return wire.json_response(patched, warnings=warnings)
+        require_patch_type(content_type)
         patch = wire.decode_object(body, content_type, allow_yaml=False)
         patched, warnings = admission.patch_object(
             self.store, self.kind, namespace, name, patch, dry_run=dry_run,
@@ -148,16 +171,25 @@ class KindHandlers:
     def patch_status(
         self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
     ) -> Response:
-        wire.require_merge_patch(content_type)
-        patch = wire.decode_object(body, content_type, allow_yaml=False)
-        given = patch.get("metadata")
-        pinned = given.get("resourceVersion") if isinstance(given, dict) else None
-        precondition = str(pinned) if pinned else None
+        change: Callable[[Obj], Obj]
+        precondition: str | None = None
+        if wire.media_type(content_type) == JSON_PATCH:
+            ops = json_patch.decode(wire.decode_text(body))
+            change = lambda current: json_patch.apply(current, ops)  # noqa: E731
+        else:
+            require_patch_type(content_type)
+            patch = wire.decode_object(body, content_type, allow_yaml=False)
+            change = lambda current: merge.merge_patch(current, patch)  # noqa: E731
+            given = patch.get("metadata")
+            pinned = given.get("resourceVersion") if isinstance(given, dict) else None
+            precondition = str(pinned) if pinned else None
         attempt = 0
         while True:
             attempt += 1
             current = self.store.get(self.kind, namespace, name)
-            merged = merge.merge_patch(current, patch)
+            merged = change(current)
+            if precondition is None and json_patch_pins(merged, current):
+                precondition = str(merged["metadata"]["resourceVersion"])
             target = {**current, "status": merged.get("status")}
             target["metadata"] = {**current["metadata"],
                                   "resourceVersion": precondition or current["metadata"]["resourceVersion"]}
@@ -235,7 +267,9 @@ def install(
     read_body = wire.body_reader(options.max_body_bytes)
     object_ref = schemas.object(kind)
     object_body = request_body(object_ref, wire.JSON, "application/yaml")
-    patch_body = request_body({"type": "object"}, wire.MERGE_PATCH)
+    patch_body = {"requestBody": {"required": True, "content": {
+        wire.MERGE_PATCH: {"schema": {"type": "object"}},
+        JSON_PATCH: {"schema": {"type": "array", "items": {"type": "object"}}}}}}
     tags: list[str | Enum] = [kind.api_version]
     resource = kind.resource
 

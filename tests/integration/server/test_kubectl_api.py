@@ -7,6 +7,7 @@ One server per module, each test in its own namespace or under its own names so 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -117,3 +118,47 @@ def test_watch_list_without_not_older_than_is_a_422_naming_the_parameter(server:
     assert response.status_code == 422
     body = response.json()
     assert body["details"]["causes"][0]["field"] == "resourceVersionMatch"
+
+
+# --- JSON patch ----------------------------------------------------------------------------------
+
+def test_kubectl_patch_type_json_replaces_adds_and_removes(server: LiveServer, kubectl: Kubectl) -> None:
+    server.create(agent("patched", {"keep": "me", "drop": "me"}))
+    ops = [{"op": "test", "path": "/metadata/labels/keep", "value": "me"},
+           {"op": "add", "path": "/spec/description", "value": "from a JSON patch"},
+           {"op": "remove", "path": "/metadata/labels/drop"}]
+    done = kubectl("patch", "agent", "patched", "-n", "default", "--type", "json", "-p", json.dumps(ops))
+    assert done.returncode == 0, done.stderr
+    assert "patched" in done.stdout
+    got = server.http.get(server.path("agents", "patched")).json()
+    assert got["spec"]["description"] == "from a JSON patch"
+    assert got["metadata"]["labels"] == {"keep": "me"}
+
+
+def test_a_failing_json_patch_test_op_is_a_422_and_changes_nothing(server: LiveServer, kubectl: Kubectl) -> None:
+    server.create(agent("tested"))
+    before = server.http.get(server.path("agents", "tested")).json()
+    ops = [{"op": "add", "path": "/spec/description", "value": "x"},
+           {"op": "test", "path": "/spec/runtime/type", "value": "kubernetes"}]
+    response = server.http.patch(server.path("agents", "tested"), content=json.dumps(ops),
+                                 headers={"Content-Type": "application/json-patch+json"})
+    assert response.status_code == 422
+    assert "operation 1 (test /spec/runtime/type) failed" in response.json()["message"]
+    failed = kubectl("patch", "agent", "tested", "-n", "default", "--type", "json", "-p", json.dumps(ops))
+    assert failed.returncode == 1
+    assert 'spec.runtime.type: "local", not "kubernetes" as the patch\'s test operation expects' in failed.stderr
+    after = server.http.get(server.path("agents", "tested")).json()
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_a_json_patch_that_is_not_a_list_is_a_400_and_an_unknown_patch_type_a_415(server: LiveServer) -> None:
+    server.create(agent("shapes"))
+    path = server.path("agents", "shapes")
+    bad = server.http.patch(path, content=b'{"op": "add"}', headers={"Content-Type": "application/json-patch+json"})
+    assert bad.status_code == 400 and "list of operations" in bad.json()["message"]
+    unknown = server.http.patch(path, content=b"{}", headers={"Content-Type": "application/strategic-merge-patch+json"})
+    assert unknown.status_code == 415 and "application/json-patch+json" in unknown.json()["message"]
+    status = server.http.patch(f"{path}/status", content=json.dumps(
+        [{"op": "add", "path": "/status", "value": {"conditions": []}}]),
+        headers={"Content-Type": "application/json-patch+json"})
+    assert status.status_code == 200, status.text
