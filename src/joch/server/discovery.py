@@ -40,7 +40,7 @@ from joch.server.schemas import error_responses
 # What the apiserver answers (kubectl asks with "...spec.v2@v1.0+protobuf", which Go cannot parse
 # as a response media type).
 OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
-VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 # The self-reviews of joch.server.auth.reviews: kubectl finds them here (auth whoami, auth can-i).
 REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("authentication.k8s.io", "v1"): [{"name": "selfsubjectreviews", "singularName": "selfsubjectreview",

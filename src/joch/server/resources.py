@@ -3,7 +3,7 @@
 For a namespaced kind ``K`` (``group/version``, plural ``ks``)::
 
     GET            /apis/group/version/ks                           list or watch, all namespaces
-    GET, POST      /apis/group/version/namespaces/{namespace}/ks
+    GET, POST, DELETE  /apis/group/version/namespaces/{namespace}/ks   (DELETE: deletecollection)
     GET, PUT, PATCH, DELETE  .../namespaces/{namespace}/ks/{name}
     GET, PUT, PATCH          .../namespaces/{namespace}/ks/{name}/status
 
@@ -161,6 +161,34 @@ class KindHandlers:
             uid=preconditions.get("uid"),
         )
         return wire.json_response(deleted)
+
+    def delete_collection(
+        self, namespace: str | None, *, labels: str | None, fields: str | None, body: bytes,
+        content_type: str | None, dry_run: bool,
+    ) -> Response:
+        """``deletecollection``: every object the selectors match, deleted in one transaction (an
+        object held back by finalizers gets its ``deletionTimestamp``); the answer is the list of them."""
+        if body.strip():
+            preconditions, all_dry = delete_options(wire.decode_object(body, content_type, allow_yaml=False))
+            if preconditions:
+                raise errors.BadRequest("DeleteOptions.preconditions cannot be used when deleting a collection: "
+                                        "delete the objects one by one to give each a precondition")
+            dry_run = dry_run or all_dry
+        options = params.list_options(namespace, labels, fields, None, None)
+        deleted: list[Obj] = []
+        with self.store.transaction() as writer:
+            listed = writer.list(self.kind, options)
+            for obj in listed.items:
+                m = obj["metadata"]
+                if dry_run:
+                    deleted.append(obj)
+                    continue
+                try:
+                    deleted.append(writer.delete(self.kind, m.get("namespace"), m["name"]))
+                except errors.NotFound:
+                    continue
+        result = ListResult(items=deleted, resource_version=listed.resource_version)
+        return wire.json_response(list_body(self.kind, result))
 
     def replace_status(
         self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool
@@ -330,7 +358,16 @@ def install(
     ) -> Response:
         return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run))
 
+    def delete_collection(
+        namespace: str | None = Depends(scope), label_selector: params.LabelSelector = None,
+        field_selector: params.FieldSelector = None, body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.delete_collection(namespace, labels=label_selector, fields=field_selector, body=body,
+                                   content_type=content_type, dry_run=params.dry_run(dry_run))
+
     add(collection, create, "POST", "create", 201, object_body)
+    add(collection, delete_collection, "DELETE", "deletecollection", responses=schemas.list_responses(kind))
     add(item, read, "GET", "read", responses=schemas.read_responses(kind))
     add(item, replace, "PUT", "replace", extra=object_body)
     add(item, patch, "PATCH", "patch", extra=patch_body)

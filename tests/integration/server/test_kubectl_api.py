@@ -162,3 +162,35 @@ def test_a_json_patch_that_is_not_a_list_is_a_400_and_an_unknown_patch_type_a_41
         [{"op": "add", "path": "/status", "value": {"conditions": []}}]),
         headers={"Content-Type": "application/json-patch+json"})
     assert status.status_code == 200, status.text
+
+
+# --- deletecollection ----------------------------------------------------------------------------
+
+def test_deletecollection_deletes_what_the_selector_matches_and_nothing_else(server: LiveServer) -> None:
+    for name, tier in (("dc-a", "gone"), ("dc-b", "gone"), ("dc-c", "kept")):
+        server.create(agent(name, {"dc": tier}))
+    dry = server.http.delete(server.path("agents"), params={"labelSelector": "dc=gone", "dryRun": "All"})
+    assert dry.status_code == 200 and len(dry.json()["items"]) == 2
+    response = server.http.delete(server.path("agents"), params={"labelSelector": "dc=gone"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["kind"] == "AgentList"
+    assert sorted(i["metadata"]["name"] for i in body["items"]) == ["dc-a", "dc-b"]
+    left = server.http.get(server.path("agents"), params={"labelSelector": "dc"}).json()["items"]
+    assert [i["metadata"]["name"] for i in left] == ["dc-c"]
+
+
+def test_discovery_lists_deletecollection(server: LiveServer) -> None:
+    resources = server.http.get("/apis/joch.dev/v1alpha1").json()["resources"]
+    agents = next(r for r in resources if r["name"] == "agents")
+    assert "deletecollection" in agents["verbs"]
+
+
+def test_kubectl_delete_with_a_label_selector(server: LiveServer, kubectl: Kubectl) -> None:
+    for name, tier in (("kd-a", "x"), ("kd-b", "y")):
+        server.create(agent(name, {"kd": tier}))
+    done = kubectl("delete", "agents", "-l", "kd=x", "-n", "default")
+    assert done.returncode == 0, done.stderr
+    assert 'agent.joch.dev "kd-a" deleted' in done.stdout
+    left = server.http.get(server.path("agents"), params={"labelSelector": "kd"}).json()["items"]
+    assert [i["metadata"]["name"] for i in left] == ["kd-b"]

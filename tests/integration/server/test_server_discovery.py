@@ -34,7 +34,7 @@ def test_resource_list_describes_each_kind_and_its_status_subresource(server: Li
     agents = by_name["agents"]
     assert agents == {
         "name": "agents", "singularName": "agent", "namespaced": True, "kind": "Agent",
-        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
         "shortNames": ["ag"], "categories": ["all"],
     }
     assert by_name["agents/status"]["verbs"] == ["get", "patch", "update"]
@@ -72,7 +72,7 @@ def test_openapi_documents_every_kind_with_its_schema(server: LiveServer) -> Non
     doc = server.http.get("/openapi.json").json()
     paths = doc["paths"]
     ns_agents = "/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"
-    assert set(paths[ns_agents]) == {"get", "post"}
+    assert set(paths[ns_agents]) == {"get", "post", "delete"}
     assert set(paths[ns_agents + "/{name}"]) == {"get", "put", "patch", "delete"}
     assert set(paths[ns_agents + "/{name}/status"]) == {"get", "put", "patch"}
     assert "get" in paths["/apis/joch.dev/v1alpha1/agents"]
