@@ -20,6 +20,7 @@ from joch.runtime.base import Runtime
 from joch.server import (
     audit,
     context,
+    corev1,
     discovery,
     errors,
     guard,
@@ -58,6 +59,7 @@ def create_app(
     health.install(app, store)
     discovery.install(app, registry, options)
     kind_schemas = schemas.for_registry(registry)
+    corev1.install(app, store, registry, options, kind_schemas)  # before the generic routes it overrides
     for kind in registry:
         resources.install(app, kind, store, options, kind_schemas, slots)
     v1.install(app, store, options, registry, kind_schemas, slots)

@@ -6,10 +6,10 @@ too; ``joch.server.auth.reviews`` serves them.
 The documents are computed once when the app is built (the registry does not change while a
 server runs) and served as pre-encoded bytes.
 
-Joch has no core (``v1``) resources, so ``/api`` lists no versions. Listing ``v1`` there with an
-empty ``/api/v1`` breaks kubectl: its discovery cache treats an empty resource list as a failed
+The core group (``/api``, ``/api/v1``) lists the registry's core kinds (Namespace) and the views
+``joch.server.corev1`` serves (``CORE_VIEWS``: core v1 Events). ``/api`` lists ``v1`` only when
+``/api/v1`` has resources: kubectl's discovery cache treats an empty resource list as a failed
 fetch, and ``kubectl api-resources`` then exits with "received empty response for: v1".
-``/api/v1`` still answers (an empty list) for clients that ask for it regardless.
 
 ``/openapi/v2`` exists for ``kubectl apply``'s client-side validation, which downloads it (after
 ``/openapi/v3`` answers 404) and refuses to apply when it cannot. kubectl asks for protobuf, and
@@ -49,6 +49,8 @@ REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
                                       "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"]}],
 }
 STATUS_VERBS = ["get", "patch", "update"]
+# Served by joch.server.corev1 as views of Joch's own kinds, not kinds of the registry.
+CORE_VIEWS: list[dict[str, Any]] = []
 
 
 def resource_list(group_version: str, kinds: list[KindInfo]) -> dict[str, Any]:
@@ -97,7 +99,11 @@ def _static(body: dict[str, Any]) -> Callable[[], Response]:
 
 
 def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
-    core = {"kind": "APIVersions", "apiVersion": "v1", "versions": [], "serverAddressByClientCIDRs": []}
+    core_kinds = registry.groups().get("", [])
+    core = {"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"] if core_kinds else [],
+            "serverAddressByClientCIDRs": []}
+    core_resources = resource_list("v1", core_kinds)
+    core_resources["resources"].extend(CORE_VIEWS)
     groups = {name: api_group(name, kinds) for name, kinds in registry.groups().items() if name}
     by_group_version: dict[tuple[str, str], list[KindInfo]] = {}
     for info in registry:
@@ -117,8 +123,8 @@ def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
 
     tags: list[str | Enum] = ["discovery"]
     app.add_api_route("/api", _static(core), methods=["GET"], tags=tags, summary="Core API versions")
-    app.add_api_route("/api/v1", _static(resource_list("v1", [])), methods=["GET"], tags=tags,
-                      summary="Core v1 resources (none)")
+    app.add_api_route("/api/v1", _static(core_resources), methods=["GET"], tags=tags,
+                      summary="Core v1 resources")
     app.add_api_route("/apis", _static(group_list), methods=["GET"], tags=tags, summary="API groups")
     app.add_api_route("/version", _static(options.version.to_dict()), methods=["GET"], tags=tags,
                       summary="Server version")

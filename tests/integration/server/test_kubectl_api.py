@@ -194,3 +194,57 @@ def test_kubectl_delete_with_a_label_selector(server: LiveServer, kubectl: Kubec
     assert 'agent.joch.dev "kd-a" deleted' in done.stdout
     left = server.http.get(server.path("agents"), params={"labelSelector": "kd"}).json()["items"]
     assert [i["metadata"]["name"] for i in left] == ["kd-b"]
+
+
+# --- namespaces ----------------------------------------------------------------------------------
+
+def test_kubectl_get_ns_shows_default_and_joch_system(kubectl: Kubectl) -> None:
+    got = kubectl("get", "ns")
+    assert got.returncode == 0, got.stderr
+    rows = {line.split()[0]: line.split()[1] for line in got.stdout.splitlines()[1:]}
+    assert rows["default"] == "Active" and rows["joch-system"] == "Active"
+    assert got.stdout.split()[:3] == ["NAME", "STATUS", "AGE"]
+
+
+def test_kubectl_create_ns_then_objects_in_it_and_delete_it_with_its_content(
+    server: LiveServer, kubectl: Kubectl
+) -> None:
+    missing = server.http.post("/apis/joch.dev/v1alpha1/namespaces/team-k/agents", json=agent("a"))
+    assert missing.status_code == 404
+    assert missing.json()["message"].startswith('namespaces "team-k" not found')
+    created = kubectl("create", "ns", "team-k")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.strip() == "namespace/team-k created"
+    provider = {**PROVIDER, "metadata": {"name": "demo-agent", "namespace": "team-k"}}
+    base = "/apis/joch.dev/v1alpha1/namespaces/team-k"
+    assert server.http.post(f"{base}/agentproviders", json=provider).status_code == 201
+    assert server.http.post(f"{base}/agents", json=agent("a")).status_code == 201
+    deleted = kubectl("delete", "ns", "team-k", "--timeout=10s")
+    assert deleted.returncode == 0, deleted.stderr
+    assert server.http.get("/api/v1/namespaces/team-k").status_code == 404
+    assert server.http.get("/apis/joch.dev/v1alpha1/namespaces/team-k/agents").json()["items"] == []
+
+
+def test_default_and_joch_system_cannot_be_deleted(kubectl: Kubectl) -> None:
+    for name in ("default", "joch-system"):
+        refused = kubectl("delete", "ns", name)
+        assert refused.returncode == 1
+        assert f'namespaces "{name}" is forbidden: this namespace may not be deleted' in refused.stderr
+
+
+def test_an_apply_batch_may_hold_its_namespace(server: LiveServer) -> None:
+    manifests = ("apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: p, namespace: team-batch}\n"
+                 "spec: {binary: echo}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team-batch}\n")
+    response = server.http.post("/v1/resources/apply", content=manifests,
+                                headers={"Content-Type": "application/yaml"})
+    assert response.status_code == 200, response.text
+    assert server.http.get("/api/v1/namespaces/team-batch").json()["status"]["phase"] == "Active"
+
+
+def test_core_discovery_lists_namespaces(server: LiveServer, kubectl: Kubectl) -> None:
+    assert server.http.get("/api").json()["versions"] == ["v1"]
+    names = {r["name"] for r in server.http.get("/api/v1").json()["resources"]}
+    assert "namespaces" in names
+    resources = kubectl("api-resources", "--api-group=")
+    assert resources.returncode == 0, resources.stderr
+    assert any(line.split()[:3] == ["namespaces", "ns", "v1"] for line in resources.stdout.splitlines())
