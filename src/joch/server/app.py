@@ -23,6 +23,7 @@ from joch.server import (
     corev1,
     discovery,
     errors,
+    events_view,
     guard,
     health,
     limits,
@@ -63,6 +64,7 @@ def create_app(
     for kind in registry:
         resources.install(app, kind, store, options, kind_schemas, slots)
     v1.install(app, store, options, registry, kind_schemas, slots)
+    events_view.install(app, store, options, slots)
     runs.install(app, store, options, kind_schemas)
     webhooks.install(app, store, options, kind_schemas)
     audit.install(app, store, registry, kind_schemas)

@@ -7,9 +7,10 @@ The documents are computed once when the app is built (the registry does not cha
 server runs) and served as pre-encoded bytes.
 
 The core group (``/api``, ``/api/v1``) lists the registry's core kinds (Namespace) and the views
-``joch.server.corev1`` serves (``CORE_VIEWS``: core v1 Events). ``/api`` lists ``v1`` only when
-``/api/v1`` has resources: kubectl's discovery cache treats an empty resource list as a failed
-fetch, and ``kubectl api-resources`` then exits with "received empty response for: v1".
+``joch.server.events_view`` serves (``CORE_VIEWS``: core v1 Events; ``VIEW_RESOURCES``:
+``events.k8s.io/v1``). ``/api`` lists ``v1`` only when ``/api/v1`` has resources: kubectl's
+discovery cache treats an empty resource list as a failed fetch, and ``kubectl api-resources``
+then exits with "received empty response for: v1".
 
 ``/openapi/v2`` exists for ``kubectl apply``'s client-side validation, which downloads it (after
 ``/openapi/v3`` answers 404) and refuses to apply when it cannot. kubectl asks for protobuf, and
@@ -49,8 +50,11 @@ REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
                                       "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"]}],
 }
 STATUS_VERBS = ["get", "patch", "update"]
-# Served by joch.server.corev1 as views of Joch's own kinds, not kinds of the registry.
-CORE_VIEWS: list[dict[str, Any]] = []
+# Served by joch.server.events_view as views of Joch's own Events, not kinds of the registry.
+_EVENTS_VIEW = {"name": "events", "singularName": "event", "namespaced": True, "kind": "Event",
+                "verbs": ["get", "list", "watch"], "shortNames": ["ev"]}
+CORE_VIEWS: list[dict[str, Any]] = [_EVENTS_VIEW]
+VIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {("events.k8s.io", "v1"): [_EVENTS_VIEW]}
 
 
 def resource_list(group_version: str, kinds: list[KindInfo]) -> dict[str, Any]:
@@ -109,7 +113,7 @@ def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
     for info in registry:
         if info.group:
             by_group_version.setdefault((info.group, info.version), []).append(info)
-    for group, version in REVIEW_RESOURCES:
+    for group, version in [*VIEW_RESOURCES, *REVIEW_RESOURCES]:
         entry = {"groupVersion": f"{group}/{version}", "version": version}
         groups[group] = {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [entry],
                          "preferredVersion": entry}
@@ -117,7 +121,7 @@ def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
     group_bodies = {name: wire.dumps(body) for name, body in groups.items()}
     version_bodies = {key: wire.dumps(resource_list(f"{key[0]}/{key[1]}", kinds))
                       for key, kinds in by_group_version.items()}
-    for (group, version), listed in REVIEW_RESOURCES.items():
+    for (group, version), listed in {**VIEW_RESOURCES, **REVIEW_RESOURCES}.items():
         version_bodies[(group, version)] = wire.dumps({"kind": "APIResourceList", "apiVersion": "v1",
                                                        "groupVersion": f"{group}/{version}", "resources": listed})
 

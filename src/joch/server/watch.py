@@ -62,6 +62,8 @@ logger = logging.getLogger("joch.server")
 YIELD_EVERY = 64
 Transform = Callable[[str, Any], Any]
 """What a stream sends for an event's object, given the event type (e.g. ``tables.WatchTables``)."""
+Keep = Callable[[Any], bool]
+"""Whether an event's object is sent at all (a selector the store cannot evaluate)."""
 
 
 async def follow(
@@ -137,7 +139,7 @@ def open_watch(
 
 def respond(
     store: Store, kind: KindInfo, watch_options: WatchOptions, *, timeout_seconds: int | None,
-    options: ServerOptions, slots: limits.WatchSlots, transform: Transform | None = None,
+    options: ServerOptions, slots: limits.WatchSlots, transform: Transform | None = None, keep: Keep | None = None,
 ) -> Response:
     try:
         watch, end = open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval),
@@ -146,12 +148,11 @@ def respond(
         if options.watch_expired == "status":
             raise
         return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
-    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform), end, media_type=wire.JSON)
+    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform, keep=keep), end,
+                     media_type=wire.JSON)
 
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-Keep = Callable[[Any], bool]
-"""Whether an event's object is sent at all (a selector the store cannot evaluate)."""
 
 
 def check_watch_list(send_initial: bool | None, match: str | None, bookmarks: bool) -> None:

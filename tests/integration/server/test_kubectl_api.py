@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from joch.api import events
+from joch.api.kinds import EVENT
 from joch.server import ServerOptions
 from joch.server.testing import LiveServer, live_server, ndjson
 from joch.store import open_store
@@ -248,3 +250,53 @@ def test_core_discovery_lists_namespaces(server: LiveServer, kubectl: Kubectl) -
     resources = kubectl("api-resources", "--api-group=")
     assert resources.returncode == 0, resources.stderr
     assert any(line.split()[:3] == ["namespaces", "ns", "v1"] for line in resources.stdout.splitlines())
+
+
+# --- Events --------------------------------------------------------------------------------------
+
+def a_run(server: LiveServer, name: str) -> dict[str, object]:
+    server.create(agent(f"{name}-agent"))
+    server.create({"apiVersion": "joch.dev/v1alpha1", "kind": "ImplementationSpec", "metadata": {"name": name},
+                   "spec": {"summary": "s", "text": "t", "source": {"provider": "manual"}}})
+    return server.create({"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
+                          "spec": {"agentRef": {"name": f"{name}-agent"}, "implementationRef": {"name": name},
+                                   "execution": {"coordinates": {"git": {"url": "https://example.com/r.git"}}}}})
+
+
+def test_kubectl_describe_run_shows_its_events(server: LiveServer, kubectl: Kubectl) -> None:
+    run = a_run(server, "described")
+    other = a_run(server, "other-run")
+    server.store.create(EVENT, events.event(run, reason="Dispatched", message="queued on local runtime"))
+    server.store.create(EVENT, events.event(other, reason="Elsewhere", message="not about the described run"))
+    described = kubectl("describe", "agentrun", "described", "-n", "default")
+    assert described.returncode == 0, described.stderr
+    section = described.stdout.split("Events:", 1)[1]
+    assert "Dispatched" in section and "queued on local runtime" in section
+    assert "joch-controller-manager" in section
+    assert "Elsewhere" not in section
+
+
+def test_core_and_events_k8s_io_views_translate_and_select(server: LiveServer) -> None:
+    run = a_run(server, "viewed")
+    server.store.create(EVENT, events.event(run, reason="Started", message="go", type="Warning"))
+    uid = run["metadata"]["uid"]  # type: ignore[index]
+    core = server.http.get("/api/v1/namespaces/default/events",
+                           params={"fieldSelector": f"involvedObject.uid={uid},type=Warning"}).json()
+    assert core["kind"] == "EventList" and [e["reason"] for e in core["items"]] == ["Started"]
+    item = core["items"][0]
+    assert item["involvedObject"]["kind"] == "AgentRun" and item["message"] == "go" and item["apiVersion"] == "v1"
+    assert server.http.get("/api/v1/namespaces/default/events",
+                           params={"fieldSelector": "involvedObject.name=viewed,reason!=Started"}).json()["items"] == []
+    new = server.http.get("/apis/events.k8s.io/v1/namespaces/default/events",
+                          params={"fieldSelector": "involvedObject.name=viewed"}).json()
+    assert new["items"][0]["regarding"]["name"] == "viewed" and new["items"][0]["note"] == "go"
+    got = server.http.get(f"/api/v1/namespaces/default/events/{item['metadata']['name']}").json()
+    assert got["reason"] == "Started"
+    bad = server.http.get("/api/v1/events", params={"fieldSelector": "spec.x=y"})
+    assert bad.status_code == 400 and "involvedObject.name" in bad.json()["message"]
+    params = {"watch": "1", "fieldSelector": "involvedObject.name=viewed", "timeoutSeconds": "1"}
+    with server.http.stream("GET", "/api/v1/namespaces/default/events", params=params) as response:
+        streamed = list(ndjson(response))
+    assert [(e["type"], e["object"]["reason"]) for e in streamed] == [("ADDED", "Started")]
+    assert "events" in {r["name"] for r in server.http.get("/api/v1").json()["resources"]}
+    assert server.http.get("/apis/events.k8s.io/v1").json()["resources"][0]["name"] == "events"
