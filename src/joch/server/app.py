@@ -63,6 +63,7 @@ def create_app(
     corev1.install(app, store, registry, options, kind_schemas)  # before the generic routes it overrides
     for kind in registry:
         resources.install(app, kind, store, options, kind_schemas, slots)
+    corev1.drop_shadowed(app)
     v1.install(app, store, options, registry, kind_schemas, slots)
     events_view.install(app, store, options, slots)
     runs.install(app, store, options, kind_schemas)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from joch.api import errors
@@ -121,8 +122,24 @@ def _empty(writer: Writer, registry: Registry, namespace: str) -> bool:
     return left == 0
 
 
+def drop_shadowed(app: FastAPI) -> None:
+    """Remove the routes an earlier one with the same path and method hides (the generic routes
+    this module overrides): they would never answer, and would appear twice in ``/openapi.json``."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for route in app.router.routes:
+        if isinstance(route, APIRoute):
+            keys = {(route.path, method) for method in route.methods}
+            if keys <= seen:
+                continue
+            seen |= keys
+        kept.append(route)
+    app.router.routes[:] = kept
+
+
 def install(app: FastAPI, store: Store, registry: Registry, options: ServerOptions, schemas: KindSchemas) -> None:
-    """Routes that must come before the generic ones (call before ``resources.install``)."""
+    """Routes that must come before the generic ones (call before ``resources.install``, and
+    ``drop_shadowed`` after it)."""
     read_body = wire.body_reader(options.max_body_bytes)
 
     def delete(

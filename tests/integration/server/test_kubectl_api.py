@@ -300,3 +300,12 @@ def test_core_and_events_k8s_io_views_translate_and_select(server: LiveServer) -
     assert [(e["type"], e["object"]["reason"]) for e in streamed] == [("ADDED", "Started")]
     assert "events" in {r["name"] for r in server.http.get("/api/v1").json()["resources"]}
     assert server.http.get("/apis/events.k8s.io/v1").json()["resources"][0]["name"] == "events"
+
+
+# --- version -------------------------------------------------------------------------------------
+
+def test_kubectl_version_shows_the_server_without_a_skew_warning(kubectl: Kubectl) -> None:
+    shown = kubectl("version")
+    assert shown.returncode == 0, shown.stderr
+    assert "Server Version: v1.37.0+joch." in shown.stdout
+    assert "version difference" not in shown.stderr + shown.stdout
