@@ -129,7 +129,7 @@ def drop_shadowed(app: FastAPI) -> None:
     kept = []
     for route in app.router.routes:
         if isinstance(route, APIRoute):
-            keys = {(route.path, method) for method in route.methods}
+            keys = {(route.path, method) for method in route.methods or ()}
             if keys <= seen:
                 continue
             seen |= keys
