@@ -94,8 +94,9 @@ class ApplyItem:
 
     @property
     def ref(self) -> str:
-        """``agent.joch.dev/coder``, as kubectl prints it."""
-        return f"{self.kind.singular}.{self.kind.group}/{self.name}"
+        """``agent.joch.dev/coder`` (``namespace/team-a`` in the core group), as kubectl prints it."""
+        group = f".{self.kind.group}" if self.kind.group else ""
+        return f"{self.kind.singular}{group}/{self.name}"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ and watch (``?watch=1``, watch-list included). Field selectors are evaluated on 
 with the labels the apiserver supports for Events (``FIELDS``), ``=``, ``==`` and ``!=``; a
 ``involvedObject.uid=`` selector (what describe sends) narrows the store query by the
 ``events.joch.dev/involved-uid`` label, so describe costs one indexed list, not a scan. A field the
-apiserver does not support is a 400 naming the supported ones.
+apiserver does not support is a 400 naming the supported ones. A client asking for a ``Table``
+(``kubectl get events``) gets the columns of Joch's Event kind (TYPE, REASON, OBJECT, MESSAGE, AGE).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from starlette.responses import Response
 
 from joch.api import errors, kinds
 from joch.api.events import INVOLVED_UID
-from joch.server import limits, params, resources, watch, wire
+from joch.server import limits, params, resources, tables, watch, wire
 from joch.server.options import ServerOptions
-from joch.store.base import ListOptions, Obj, Store
+from joch.store.base import ListOptions, ListResult, Obj, Store
 
 EVENT = kinds.EVENT
 FIELDS = ("metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
@@ -148,17 +149,19 @@ def install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.Wa
 
 def _install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.WatchSlots, shape: Shape) -> None:
     list_kind = {"kind": "EventList", "apiVersion": shape.api_version}
+    event_tables = tables.KindTables(EVENT)
     tags: list[Any] = [shape.api_version]
 
     def listing(namespace: str | None, label_selector: str | None, field_selector: str | None,
                 limit: int | None, token: str | None, resource_version: str | None, watching: bool,
-                timeout: int | None, bookmarks: bool, send_initial: bool | None, match: str | None) -> Response:
+                timeout: int | None, bookmarks: bool, send_initial: bool | None, match: str | None,
+                table: tables.TableRequest | None) -> Response:
         requirements = parse_fields(field_selector)
         labels = _labels(label_selector, requirements)
         keep = selected(requirements) if requirements else None
         if watching:
             opts = params.watch_options(namespace, labels, None, resource_version, bookmarks)
-            transform = _watch_transform(shape)
+            transform = event_tables.watch_transform(table) if table else _watch_transform(shape)
             if send_initial is not None:
                 watch.check_watch_list(send_initial, match, bookmarks)
                 return watch.respond_list(store, EVENT, opts, send_initial=send_initial, timeout_seconds=timeout,
@@ -168,7 +171,12 @@ def _install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.W
         result = store.list(EVENT, ListOptions(namespace=namespace, label_selector=labels,
                                                limit=params.page_limit(limit) if not keep else None,
                                                continue_token=token or None))
-        items = [shape.translate(obj) for obj in result.items if keep is None or keep(obj)]
+        kept = [obj for obj in result.items if keep is None or keep(obj)]
+        if table:
+            return wire.json_response(event_tables.for_list(
+                ListResult(items=kept, resource_version=result.resource_version,
+                           continue_token=result.continue_token), table))
+        items = [shape.translate(obj) for obj in kept]
         metadata: Obj = {"resourceVersion": result.resource_version}
         if result.continue_token:
             metadata["continue"] = result.continue_token
@@ -179,10 +187,11 @@ def _install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.W
         limit: params.Limit = None, token: params.Continue = None, resource_version: params.ResourceVersion = None,
         watching: params.WatchFlag = False, timeout: params.TimeoutSeconds = None,
         bookmarks: params.AllowBookmarks = False, send_initial: params.SendInitialEvents = None,
-        match: params.ResourceVersionMatch = None,
+        match: params.ResourceVersionMatch = None, accept: params.Accept = None,
+        include_object: params.IncludeObject = None,
     ) -> Response:
         return listing(None, label_selector, field_selector, limit, token, resource_version, watching, timeout,
-                       bookmarks, send_initial, match)
+                       bookmarks, send_initial, match, tables.negotiate(accept, include_object))
 
     def list_namespaced(
         namespace: str | None = Depends(resources.namespace_scope),
@@ -190,13 +199,17 @@ def _install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.W
         limit: params.Limit = None, token: params.Continue = None, resource_version: params.ResourceVersion = None,
         watching: params.WatchFlag = False, timeout: params.TimeoutSeconds = None,
         bookmarks: params.AllowBookmarks = False, send_initial: params.SendInitialEvents = None,
-        match: params.ResourceVersionMatch = None,
+        match: params.ResourceVersionMatch = None, accept: params.Accept = None,
+        include_object: params.IncludeObject = None,
     ) -> Response:
         return listing(namespace, label_selector, field_selector, limit, token, resource_version, watching,
-                       timeout, bookmarks, send_initial, match)
+                       timeout, bookmarks, send_initial, match, tables.negotiate(accept, include_object))
 
-    def read(name: str, namespace: str | None = Depends(resources.namespace_scope)) -> Response:
-        return wire.json_response(shape.translate(store.get(EVENT, namespace, name)))
+    def read(name: str, namespace: str | None = Depends(resources.namespace_scope), accept: params.Accept = None,
+             include_object: params.IncludeObject = None) -> Response:
+        obj = store.get(EVENT, namespace, name)
+        table = tables.negotiate(accept, include_object)
+        return wire.json_response(event_tables.for_object(obj, table) if table else shape.translate(obj))
 
     summary = f"Joch's Events as {shape.api_version} Events (read-only)"
     app.add_api_route(f"{shape.base}/events", list_all, methods=["GET"], tags=tags, summary=summary,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,6 +275,10 @@ def test_kubectl_describe_run_shows_its_events(server: LiveServer, kubectl: Kube
     assert "Dispatched" in section and "queued on local runtime" in section
     assert "joch-controller-manager" in section
     assert "Elsewhere" not in section
+    listed = kubectl("get", "events", "-n", "default", "--field-selector", "involvedObject.name=described")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[:6] == ["NAME", "TYPE", "REASON", "OBJECT", "MESSAGE", "AGE"]
+    assert "Dispatched" in listed.stdout and "Elsewhere" not in listed.stdout
 
 
 def test_core_and_events_k8s_io_views_translate_and_select(server: LiveServer) -> None:
@@ -309,3 +314,25 @@ def test_kubectl_version_shows_the_server_without_a_skew_warning(kubectl: Kubect
     assert shown.returncode == 0, shown.stderr
     assert "Server Version: v1.37.0+joch." in shown.stdout
     assert "version difference" not in shown.stderr + shown.stdout
+
+
+def test_kubectl_auth_can_i_answers_for_namespaced_and_core_resources(kubectl: Kubectl) -> None:
+    # Without an authenticator every request is allowed; test_server_kubectl_auth.py covers the roles.
+    for args in (("create", "agents", "-n", "default"), ("delete", "namespaces"), ("list", "events", "-n", "default"),
+                 ("deletecollection", "agents", "-n", "default")):
+        answer = kubectl("auth", "can-i", *args)
+        assert (answer.returncode, answer.stdout) == (0, "yes\n"), (args, answer.stderr)
+
+
+def test_joch_cli_gets_and_applies_namespaces(server: LiveServer, kubectl: Kubectl, tmp_path: Path) -> None:
+    joch = str(Path(sys.executable).parent / "joch")
+    manifest = tmp_path / "ns.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-cli\n")
+    applied = subprocess.run([joch, "--server", server.url, "apply", "-f", str(manifest)], capture_output=True,
+                             text=True, env={**kubectl.env, "PATH": os.environ["PATH"]}, timeout=30, check=False)
+    assert applied.returncode == 0, applied.stderr
+    assert "namespace/team-cli created" in applied.stdout
+    got = subprocess.run([joch, "--server", server.url, "get", "ns", "team-cli"], capture_output=True, text=True,
+                         env={**kubectl.env, "PATH": os.environ["PATH"]}, timeout=30, check=False)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split()[:6] == ["NAME", "STATUS", "AGE", "team-cli", "Active", got.stdout.split()[5]]
