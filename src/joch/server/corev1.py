@@ -11,13 +11,13 @@ that differs, and is registered before the generic route so it wins:
   (client-go's typed clients encode core kinds as ``application/vnd.kubernetes.protobuf``, whatever
   discovery says). Only what that command can set is read: name, generateName, labels and
   annotations; the answer is JSON, which its ``Accept`` lists.
-* Otherwise, in one transaction: the Namespace turns ``Terminating`` (admission then refuses new
-  objects in it), every namespaced object in it is deleted, and when nothing is left the
-  Namespace is deleted too. The cascade is synchronous, not a namespace controller: Joch's store
-  is local, so there is nothing to wait for, and ``kubectl delete ns x`` (which waits for the
-  object to be gone) returns at once. An object held back by finalizers (an AgentRun whose
-  runtime cleanup has not run yet) keeps the Namespace ``Terminating``; deleting it again once the
-  finalizers are gone finishes the job.
+* Otherwise, in one transaction (``joch.store.namespaces.terminate``): the Namespace turns
+  ``Terminating`` (admission then refuses new objects in it), every namespaced object in it is
+  deleted, and when nothing is left the Namespace is deleted too. The cascade is synchronous:
+  Joch's store is local, so there is nothing to wait for, and ``kubectl delete ns x`` (which waits
+  for the object to be gone) returns at once. An object held back by finalizers (an AgentRun whose
+  runtime cleanup has not run yet) keeps the Namespace ``Terminating``; the namespace controller
+  (``joch.controllers.namespaces``) finishes the job once the finalizers are gone.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from joch.server import params, resources, wire
 from joch.server.auth import protobuf
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
-from joch.store.base import ListOptions, Obj, Store, Writer
+from joch.store import namespaces
+from joch.store.base import Obj, Store
 
 
 def _entries(data: bytes) -> list[tuple[int, bytes]]:
@@ -100,26 +101,8 @@ def delete_namespace(store: Store, registry: Registry, name: str, *, dry_run: bo
     if dry_run:
         current = store.get(NAMESPACE, None, name)
         return {**current, "status": {"phase": TERMINATING}}
-    with store.transaction() as writer:
-        current = writer.get(NAMESPACE, None, name)
-        if (current.get("status") or {}).get("phase") != TERMINATING:
-            current = writer.update_status(NAMESPACE, {**current, "status": {"phase": TERMINATING}})
-        if _empty(writer, registry, name):
-            return writer.delete(NAMESPACE, None, name)
-        return current
-
-
-def _empty(writer: Writer, registry: Registry, namespace: str) -> bool:
-    """Delete what ``namespace`` holds; whether nothing is left (finalizers may hold objects back)."""
-    left = 0
-    for kind in registry:
-        if not kind.namespaced:
-            continue
-        for obj in writer.list(kind, ListOptions(namespace=namespace)).items:
-            deleted = writer.delete(kind, namespace, obj["metadata"]["name"])
-            if deleted["metadata"].get("deletionTimestamp") and deleted["metadata"].get("finalizers"):
-                left += 1
-    return left == 0
+    namespace, _ = namespaces.terminate(store, name, registry)
+    return namespace
 
 
 def drop_shadowed(app: FastAPI) -> None:

@@ -7,14 +7,22 @@ that does not exist, accepts everything it accepted before. Nothing is written w
 (a store opened a second time stays at its revision). Several servers opening one Postgres store
 at once agree: the missing ones are listed again inside the write transaction, which holds the
 revision lock.
+
+``terminate`` is how a namespace is deleted (the ``DELETE`` route and the namespace controller):
+in one transaction it marks the Namespace ``Terminating``, deletes every namespaced object in it,
+and deletes the Namespace once nothing is left. An object held back by finalizers (a run whose
+runtime cleanup is pending) keeps the Namespace ``Terminating``; the controller calls
+``terminate`` again until it is empty.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
-from joch.api.namespaces import NAMESPACE, PERMANENT, namespace_object
-from joch.store.base import Store
+from joch.api.namespaces import NAMESPACE, PERMANENT, TERMINATING, namespace_object
+from joch.api.registry import KindInfo
+from joch.store.base import ListOptions, Obj, Store, Writer
 
 
 class UsedNamespaces(Protocol):
@@ -36,3 +44,28 @@ def ensure(store: Store, used: UsedNamespaces) -> list[str]:
 
 def _existing(store: Store) -> set[str]:
     return {o["metadata"]["name"] for o in store.list(NAMESPACE).items}
+
+
+def terminate(store: Store, name: str, kinds: Iterable[KindInfo]) -> tuple[Obj, bool]:
+    """Delete namespace ``name`` and what it holds (see the module docstring): the Namespace as last
+    written, and whether it is gone."""
+    with store.transaction() as writer:
+        current = writer.get(NAMESPACE, None, name)
+        if (current.get("status") or {}).get("phase") != TERMINATING:
+            current = writer.update_status(NAMESPACE, {**current, "status": {"phase": TERMINATING}})
+        if _emptied(writer, name, kinds):
+            return writer.delete(NAMESPACE, None, name), True
+        return current, False
+
+
+def _emptied(writer: Writer, namespace: str, kinds: Iterable[KindInfo]) -> bool:
+    """Delete what ``namespace`` holds; whether nothing is left (finalizers may hold objects back)."""
+    left = 0
+    for kind in kinds:
+        if not kind.namespaced:
+            continue
+        for obj in writer.list(kind, ListOptions(namespace=namespace)).items:
+            deleted = writer.delete(kind, namespace, obj["metadata"]["name"])
+            if deleted["metadata"].get("deletionTimestamp") and deleted["metadata"].get("finalizers"):
+                left += 1
+    return left == 0
