@@ -97,8 +97,9 @@ def resolve(method: str, path: str, query: str = "", registry: Registry = REGIST
 
 def _rest(method: str, path: str, group: str, rest: list[str], query: str) -> RequestInfo:
     namespace = ""
-    if len(rest) >= 2 and rest[0] == "namespaces":
+    if len(rest) >= 2 and rest[0] == "namespaces" and not (len(rest) == 2 or rest[2:] in (["status"], ["finalize"])):
         namespace, rest = rest[1], rest[2:]
+    # else: /namespaces/NAME[/status] is the Namespace object itself (cluster-scoped), as the apiserver reads it
     if not rest:
         return RequestInfo(verb=METHOD_VERBS.get(method, method.lower()), path=path)
     resource, name, subresource = rest[0], rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
