@@ -29,6 +29,7 @@ from joch.api import errors, kinds
 from joch.api.events import INVOLVED_UID
 from joch.server import limits, params, resources, tables, watch, wire
 from joch.server.options import ServerOptions
+from joch.server.schemas import error_responses
 from joch.store.base import ListOptions, ListResult, Obj, Store
 
 EVENT = kinds.EVENT
@@ -207,7 +208,11 @@ def _install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.W
 
     def read(name: str, namespace: str | None = Depends(resources.namespace_scope), accept: params.Accept = None,
              include_object: params.IncludeObject = None) -> Response:
-        obj = store.get(EVENT, namespace, name)
+        try:
+            obj = store.get(EVENT, namespace, name)
+        except errors.NotFound:
+            resource = "events" if shape.api_version == "v1" else "events.events.k8s.io"
+            raise errors.NotFound(f'{resource} "{name}" not found', kind="events", name=name) from None
         table = tables.negotiate(accept, include_object)
         return wire.json_response(event_tables.for_object(obj, table) if table else shape.translate(obj))
 
@@ -217,4 +222,5 @@ def _install(app: FastAPI, store: Store, options: ServerOptions, slots: limits.W
     app.add_api_route(f"{shape.base}/namespaces/{{namespace}}/events", list_namespaced, methods=["GET"], tags=tags,
                       summary=summary, name=f"list:events:{shape.api_version}")
     app.add_api_route(f"{shape.base}/namespaces/{{namespace}}/events/{{name}}", read, methods=["GET"], tags=tags,
-                      summary=summary, name=f"read:events:{shape.api_version}")
+                      summary=summary, name=f"read:events:{shape.api_version}",
+                      responses=error_responses((404, "No such Event")))
