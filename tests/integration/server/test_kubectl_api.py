@@ -336,3 +336,24 @@ def test_joch_cli_gets_and_applies_namespaces(server: LiveServer, kubectl: Kubec
                          env={**kubectl.env, "PATH": os.environ["PATH"]}, timeout=30, check=False)
     assert got.returncode == 0, got.stderr
     assert got.stdout.split()[:6] == ["NAME", "STATUS", "AGE", "team-cli", "Active", got.stdout.split()[5]]
+
+
+# --- the kubernetes Python client ----------------------------------------------------------------
+
+def test_the_python_client_reads_namespaces_and_events_and_deletes_a_collection(server: LiveServer) -> None:
+    from kubernetes import client as k8s
+
+    run = a_run(server, "pyclient")
+    server.store.create(EVENT, events.event(run, reason="Queued", message="from the python client test"))
+    for name in ("py-a", "py-b"):
+        server.create(agent(name, {"py": "gone"}))
+    config = k8s.Configuration(host=server.url)
+    with k8s.ApiClient(config) as api:
+        core = k8s.CoreV1Api(api)
+        assert {"default", "joch-system"} <= {ns.metadata.name for ns in core.list_namespace().items}
+        listed = core.list_namespaced_event("default", field_selector="involvedObject.name=pyclient")
+        assert [(e.reason, e.involved_object.kind) for e in listed.items] == [("Queued", "AgentRun")]
+        custom = k8s.CustomObjectsApi(api)
+        custom.delete_collection_namespaced_custom_object("joch.dev", "v1alpha1", "default", "agents",
+                                                          label_selector="py=gone")
+    assert server.http.get(server.path("agents"), params={"labelSelector": "py"}).json()["items"] == []
