@@ -14,7 +14,7 @@ from joch.api.namespaces import NAMESPACE, namespace_object
 from joch.controllers.manager import Manager
 from joch.controllers.namespaces import NamespaceController
 from joch.controllers.options import ControllerOptions
-from joch.store import Store
+from joch.store import Store, open_store
 from joch.store.namespaces import terminate
 
 
@@ -60,3 +60,25 @@ def test_the_controller_finishes_once_finalizers_are_gone(store: Store, tmp_path
             time.sleep(0.1)
     finally:
         manager.stop()
+
+
+def test_an_existing_store_gets_a_namespace_for_every_namespace_its_objects_use(store_url: str) -> None:
+    older = open_store(store_url)
+    try:  # as a Joch before Namespaces wrote it: objects in namespaces nobody created
+        older.create(AGENT_PROVIDER, provider("legacy"))
+        with pytest.raises(errors.NotFound):
+            older.get(NAMESPACE, None, "team-x")
+        revision = older.current_revision()
+    finally:
+        older.close()
+    reopened = open_store(store_url)
+    try:
+        assert reopened.get(NAMESPACE, None, "team-x")["status"]["phase"] == "Active"
+        assert reopened.current_revision() == revision + 1
+    finally:
+        reopened.close()
+    again = open_store(store_url)
+    try:
+        assert again.current_revision() == revision + 1  # nothing missing: nothing written
+    finally:
+        again.close()
