@@ -121,6 +121,7 @@ def admit(
         raise invalid(kind, display_name(obj), _without_values(kind, causes))
     if old is None:
         namespaces.check_exists(reader, kind, metadata.get("namespace"), pending)
+    metadata = namespaces.with_name_label(kind, metadata)
     out = kind.with_body({"apiVersion": kind.api_version, "kind": kind.kind,
                           "metadata": _with_server_fields(metadata, obj, old)}, spec)
     status = _status(old) if old is not None else _initial_status(kind)

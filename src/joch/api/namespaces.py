@@ -20,6 +20,8 @@ from joch.api.registry import Column, KindInfo, register
 
 ACTIVE = "Active"
 TERMINATING = "Terminating"
+NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label every Namespace carries with its own name, as the apiserver sets it."""
 PERMANENT = (DEFAULT_NAMESPACE, CLUSTER_NAMESPACE)
 """The namespaces every store has and none may delete."""
 
@@ -43,5 +45,5 @@ NAMESPACE = register(KindInfo(
 def namespace_object(name: str) -> dict[str, Any]:
     """A new Namespace as the store writes it when it creates one itself (no admission)."""
     return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {NAME_LABEL: name}},
             "spec": {}, "status": {"phase": ACTIVE}}

@@ -241,7 +241,9 @@ def test_an_apply_batch_may_hold_its_namespace(server: LiveServer) -> None:
     response = server.http.post("/v1/resources/apply", content=manifests,
                                 headers={"Content-Type": "application/yaml"})
     assert response.status_code == 200, response.text
-    assert server.http.get("/api/v1/namespaces/team-batch").json()["status"]["phase"] == "Active"
+    got = server.http.get("/api/v1/namespaces/team-batch").json()
+    assert got["status"]["phase"] == "Active"
+    assert got["metadata"]["labels"] == {"kubernetes.io/metadata.name": "team-batch"}
 
 
 def test_core_discovery_lists_namespaces(server: LiveServer, kubectl: Kubectl) -> None:
