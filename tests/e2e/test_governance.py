@@ -386,6 +386,7 @@ def test_denying_a_run_on_main_fails_it_with_the_reason(governed: Governed) -> N
 
 def test_a_dollar_a_day_budget_refuses_50_cents_after_80_were_reported(governed: Governed) -> None:
     r = governed.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MONEY}},
         {"apiVersion": "model.joch.dev/v1alpha1", "kind": "Model", "metadata": {"name": "gpt-test", "namespace": MONEY},
          "spec": {"provider": "openai", "modelId": "gpt-test-2026",
                   "pricing": {"inputPerMillionUsd": 5.0, "outputPerMillionUsd": 8.0}}},

@@ -97,8 +97,9 @@ class ApplyItem:
 
     @property
     def ref(self) -> str:
-        """``agent.joch.dev/coder``, as kubectl prints it."""
-        return f"{self.kind.singular}.{self.kind.group}/{self.name}"
+        """``agent.joch.dev/coder`` (``namespace/team-a`` in the core group), as kubectl prints it."""
+        group = f".{self.kind.group}" if self.kind.group else ""
+        return f"{self.kind.singular}{group}/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -525,11 +526,22 @@ def patch_object(
         raise errors.BadRequest("a merge patch must be a JSON object")
     metadata = patch.get("metadata")
     pinned = isinstance(metadata, dict) and bool(metadata.get("resourceVersion"))
+    return change_object(store, kind, namespace, name, lambda current: merge_patch(current, patch),
+                         pinned=pinned, dry_run=dry_run, options=options, attempts=attempts, track=track)
+
+
+def change_object(
+    store: Store, kind: KindInfo, namespace: str | None, name: str, change: Callable[[Obj], Obj], *,
+    pinned: bool, dry_run: bool = False, options: AdmissionOptions | None = None, attempts: int = PATCH_ATTEMPTS,
+    track: Tracker | None = None,
+) -> tuple[Obj, list[str]]:
+    """Any patch (``change`` maps the stored object to the desired one) through admission, written
+    over the version read; retried on ``Conflict`` unless the patch is ``pinned`` to a version."""
     attempt = 0
     while True:
         attempt += 1
         try:
-            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, patch, options, track))
+            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, change, options, track))
         except errors.Conflict:
             if pinned or attempt >= attempts:
                 raise
@@ -569,11 +581,11 @@ def _replace(
 
 
 def _patch(
-    writer: Writer, kind: KindInfo, namespace: str | None, name: str, patch: Obj,
+    writer: Writer, kind: KindInfo, namespace: str | None, name: str, change: Callable[[Obj], Obj],
     options: AdmissionOptions | None, track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
     current = writer.get(kind, namespace, name)
-    merged = _identified(kind, merge_patch(current, patch), namespace=namespace, name=name)
+    merged = _identified(kind, change(current), namespace=namespace, name=name)
     return _replace(writer, kind, merged, namespace, name, options, track)
 
 

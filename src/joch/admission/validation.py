@@ -44,7 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from joch.admission import diagnostics, policies
+from joch.admission import diagnostics, namespaces, policies
 from joch.admission.documents import RawScalars
 from joch.admission.metadata import normalize_metadata
 from joch.admission.provenance import stamp
@@ -119,6 +119,9 @@ def admit(
     causes = _merge(diagnostics.scan(obj, raw=raw), causes)
     if causes:
         raise invalid(kind, display_name(obj), _without_values(kind, causes))
+    if old is None:
+        namespaces.check_exists(reader, kind, metadata.get("namespace"), pending)
+    metadata = namespaces.with_name_label(kind, metadata)
     out = kind.with_body({"apiVersion": kind.api_version, "kind": kind.kind,
                           "metadata": _with_server_fields(metadata, obj, old)}, spec)
     status = _status(old) if old is not None else _initial_status(kind)

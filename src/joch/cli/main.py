@@ -772,7 +772,7 @@ def version_command(ctx: typer.Context, server: ServerOption = None) -> None:
     typer.echo(f"Client Version: v{joch.__version__}")
     with _client(ctx, server) as client:
         info = client.get_object("/version")
-    version = info.get("gitVersion") or info.get("version") or info
+    version = info.get("jochVersion") or info.get("gitVersion") or info.get("version") or info
     typer.echo(f"Server Version: {version}")
 
 

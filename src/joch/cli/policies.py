@@ -29,9 +29,10 @@ from joch.admission.documents import Document
 from joch.admission.validation import resolve_kind
 from joch.api import errors, kinds
 from joch.api.identity import RequestContext, UserInfo, acting_as
+from joch.api.namespaces import NAMESPACE, namespace_object
 from joch.api.registry import KindInfo
 from joch.policy import decisions, rules
-from joch.store import open_store
+from joch.store import Store, open_store
 from joch.store.base import Obj
 
 DENIED_EXIT_CODE = 10
@@ -142,6 +143,16 @@ def _created_by(obj: Obj, user: str | None) -> Obj:
     return {**obj, "metadata": {**metadata, "annotations": annotations}}
 
 
+def _with_namespaces(store: Store, docs: list[Document], namespace: str | None) -> None:
+    """The scratch store holds every namespace the documents name: offline, none is missing."""
+    named = {namespace} | {(d.obj.get("metadata") or {}).get("namespace") for d in docs if isinstance(d.obj, dict)
+                           and isinstance(d.obj.get("metadata"), dict)}
+    with store.transaction() as writer:
+        existing = {o["metadata"]["name"] for o in writer.list(NAMESPACE).items}
+        for name in sorted(n for n in named if isinstance(n, str) and n and n not in existing):
+            writer.create(NAMESPACE, namespace_object(name))
+
+
 def _admitted(docs: list[Document], namespace: str | None) -> list[Obj]:
     """The Policies and Environments as the server would store them (or its error)."""
     if not docs:
@@ -149,6 +160,7 @@ def _admitted(docs: list[Document], namespace: str | None) -> list[Obj]:
     with tempfile.TemporaryDirectory(prefix="joch-policy-test-") as tmp:
         store = open_store(f"sqlite:///{Path(tmp) / 'joch.db'}", history=None)
         try:
+            _with_namespaces(store, docs, namespace)
             result = apply_documents(store, docs, dry_run=True, namespace=namespace)
         except errors.Invalid as exc:  # the test applies nothing: say so, not apply's "nothing was applied"
             message = exc.message.replace("; nothing was applied", "; nothing was tested")

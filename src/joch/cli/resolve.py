@@ -168,7 +168,7 @@ def _resource_type(group: str, version: str, entry: APIResource) -> ResourceType
 
 
 def discover(client: Getter) -> Discovery:
-    """Fetch ``/apis`` and the preferred version of every group."""
+    """Fetch ``/apis`` and the preferred version of every group, then ``/api/v1``."""
     group_list = client.get_object("/apis")
     documents = []
     for group in group_list.get("groups") or []:
@@ -178,4 +178,8 @@ def discover(client: Getter) -> Discovery:
         group_version = preferred.get("groupVersion") if isinstance(preferred, dict) else None
         if group_version:
             documents.append(client.get_object(f"/apis/{group_version}"))
+    # The core group (Namespaces, the Events view) last: kubectl prefers it for a bare name, but
+    # `joch get events` keeps meaning Joch's own Events, which the views translate.
+    if "v1" in (client.get_object("/api").get("versions") or []):
+        documents.append(client.get_object("/api/v1"))
     return Discovery.from_documents(documents)

@@ -45,6 +45,7 @@ def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions
     from joch.controllers.approvals import ApprovalController
     from joch.controllers.budgets import BudgetController
     from joch.controllers.deliveries import DeliveryController
+    from joch.controllers.namespaces import NamespaceController
     from joch.controllers.runs import RunController
     from joch.controllers.sources import SourceController
     from joch.controllers.triggers import TriggerController
@@ -53,4 +54,4 @@ def build_controllers(store: Store, runtime: Runtime, options: ControllerOptions
 
     return [AgentController(), RunController(runtime, options), ApprovalController(),
             BudgetController(options.resync_period), SourceController(), TriggerController(), DeliveryController(),
-            WriteBackController(runtime), WriteIntentController(runtime)]
+            WriteBackController(runtime), WriteIntentController(runtime), NamespaceController()]

@@ -20,8 +20,10 @@ from joch.runtime.base import Runtime
 from joch.server import (
     audit,
     context,
+    corev1,
     discovery,
     errors,
+    events_view,
     guard,
     health,
     limits,
@@ -61,9 +63,12 @@ def create_app(
     discovery.install(app, registry, options)
     openapi.install(app, registry)
     kind_schemas = schemas.for_registry(registry)
+    corev1.install(app, store, registry, options, kind_schemas)  # before the generic routes it overrides
     for kind in registry:
         resources.install(app, kind, store, options, kind_schemas, slots)
+    corev1.drop_shadowed(app)
     v1.install(app, store, options, registry, kind_schemas, slots)
+    events_view.install(app, store, options, slots)
     runs.install(app, store, options, kind_schemas)
     webhooks.install(app, store, options, kind_schemas)
     audit.install(app, store, registry, kind_schemas)

@@ -6,10 +6,11 @@ too; ``joch.server.auth.reviews`` serves them.
 The documents are computed once when the app is built (the registry does not change while a
 server runs) and served as pre-encoded bytes.
 
-Joch has no core (``v1``) resources, so ``/api`` lists no versions. Listing ``v1`` there with an
-empty ``/api/v1`` breaks kubectl: its discovery cache treats an empty resource list as a failed
-fetch, and ``kubectl api-resources`` then exits with "received empty response for: v1".
-``/api/v1`` still answers (an empty list) for clients that ask for it regardless.
+The core group (``/api``, ``/api/v1``) lists the registry's core kinds (Namespace) and the views
+``joch.server.events_view`` serves (``CORE_VIEWS``: core v1 Events; ``VIEW_RESOURCES``:
+``events.k8s.io/v1``). ``/api`` lists ``v1`` only when ``/api/v1`` has resources: kubectl's
+discovery cache treats an empty resource list as a failed fetch, and ``kubectl api-resources``
+then exits with "received empty response for: v1".
 
 The OpenAPI documents clients read (``/openapi/v3``, ``/openapi/v2``) are ``joch.server.openapi``'s.
 
@@ -33,7 +34,7 @@ from joch.server import wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import error_responses
 
-VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 # The self-reviews of joch.server.auth.reviews: kubectl finds them here (auth whoami, auth can-i).
 REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("authentication.k8s.io", "v1"): [{"name": "selfsubjectreviews", "singularName": "selfsubjectreview",
@@ -42,6 +43,11 @@ REVIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {
                                       "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"]}],
 }
 STATUS_VERBS = ["get", "patch", "update"]
+# Served by joch.server.events_view as views of Joch's own Events, not kinds of the registry.
+_EVENTS_VIEW = {"name": "events", "singularName": "event", "namespaced": True, "kind": "Event",
+                "verbs": ["get", "list", "watch"], "shortNames": ["ev"]}
+CORE_VIEWS: list[dict[str, Any]] = [_EVENTS_VIEW]
+VIEW_RESOURCES: dict[tuple[str, str], list[dict[str, Any]]] = {("events.k8s.io", "v1"): [_EVENTS_VIEW]}
 
 
 def resource_list(group_version: str, kinds: list[KindInfo]) -> dict[str, Any]:
@@ -90,13 +96,17 @@ def _static(body: dict[str, Any]) -> Callable[[], Response]:
 
 
 def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
-    core = {"kind": "APIVersions", "apiVersion": "v1", "versions": [], "serverAddressByClientCIDRs": []}
+    core_kinds = registry.groups().get("", [])
+    core = {"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"] if core_kinds else [],
+            "serverAddressByClientCIDRs": []}
+    core_resources = resource_list("v1", core_kinds)
+    core_resources["resources"].extend(CORE_VIEWS)
     groups = {name: api_group(name, kinds) for name, kinds in registry.groups().items() if name}
     by_group_version: dict[tuple[str, str], list[KindInfo]] = {}
     for info in registry:
         if info.group:
             by_group_version.setdefault((info.group, info.version), []).append(info)
-    for group, version in REVIEW_RESOURCES:
+    for group, version in [*VIEW_RESOURCES, *REVIEW_RESOURCES]:
         entry = {"groupVersion": f"{group}/{version}", "version": version}
         groups[group] = {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [entry],
                          "preferredVersion": entry}
@@ -104,14 +114,14 @@ def install(app: FastAPI, registry: Registry, options: ServerOptions) -> None:
     group_bodies = {name: wire.dumps(body) for name, body in groups.items()}
     version_bodies = {key: wire.dumps(resource_list(f"{key[0]}/{key[1]}", kinds))
                       for key, kinds in by_group_version.items()}
-    for (group, version), listed in REVIEW_RESOURCES.items():
+    for (group, version), listed in {**VIEW_RESOURCES, **REVIEW_RESOURCES}.items():
         version_bodies[(group, version)] = wire.dumps({"kind": "APIResourceList", "apiVersion": "v1",
                                                        "groupVersion": f"{group}/{version}", "resources": listed})
 
     tags: list[str | Enum] = ["discovery"]
     app.add_api_route("/api", _static(core), methods=["GET"], tags=tags, summary="Core API versions")
-    app.add_api_route("/api/v1", _static(resource_list("v1", [])), methods=["GET"], tags=tags,
-                      summary="Core v1 resources (none)")
+    app.add_api_route("/api/v1", _static(core_resources), methods=["GET"], tags=tags,
+                      summary="Core v1 resources")
     app.add_api_route("/apis", _static(group_list), methods=["GET"], tags=tags, summary="API groups")
     app.add_api_route("/version", _static(options.version.to_dict()), methods=["GET"], tags=tags,
                       summary="Server version")

@@ -7,6 +7,7 @@ short bookmark interval or the other watch-expiry mode without monkeypatching.
 from __future__ import annotations
 
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,25 +19,38 @@ from joch.server.auth.options import AuthOptions
 MiB = 1024 * 1024
 
 
+KUBERNETES_API = (1, 37)
+"""The Kubernetes API level Joch's server speaks (the newest kubectl it is tested with)."""
+
+
 @dataclass(frozen=True)
 class VersionInfo:
-    """What ``GET /version`` reports, in the shape of Kubernetes' ``version.Info``."""
+    """What ``GET /version`` reports, in the shape of Kubernetes' ``version.Info``.
+
+    ``major``, ``minor`` and ``gitVersion`` carry the Kubernetes API level (``KUBERNETES_API``),
+    with Joch's own version as semver build metadata (``v1.37.0+joch.0.1.0``): kubectl compares the
+    server's gitVersion with its own and warns when the minor versions are more than one apart, and
+    clients pick wire features by it, so it must say what the API is, not which Joch serves it.
+    Joch's version is also ``jochVersion`` (``v0.1.0``), which ``joch version`` prints."""
 
     major: str
     minor: str
     git_version: str
     git_commit: str = ""
     build_date: str = ""
+    joch_version: str = f"v{__version__}"
 
     @classmethod
     def current(cls) -> VersionInfo:
-        major, minor, *_ = [*__version__.split("."), "0", "0"][:3]
-        return cls(major=major, minor=minor, git_version=f"v{__version__}")
+        major, minor = KUBERNETES_API
+        metadata = ".".join(p for p in re.split(r"[^0-9A-Za-z-]+", __version__) if p)
+        return cls(major=str(major), minor=str(minor), git_version=f"v{major}.{minor}.0+joch.{metadata}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "major": self.major,
             "minor": self.minor,
+            "jochVersion": self.joch_version,
             "gitVersion": self.git_version,
             "gitCommit": self.git_commit,
             "gitTreeState": "clean" if self.git_commit else "",

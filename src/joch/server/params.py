@@ -8,7 +8,7 @@ would overflow there as a 500): no page is that large, so the cap only turns non
 A namespace in the path or in ``?namespace=`` follows the rule admission applies to
 ``metadata.namespace``, so ``/namespaces/Bad_NS/...`` is a 400 naming the rule, not an empty list.
 Parameters clients send that Joch has no use for (``fieldManager``, ``fieldValidation``, ``pretty``,
-``resourceVersionMatch``) are accepted and ignored, as a lenient apiserver would.
+and ``resourceVersionMatch`` on a plain list) are accepted and ignored, as a lenient apiserver would.
 """
 
 from __future__ import annotations
@@ -46,6 +46,15 @@ TimeoutSeconds = Annotated[
     int | None, Query(alias="timeoutSeconds", ge=0, description="end a watch after this many seconds")
 ]
 AllowBookmarks = Annotated[bool, Query(alias="allowWatchBookmarks")]
+SendInitialEvents = Annotated[
+    bool | None,
+    Query(alias="sendInitialEvents",
+          description="watch-list: the current objects as ADDED, then a BOOKMARK annotated "
+                      "`k8s.io/initial-events-end`, then changes (needs `resourceVersionMatch=NotOlderThan`)"),
+]
+ResourceVersionMatch = Annotated[
+    str | None, Query(alias="resourceVersionMatch", description="`NotOlderThan` (watch-list) or `Exact`"),
+]
 IncludeObject = Annotated[
     str | None,
     Query(alias="includeObject",

@@ -3,7 +3,7 @@
 For a namespaced kind ``K`` (``group/version``, plural ``ks``)::
 
     GET            /apis/group/version/ks                           list or watch, all namespaces
-    GET, POST      /apis/group/version/namespaces/{namespace}/ks
+    GET, POST, DELETE  /apis/group/version/namespaces/{namespace}/ks   (DELETE: deletecollection)
     GET, PUT, PATCH, DELETE  .../namespaces/{namespace}/ks/{name}
     GET, PUT, PATCH          .../namespaces/{namespace}/ks/{name}/status
 
@@ -39,7 +39,7 @@ from fastapi import Depends, FastAPI, Header, Path
 from starlette.responses import Response
 
 from joch.admission import apply as admission
-from joch.admission import merge
+from joch.admission import json_patch, merge
 from joch.api import errors
 from joch.api.meta import now
 from joch.api.registry import KindInfo
@@ -52,6 +52,23 @@ ContentType = Annotated[str | None, Header(alias="content-type", include_in_sche
 Scope = Callable[..., Awaitable[str | None]]
 FIELDS = Depends(apply.field_management)  # fieldManager, force, User-Agent (joch.server.apply)
 STATUS_PATCH_ATTEMPTS = 5
+JSON_PATCH = "application/json-patch+json"
+
+
+def json_patch_pins(patched: Obj, current: Obj) -> bool:
+    """Whether a patch changed ``metadata.resourceVersion``: it then names a precondition."""
+    wanted = (patched.get("metadata") or {}).get("resourceVersion")
+    return bool(wanted) and wanted != current["metadata"].get("resourceVersion")
+
+
+def require_patch_type(content_type: str | None) -> None:
+    kind = wire.media_type(content_type)
+    if kind != wire.MERGE_PATCH:
+        raise errors.UnsupportedMediaType(
+            f"the patch type {kind or '(none)'!r} is not supported: send a JSON merge patch "
+            f"(Content-Type: {wire.MERGE_PATCH}), a JSON patch (Content-Type: {JSON_PATCH}) or a "
+            f"server-side apply patch (Content-Type: application/apply-patch+yaml)"
+        )
 
 
 def list_body(kind: KindInfo, result: ListResult) -> dict[str, Any]:
@@ -74,11 +91,17 @@ class KindHandlers:
     def list(
         self, namespace: str | None, *, labels: str | None, fields: str | None, limit: int | None,
         token: str | None, resource_version: str | None, watching: bool, timeout: int | None,
-        bookmarks: bool, table: tables.TableRequest | None = None,
+        bookmarks: bool, table: tables.TableRequest | None = None, send_initial: bool | None = None,
+        match: str | None = None,
     ) -> Response:
         if watching:
             options = params.watch_options(namespace, labels, fields, resource_version, bookmarks)
             transform = self.tables.watch_transform(table) if table else None
+            if send_initial is not None:
+                watch.check_watch_list(send_initial, match, bookmarks)
+                return watch.respond_list(self.store, self.kind, options, send_initial=send_initial,
+                                          timeout_seconds=timeout, options=self.options, slots=self.slots,
+                                          transform=transform)
             return watch.respond(self.store, self.kind, options, timeout_seconds=timeout,
                                  options=self.options, slots=self.slots, transform=transform)
         result = self.store.list(self.kind, params.list_options(namespace, labels, fields, limit, token))
@@ -118,7 +141,15 @@ class KindHandlers:
     ) -> Response:
         if apply.is_apply(content_type):  # server-side apply (joch.server.apply)
             return apply.apply_patch(self.store, self.kind, self.options, namespace, name, body, dry_run, fields)
-        wire.require_merge_patch(content_type)
+        if wire.media_type(content_type) == JSON_PATCH:
+            ops = json_patch.decode(wire.decode_text(body))
+            patched, warnings = admission.change_object(
+                self.store, self.kind, namespace, name, lambda current: json_patch.apply(current, ops),
+                pinned=json_patch.pinned(ops), dry_run=dry_run, options=self.options.admission,
+                track=apply.tracker(self.kind, fields, patch=True),
+            )
+            return wire.json_response(patched, warnings=warnings)
+        require_patch_type(content_type)
         patch = wire.decode_object(body, content_type, allow_yaml=False)
         patched, warnings = admission.patch_object(
             self.store, self.kind, namespace, name, patch, dry_run=dry_run,
@@ -141,6 +172,34 @@ class KindHandlers:
         )
         return wire.json_response(deleted)
 
+    def delete_collection(
+        self, namespace: str | None, *, labels: str | None, fields: str | None, body: bytes,
+        content_type: str | None, dry_run: bool,
+    ) -> Response:
+        """``deletecollection``: every object the selectors match, deleted in one transaction (an
+        object held back by finalizers gets its ``deletionTimestamp``); the answer is the list of them."""
+        if body.strip():
+            preconditions, all_dry = delete_options(wire.decode_object(body, content_type, allow_yaml=False))
+            if preconditions:
+                raise errors.BadRequest("DeleteOptions.preconditions cannot be used when deleting a collection: "
+                                        "delete the objects one by one to give each a precondition")
+            dry_run = dry_run or all_dry
+        options = params.list_options(namespace, labels, fields, None, None)
+        deleted: list[Obj] = []
+        with self.store.transaction() as writer:
+            listed = writer.list(self.kind, options)
+            for obj in listed.items:
+                m = obj["metadata"]
+                if dry_run:
+                    deleted.append(obj)
+                    continue
+                try:
+                    deleted.append(writer.delete(self.kind, m.get("namespace"), m["name"]))
+                except errors.NotFound:
+                    continue
+        result = ListResult(items=deleted, resource_version=listed.resource_version)
+        return wire.json_response(list_body(self.kind, result))
+
     def replace_status(
         self, namespace: str | None, name: str, body: bytes, content_type: str | None, dry_run: bool,
         fields: apply.FieldManagement = apply.UNNAMED,
@@ -155,16 +214,25 @@ class KindHandlers:
     ) -> Response:
         if apply.is_apply(content_type):
             return apply.apply_status_patch(self.store, self.kind, namespace, name, body, dry_run, fields)
-        wire.require_merge_patch(content_type)
-        patch = wire.decode_object(body, content_type, allow_yaml=False)
-        given = patch.get("metadata")
-        pinned = given.get("resourceVersion") if isinstance(given, dict) else None
-        precondition = str(pinned) if pinned else None
+        change: Callable[[Obj], Obj]
+        precondition: str | None = None
+        if wire.media_type(content_type) == JSON_PATCH:
+            ops = json_patch.decode(wire.decode_text(body))
+            change = lambda current: json_patch.apply(current, ops)  # noqa: E731
+        else:
+            require_patch_type(content_type)
+            patch = wire.decode_object(body, content_type, allow_yaml=False)
+            change = lambda current: merge.merge_patch(current, patch)  # noqa: E731
+            given = patch.get("metadata")
+            pinned = given.get("resourceVersion") if isinstance(given, dict) else None
+            precondition = str(pinned) if pinned else None
         attempt = 0
         while True:
             attempt += 1
             current = self.store.get(self.kind, namespace, name)
-            merged = merge.merge_patch(current, patch)
+            merged = change(current)
+            if precondition is None and json_patch_pins(merged, current):
+                precondition = str(merged["metadata"]["resourceVersion"])
             target = {**current, "status": merged.get("status")}
             target["metadata"] = {**current["metadata"],
                                   "resourceVersion": precondition or current["metadata"]["resourceVersion"]}
@@ -245,7 +313,10 @@ def install(
     read_body = wire.body_reader(options.max_body_bytes)
     object_ref = schemas.object(kind)
     object_body = request_body(object_ref, wire.JSON, "application/yaml")
-    patch_body = request_body({"type": "object"}, wire.MERGE_PATCH, apply.APPLY_PATCH)
+    patch_body = {"requestBody": {"required": True, "content": {
+        wire.MERGE_PATCH: {"schema": {"type": "object"}},
+        JSON_PATCH: {"schema": {"type": "array", "items": {"type": "object"}}},
+        apply.APPLY_PATCH: {"schema": {"type": "object"}}}}}
     tags: list[str | Enum] = [kind.api_version]
     resource = kind.resource
 
@@ -306,7 +377,16 @@ def install(
     ) -> Response:
         return h.patch_status(namespace, name, body, content_type, params.dry_run(dry_run), fields)
 
+    def delete_collection(
+        namespace: str | None = Depends(scope), label_selector: params.LabelSelector = None,
+        field_selector: params.FieldSelector = None, body: bytes = Depends(read_body),
+        content_type: ContentType = None, dry_run: params.DryRun = None,
+    ) -> Response:
+        return h.delete_collection(namespace, labels=label_selector, fields=field_selector, body=body,
+                                   content_type=content_type, dry_run=params.dry_run(dry_run))
+
     add(collection, create, "POST", "create", 201, object_body)
+    add(collection, delete_collection, "DELETE", "deletecollection", responses=schemas.list_responses(kind))
     add(item, read, "GET", "read", responses=schemas.read_responses(kind))
     add(item, replace, "PUT", "replace", extra=object_body)
     add(item, patch, "PATCH", "patch", extra=patch_body)
@@ -334,11 +414,13 @@ def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Respons
         bookmarks: params.AllowBookmarks = False,
         accept: params.Accept = None,
         include_object: params.IncludeObject = None,
+        send_initial: params.SendInitialEvents = None,
+        match: params.ResourceVersionMatch = None,
     ) -> Response:
         return h.list(
             namespace, labels=label_selector, fields=field_selector, limit=limit, token=token,
             resource_version=resource_version, watching=watching, timeout=timeout, bookmarks=bookmarks,
-            table=tables.negotiate(accept, include_object),
+            table=tables.negotiate(accept, include_object), send_initial=send_initial, match=match,
         )
 
     return list_objects

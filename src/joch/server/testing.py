@@ -91,7 +91,7 @@ class LiveServer:
         """The REST path of a resource (any name kubectl accepts); ``namespace=None`` for the
         all-namespaces collection."""
         info = REGISTRY.resolve(resource)
-        out = f"/apis/{info.group}/{info.version}"
+        out = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
         if info.namespaced and namespace is not None:
             out += f"/namespaces/{namespace}"
         out += f"/{info.plural}"

@@ -29,6 +29,13 @@ Decisions:
   429 ``TooManyRequests`` Status with ``Retry-After``. A watcher that leaves more than
   ``watch_buffer_events`` (or ``watch_buffer_bytes``) unread while following live is ended with
   an ERROR event carrying a 410 ``Expired`` Status, and lists again.
+* Watch-list (``sendInitialEvents=true``, what kubectl 1.37's ``wait`` and client-go's reflector
+  send): ``respond_list`` lists the current objects, sends them as ADDED, then a BOOKMARK at the
+  list's revision annotated ``k8s.io/initial-events-end: "true"``, then follows from that revision
+  (a store watch resumed there, so nothing between the list and the watch is lost). As the
+  apiserver, it requires ``resourceVersionMatch=NotOlderThan`` and ``allowWatchBookmarks=true``
+  (422 naming the parameter otherwise); the list is at least as new as any ``resourceVersion``
+  given. ``sendInitialEvents=false`` starts at the given revision, or now, with no initial events.
 * ``timeoutSeconds`` ends the stream cleanly (a complete chunked body) at the deadline; absent or
   0 means no deadline.
 """
@@ -49,12 +56,14 @@ from joch.api import errors
 from joch.api.registry import KindInfo
 from joch.server import limits, wire
 from joch.server.options import ServerOptions
-from joch.store.base import Store, Watch, WatchEvent, WatchOptions
+from joch.store.base import ListOptions, Obj, Store, Watch, WatchEvent, WatchOptions
 
 logger = logging.getLogger("joch.server")
 YIELD_EVERY = 64
 Transform = Callable[[str, Any], Any]
 """What a stream sends for an event's object, given the event type (e.g. ``tables.WatchTables``)."""
+Keep = Callable[[Any], bool]
+"""Whether an event's object is sent at all (a selector the store cannot evaluate)."""
 
 
 async def follow(
@@ -130,7 +139,7 @@ def open_watch(
 
 def respond(
     store: Store, kind: KindInfo, watch_options: WatchOptions, *, timeout_seconds: int | None,
-    options: ServerOptions, slots: limits.WatchSlots, transform: Transform | None = None,
+    options: ServerOptions, slots: limits.WatchSlots, transform: Transform | None = None, keep: Keep | None = None,
 ) -> Response:
     try:
         watch, end = open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval),
@@ -139,7 +148,71 @@ def respond(
         if options.watch_expired == "status":
             raise
         return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
-    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform), end, media_type=wire.JSON)
+    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform, keep=keep), end,
+                     media_type=wire.JSON)
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def check_watch_list(send_initial: bool | None, match: str | None, bookmarks: bool) -> None:
+    """The apiserver's rules for ``sendInitialEvents`` (a 422 naming the parameter)."""
+    if send_initial is None:
+        return
+    causes = []
+    if match != "NotOlderThan":
+        causes.append(errors.Cause("resourceVersionMatch", "sendInitialEvents requires setting "
+                                   "resourceVersionMatch to NotOlderThan", "FieldValueForbidden"))
+    if send_initial and not bookmarks:
+        causes.append(errors.Cause("allowWatchBookmarks", "sendInitialEvents requires setting "
+                                   "allowWatchBookmarks to true", "FieldValueForbidden"))
+    if causes:
+        shown = ", ".join(f"{c.field}: {c.message}" for c in causes)
+        raise errors.Invalid(f"ListOptions.meta.k8s.io \"\" is invalid: {shown}", causes=causes)
+
+
+def respond_list(
+    store: Store, kind: KindInfo, watch_options: WatchOptions, *, send_initial: bool,
+    timeout_seconds: int | None, options: ServerOptions, slots: limits.WatchSlots,
+    transform: Transform | None = None, keep: Keep | None = None,
+) -> Response:
+    """A watch-list stream (see the module docstring): the initial ADDED events and the
+    initial-events-end BOOKMARK first when ``send_initial``, then the live stream."""
+    initial: list[Obj] = []
+    if send_initial:
+        listed = store.list(kind, ListOptions(namespace=watch_options.namespace,
+                                              label_selector=watch_options.label_selector,
+                                              field_selector=watch_options.field_selector))
+        initial = [obj for obj in listed.items if keep is None or keep(obj)]
+        revision = listed.resource_version
+    else:
+        revision = watch_options.resource_version or str(store.current_revision())
+    watch_options.resource_version = revision
+    try:
+        watch, end = open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval),
+                                options, slots)
+    except errors.Gone as exc:
+        if options.watch_expired == "status":
+            raise
+        return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
+    head: list[bytes] = []
+    if send_initial:
+        head = [event_line("ADDED", transform("ADDED", obj) if transform else obj) for obj in initial]
+        bookmark: Obj = {"kind": kind.kind, "apiVersion": kind.api_version,
+                         "metadata": {"resourceVersion": revision, "annotations": {INITIAL_EVENTS_END: "true"}}}
+        shown = transform("BOOKMARK", bookmark) if transform else bookmark
+        if isinstance(shown, dict) and isinstance(shown.get("metadata"), dict):
+            shown["metadata"]["annotations"] = {INITIAL_EVENTS_END: "true"}
+        head.append(event_line("BOOKMARK", shown))
+    live = _stream(watch, kind, timeout=timeout_seconds, transform=transform, keep=keep)
+    return streaming(_prefixed(head, live), end, media_type=wire.JSON)
+
+
+async def _prefixed(head: list[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    for line in head:
+        yield line
+    async for line in rest:
+        yield line
 
 
 def streaming(body: AsyncIterator[bytes], end: Callable[[], None], **kwargs: Any) -> StreamingResponse:
@@ -164,12 +237,15 @@ async def _single(line: bytes) -> AsyncIterator[bytes]:
 
 
 async def _stream(
-    watch: Watch, kind: KindInfo, *, timeout: int | None, transform: Transform | None
+    watch: Watch, kind: KindInfo, *, timeout: int | None, transform: Transform | None,
+    keep: Keep | None = None,
 ) -> AsyncIterator[bytes]:
     try:
         async with aclosing(follow(watch, timeout=timeout, idle=None)) as events:
             async for event in events:
                 if event is None:
+                    continue
+                if keep is not None and event.type in ("ADDED", "MODIFIED", "DELETED") and not keep(event.object):
                     continue
                 obj = transform(event.type, event.object) if transform else event.object
                 yield event_line(event.type, obj)

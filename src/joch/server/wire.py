@@ -15,8 +15,9 @@ else — ``text/plain``, ``image/png``, the ``application/x-www-form-urlencoded`
 sends, and a body with no ``Content-Type`` at all — is a 415 naming the accepted types, never a
 guess: those are the bodies a web page can send cross-origin without a CORS preflight (see
 ``joch.server.guard``, which refuses them for every write before a route runs). kubectl and the
-CLI always say ``application/json``. PATCH accepts ``application/merge-patch+json`` only and names it in the 415
-otherwise (strategic merge and server-side apply are Kubernetes built-in-type features).
+CLI always say ``application/json``. PATCH accepts a JSON merge patch, a JSON patch (RFC 6902) and a
+server-side apply patch (``joch.server.apply``), and names them in the 415 otherwise (strategic merge is
+a feature of Kubernetes' built-in types, which kubectl does not ask of custom resources).
 
 Every object body is checked for the shape a handler relies on before it reads anything
 (``metadata.envelope_causes``: ``apiVersion`` and ``kind`` strings, ``metadata`` a mapping whose
@@ -202,12 +203,3 @@ def _load_yaml(text: str) -> tuple[Any, documents.RawScalars]:
             "(POST /v1/resources/apply takes several)"
         )
     return docs[0].obj, docs[0].raw
-
-
-def require_merge_patch(content_type: str | None) -> None:
-    kind = media_type(content_type)
-    if kind != MERGE_PATCH:
-        raise errors.UnsupportedMediaType(
-            f"the patch type {kind or '(none)'!r} is not supported: "
-            f"send a JSON merge patch with Content-Type: {MERGE_PATCH}"
-        )

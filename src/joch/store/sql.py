@@ -79,6 +79,7 @@ from joch.api.identity import current_request
 from joch.api.meta import now
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store import feed as feeds
+from joch.store import namespaces
 from joch.store.base import (
     ListOptions,
     ListResult,
@@ -757,6 +758,16 @@ class SqlStore(Store):
         backend.listen(self.feed.wake)
         if history:
             self.feed.start()  # the feed thread also compacts, so it runs even with no watcher
+        try:
+            namespaces.ensure(self, self._used_namespaces)
+        except BaseException:
+            self.close()
+            raise
+
+    def _used_namespaces(self) -> set[str]:
+        with self.backend.read() as conn:
+            rows = conn.execute("SELECT DISTINCT namespace FROM joch_objects WHERE namespace <> ''").fetchall()
+        return {str(row[0]) for row in rows}
 
     # --- writes -----------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from joch.admission.documents import load_documents
 from joch.api import errors, kinds
 from joch.api.audit import AuditEntry
 from joch.api.identity import RequestContext, UserInfo, acting_as
+from joch.api.namespaces import NAMESPACE, namespace_object
 from joch.store import Store
 
 BINARIES = """\
@@ -164,7 +165,14 @@ def test_a_denial_is_audited_after_the_rollback(store: Store, monkeypatch: pytes
 
 # --- which policies apply ------------------------------------------------------------------------
 
+def namespaces(store: Store, *names: str) -> None:
+    """Create the namespaces a test writes into (``default`` and ``joch-system`` exist already)."""
+    for name in names:
+        store.create(NAMESPACE, namespace_object(name))
+
+
 def test_namespace_policies_apply_in_their_namespace_only_and_joch_system_everywhere(store: Store) -> None:
+    namespaces(store, "team-a", "team-b", "anything")
     deny_all = [{"name": "no-specs", "expression": "true", "message": "frozen"}]
     apply(store, policy("freeze", deny_all, namespace="team-a", selector={"kinds": ["ImplementationSpec"]}))
     apply(store, doc("ImplementationSpec", "ok", {"text": "x"}, namespace="team-b"))
@@ -179,6 +187,7 @@ def test_namespace_policies_apply_in_their_namespace_only_and_joch_system_everyw
 
 
 def test_selectors_narrow_by_kind_labels_and_environment(store: Store) -> None:
+    namespaces(store, "shop-prod", "shop-dev")
     apply(store, "\n---\n".join([
         doc("Environment", "prod", {"namespaces": ["shop-prod"]}, api="ops.joch.dev/v1alpha1"),
         doc("Environment", "dev", {"namespaces": ["shop-dev"]}, api="ops.joch.dev/v1alpha1"),

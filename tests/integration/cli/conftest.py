@@ -39,6 +39,10 @@ class Result:
     err: str
 
 
+NAMESPACES = ("team-a", "team-b", "team-c", "elsewhere", "shop", "shop-dev", "shop-prod")
+"""The namespaces the CLI tests write into besides ``default`` (wipe leaves Namespaces alone)."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +115,8 @@ def wipe(url: str) -> None:
         for group in http.get("/apis").json()["groups"]:
             group_version = group["preferredVersion"]["groupVersion"]
             for resource in http.get(f"/apis/{group_version}").json()["resources"]:
-                listable = "list" in resource["verbs"]  # not the self-reviews kubectl auth uses
+                # not the self-reviews kubectl auth uses, nor read-only views (events.k8s.io)
+                listable = "list" in resource["verbs"] and "delete" in resource["verbs"]
                 if "/" not in resource["name"] and resource["name"] != "leases" and listable:
                     collections.append(f"/apis/{group_version}/{resource['name']}")
         deadline = time.monotonic() + 15
@@ -157,6 +162,11 @@ class Joch:
 @pytest.fixture
 def joch(server: Server) -> Joch:
     wipe(server.url)
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        for name in NAMESPACES:  # a namespace must exist before anything is created in it
+            created = http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": name}})
+            assert created.status_code in (201, 409), created.text
     return Joch(server)
 
 

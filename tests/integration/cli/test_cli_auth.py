@@ -14,6 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from joch.api.namespaces import NAMESPACE, namespace_object
 from joch.cli.main import app
 from joch.server import ServerOptions
 from joch.server.auth.options import AuthOptions
@@ -62,6 +63,7 @@ class Cli:
 @pytest.fixture
 def cli(sqlite_url: str, tmp_path: Path) -> Iterator[Cli]:
     store: Store = open_store(sqlite_url)
+    store.create(NAMESPACE, namespace_object("team-a"))  # the namespace the tests write into
     tokens = tmp_path / "tokens.csv"
     tokens.write_text(TOKENS)
     try:

@@ -16,6 +16,7 @@ from joch.admission.apply import apply_documents
 from joch.admission.documents import load_documents
 from joch.api import errors
 from joch.api.kinds import AGENT, AGENT_PROVIDER, EVENT, POLICY, SECRET
+from joch.api.namespaces import NAMESPACE, namespace_object
 from joch.api.registry import KindInfo
 from joch.compiler.manifest import compile_agent, store_reader
 from joch.controllers.agents import AgentController
@@ -298,6 +299,7 @@ def mapper(controller: AgentController, kind: KindInfo) -> Callable[[Obj], Any]:
 
 def test_a_provider_maps_to_the_agents_in_its_namespace_that_name_it(store: Store,
                                                                      controller: AgentController) -> None:
+    store.create(NAMESPACE, namespace_object("team-b"))
     apply(store, agent("a"), agent("b"), agent("other", provider_name="aider"), agent("a", namespace="team-b"))
     codex = {"kind": "AgentProvider", "metadata": {"name": "codex", "namespace": "default"}}
     assert sorted(mapper(controller, AGENT_PROVIDER)(codex)) == [Key("default", "a"), Key("default", "b")]

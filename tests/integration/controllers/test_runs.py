@@ -22,6 +22,7 @@ from joch.admission.documents import load_documents
 from joch.api import errors, kinds
 from joch.api.identity import RequestContext, UserInfo, acting_as
 from joch.api.meta import parse_time
+from joch.api.namespaces import NAMESPACE, namespace_object
 from joch.controllers.assembly import build_controllers
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
@@ -455,6 +456,7 @@ def test_an_idempotency_key_admits_one_run_per_namespace(store: Store) -> None:
         create_documents(store, load_documents(json.dumps(doc)), dry_run=False)
     assert f'already used by AgentRun "{first}"' in caught.value.causes[0].message
     other = {**doc, "metadata": {"generateName": "r-", "namespace": "team-b"}}
+    store.create(NAMESPACE, namespace_object("team-b"))
     team_b = [{**o, "metadata": {**o["metadata"], "namespace": "team-b"}} for o in (provider("p", []), agent("a", "p"))]
     apply_documents(store, load_documents("\n---\n".join(json.dumps(o) for o in team_b)), dry_run=False)
     create_documents(store, load_documents(json.dumps(other)), dry_run=False)  # another namespace is fine

@@ -194,7 +194,8 @@ def test_an_editor_writes_and_cancels_runs_but_decides_no_approval_and_writes_no
 
 
 def test_a_binding_in_joch_system_applies_in_every_namespace_and_cluster_wide(auth: AuthServer) -> None:
-    assert auth.apply("admin-token", objects(provider("p", namespace="team-a"))).status_code == 200
+    team_a = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    assert auth.apply("admin-token", objects(team_a, provider("p", namespace="team-a"))).status_code == 200
     with auth.as_("global-token") as gwen, auth.as_("viewer-token") as victor:
         assert gwen.get("/apis/joch.dev/v1alpha1/namespaces/team-a/agentproviders/p").status_code == 200
         listed = gwen.get("/apis/joch.dev/v1alpha1/agentproviders")

@@ -8,11 +8,14 @@ from joch.api import REGISTRY
 from joch.server.testing import LiveServer, is_status
 
 
-def test_core_api_lists_no_versions_and_v1_is_empty(server: LiveServer) -> None:
+def test_core_api_lists_v1_with_namespaces_and_events(server: LiveServer) -> None:
     body = server.http.get("/api").json()
-    assert body["kind"] == "APIVersions" and body["versions"] == []
+    assert body["kind"] == "APIVersions" and body["versions"] == ["v1"]
     core = server.http.get("/api/v1").json()
-    assert core["kind"] == "APIResourceList" and core["groupVersion"] == "v1" and core["resources"] == []
+    assert core["kind"] == "APIResourceList" and core["groupVersion"] == "v1"
+    by_name = {r["name"]: r for r in core["resources"]}
+    assert by_name["namespaces"]["namespaced"] is False and by_name["namespaces"]["shortNames"] == ["ns"]
+    assert by_name["events"]["verbs"] == ["get", "list", "watch"]
 
 
 def test_group_list_has_every_registered_group_with_a_preferred_version(server: LiveServer) -> None:
@@ -20,7 +23,9 @@ def test_group_list_has_every_registered_group_with_a_preferred_version(server: 
     assert body["kind"] == "APIGroupList"
     groups = {g["name"]: g for g in body["groups"]}
     # every kind's group, and the self-review groups kubectl auth whoami and can-i use
-    assert set(groups) == {info.group for info in REGISTRY} | {"authentication.k8s.io", "authorization.k8s.io"}
+    # (the core group "" is /api, not /apis; events.k8s.io is the Events view)
+    assert set(groups) == ({info.group for info in REGISTRY} - {""}) | {"authentication.k8s.io",
+                                                                         "authorization.k8s.io", "events.k8s.io"}
     joch = groups["joch.dev"]
     assert joch["preferredVersion"] == {"groupVersion": "joch.dev/v1alpha1", "version": "v1alpha1"}
     assert joch["versions"] == [joch["preferredVersion"]]
@@ -34,7 +39,7 @@ def test_resource_list_describes_each_kind_and_its_status_subresource(server: Li
     agents = by_name["agents"]
     assert agents == {
         "name": "agents", "singularName": "agent", "namespaced": True, "kind": "Agent",
-        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
         "shortNames": ["ag"], "categories": ["all"],
     }
     assert by_name["agents/status"]["verbs"] == ["get", "patch", "update"]
@@ -66,7 +71,8 @@ def test_openapi_v2_describes_every_kind_and_is_empty_protobuf_for_kubectl(serve
 
 def test_version(server: LiveServer) -> None:
     body = server.http.get("/version").json()
-    assert body["major"] == "0" and body["minor"] == "1" and body["gitVersion"].startswith("v0.1")
+    assert body["major"] == "1" and body["minor"] == "37" and body["gitVersion"].startswith("v1.37.0+joch.0.1")
+    assert body["jochVersion"].startswith("v0.1")
 
 
 def test_healthz_and_readyz(server: LiveServer) -> None:
@@ -79,13 +85,14 @@ def test_openapi_documents_every_kind_with_its_schema(server: LiveServer) -> Non
     doc = server.http.get("/openapi.json").json()
     paths = doc["paths"]
     ns_agents = "/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"
-    assert set(paths[ns_agents]) == {"get", "post"}
+    assert set(paths[ns_agents]) == {"get", "post", "delete"}
     assert set(paths[ns_agents + "/{name}"]) == {"get", "put", "patch", "delete"}
     assert set(paths[ns_agents + "/{name}/status"]) == {"get", "put", "patch"}
     assert "get" in paths["/apis/joch.dev/v1alpha1/agents"]
     for info in REGISTRY:
-        namespaced = f"/apis/{info.group}/{info.version}/namespaces/{{namespace}}/{info.plural}"
-        cluster = f"/apis/{info.group}/{info.version}/{info.plural}"
+        base = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
+        namespaced = f"{base}/namespaces/{{namespace}}/{info.plural}"
+        cluster = f"{base}/{info.plural}"
         assert cluster in paths  # a cluster-scoped kind's collection, or a namespaced kind's across namespaces
         assert (namespaced in paths) is info.namespaced, info.kind
     for path in ("/v1/resources/apply", "/v1/namespaces/{namespace}/agents", "/v1/resources/watch"):

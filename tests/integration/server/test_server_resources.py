@@ -234,8 +234,8 @@ def test_merge_patch_sets_and_removes_fields(server: LiveServer) -> None:
 
 def test_other_patch_types_are_415_naming_merge_patch(server: LiveServer) -> None:
     server.create(provider("p"))
-    # application/apply-patch+yaml is server-side apply (test_kubectl_ssa.py)
-    for media in ("application/json-patch+json", "application/strategic-merge-patch+json", "application/json"):
+    # application/apply-patch+yaml is server-side apply (test_kubectl_ssa.py), json-patch+json is RFC 6902
+    for media in ("application/strategic-merge-patch+json", "application/json"):
         r = server.http.patch(server.path("ap", "p"), content="{}", headers={"Content-Type": media})
         assert r.status_code == 415 and is_status(r.json(), 415, "UnsupportedMediaType"), media
         assert "application/merge-patch+json" in r.json()["message"]

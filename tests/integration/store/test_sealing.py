@@ -18,6 +18,7 @@ import pytest
 
 from integration.store.test_change_history import _apply_migrations_up_to, agent, change_rows
 from joch.api.kinds import AGENT, SECRET
+from joch.api.namespaces import NAMESPACE
 from joch.store import KeyRing, Store, open_store
 from joch.store.sealing import SecretKeyError, key_id, new_key, write_key_file
 from joch.store.sql import SqlStore
@@ -169,7 +170,8 @@ def test_plain_text_values_of_an_older_joch_are_sealed_at_start(store_url: str) 
         assert s.reveal(SECRET, "default", "kept")["spec"]["data"] == {"token": ENCODED}
         shown = s.get(SECRET, "default", "kept")
         assert "data" not in shown["spec"] and shown["status"]["keys"] == [{"name": "token", "size": len(VALUE)}]
-        assert s.current_revision() == 1  # sealing is not a change
+        # sealing is not a change (opening added only the Namespaces default and joch-system)
+        assert s.current_revision() == 1 + len(s.list(NAMESPACE).items)
         # While the store is open, too (SQLite: freed space zeroed, then the WAL checkpointed into
         # the main file, which otherwise keeps the old pages until the last connection closes).
         assert_absent(store_url)

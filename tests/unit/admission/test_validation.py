@@ -10,6 +10,7 @@ from joch.admission.metadata import normalize_metadata
 from joch.admission.validation import AdmissionOptions, Admitted, admit, validate_status
 from joch.api import errors
 from joch.api.kinds import AGENT, AGENT_PROVIDER, AGENT_RUN, ROLE_BINDING, AgentProviderSpec, AgentProviderStatus
+from joch.api.namespaces import NAMESPACE
 from joch.api.registry import KindInfo
 from joch.store.base import ListOptions, ListResult, Obj, Writer
 
@@ -49,7 +50,9 @@ class MemoryReader(Writer):
 
 @pytest.fixture
 def reader() -> MemoryReader:
-    return MemoryReader()
+    memory = MemoryReader()
+    memory.add(NAMESPACE, "default", namespace=None)  # as every store has it
+    return memory
 
 
 AGENT_YAML = """\
@@ -449,11 +452,31 @@ def test_missing_reject_reference_names_the_path(reader: MemoryReader) -> None:
 
 
 def test_reference_targets_live_in_the_same_namespace(reader: MemoryReader) -> None:
+    reader.add(NAMESPACE, "other", namespace=None)
     reader.add(AGENT, "coder", namespace="other")
     exc = rejected(reader, RUN_YAML)
     assert list(causes(exc)) == ["spec.agentRef.name"]
     text = RUN_YAML.replace("  name: fix-1\n", "  name: fix-1\n  namespace: other\n")
     assert admit_yaml(reader, text).namespace == "other"
+
+
+def test_creating_in_a_namespace_that_does_not_exist_is_a_404_naming_it(reader: MemoryReader) -> None:
+    text = AGENT_YAML.replace("  name: coder\n", "  name: coder\n  namespace: nowhere\n")
+    with pytest.raises(errors.NotFound) as caught:
+        admit_yaml(reader, text)
+    assert caught.value.message.startswith('namespaces "nowhere" not found: create it first')
+    assert admit_yaml(reader, text, pending={("Namespace", None, "nowhere")}).namespace == "nowhere"
+    old = {**admit_yaml(reader, AGENT_YAML).obj}
+    old["metadata"] = {**old["metadata"], "namespace": "nowhere"}
+    assert admit_yaml(reader, text, old=old).namespace == "nowhere"  # only creates are checked
+
+
+def test_creating_in_a_terminating_namespace_is_forbidden(reader: MemoryReader) -> None:
+    reader.add(NAMESPACE, "leaving", namespace=None, status={"phase": "Terminating"})
+    text = AGENT_YAML.replace("  name: coder\n", "  name: coder\n  namespace: leaving\n")
+    with pytest.raises(errors.Forbidden) as caught:
+        admit_yaml(reader, text)
+    assert "unable to create new content in namespace leaving because it is being terminated" in caught.value.message
 
 
 def test_pending_objects_satisfy_references(reader: MemoryReader) -> None:

@@ -9,14 +9,18 @@ import pytest
 from joch.admission.validation import admit
 from joch.api import errors
 from joch.api.kinds import OUTPUT_FORMATS, AgentProviderSpec, host_problem
+from joch.api.namespaces import NAMESPACE
 from joch.runtime.agentoutput import FORMATS
 from joch.store.base import ListOptions, ListResult, Obj, Writer
 
 
 class Nothing(Writer):
-    """A store with no objects; admission of a provider or agent reads none that matter here."""
+    """A store with no objects but the default namespace; admission of a provider or agent reads
+    none that matter here."""
 
     def get(self, kind: Any, namespace: str | None, name: str) -> Obj:
+        if kind is NAMESPACE and name == "default":
+            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         raise errors.NotFound(name)
 
     def list(self, kind: Any, options: ListOptions | None = None) -> ListResult:

@@ -107,10 +107,13 @@ def test_paths_follow_the_kubernetes_layout(discovery: resolve.Discovery) -> Non
 class FakeServer:
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.documents = {f"/apis/{d['groupVersion']}": d for d in joch_documents()}
+        named = [d for d in joch_documents() if "/" in d["groupVersion"]]  # the core group (v1) is /api
+        self.documents = {f"/apis/{d['groupVersion']}": d for d in named}
         groups = [{"name": gv.split("/")[0], "preferredVersion": {"groupVersion": gv},
-                   "versions": [{"groupVersion": gv}]} for gv in (d["groupVersion"] for d in joch_documents())]
+                   "versions": [{"groupVersion": gv}]} for gv in (d["groupVersion"] for d in named)]
         self.documents["/apis"] = {"kind": "APIGroupList", "groups": groups}
+        self.documents["/api"] = {"kind": "APIVersions", "versions": ["v1"]}
+        self.documents["/api/v1"] = next(d for d in joch_documents() if d["groupVersion"] == "v1")
 
     def get_object(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         self.calls.append(path)
@@ -120,7 +123,9 @@ class FakeServer:
 def test_discover_walks_the_preferred_version_of_every_group() -> None:
     server = FakeServer()
     found = resolve.discover(server)
-    assert server.calls[0] == "/apis" and len(server.calls) == 1 + len({i.group for i in REGISTRY})
+    named_groups = {i.group for i in REGISTRY if i.group}
+    assert server.calls[0] == "/apis" and len(server.calls) == 1 + len(named_groups) + 2
+    assert server.calls[-2:] == ["/api", "/api/v1"]  # the core group last: Namespaces
     assert {rt.kind for rt in found} == {i.kind for i in REGISTRY}
 
 

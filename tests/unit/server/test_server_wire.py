@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from joch.api import errors
-from joch.server import params, wire
+from joch.server import params, resources, wire
 
 
 def test_warning_header_quotes_escapes_and_flattens() -> None:
@@ -87,10 +87,10 @@ def test_a_lone_surrogate_is_400_naming_the_field() -> None:
     assert wire.decode_object(b'{"t":"\\ud83d\\ude00"}', "application/json") == {"t": "\U0001f600"}
 
 
-def test_merge_patch_is_the_only_patch_type() -> None:
-    wire.require_merge_patch("application/merge-patch+json; charset=utf-8")
-    with pytest.raises(errors.UnsupportedMediaType, match="merge-patch"):
-        wire.require_merge_patch("application/json-patch+json")
+def test_strategic_merge_is_not_a_patch_type_and_the_415_names_those_that_are() -> None:
+    resources.require_patch_type("application/merge-patch+json; charset=utf-8")
+    with pytest.raises(errors.UnsupportedMediaType, match=r"merge-patch.*json-patch.*apply-patch"):
+        resources.require_patch_type("application/strategic-merge-patch+json")
 
 
 def test_dry_run_values() -> None:

@@ -9,7 +9,8 @@ query string, never the body. The query string is read as the route's handler re
 is not authorized as a watch of Agents and served as a watch of every kind. The routes it knows:
 
 * ``/apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME[/SUB]]`` and ``/api/v1/...``: as the apiserver
-  reads them (``?watch=true`` on a collection is ``watch``; a GET of a collection is ``list``).
+  reads them (``?watch=true`` on a collection is ``watch``; a GET of a collection is ``list``; a
+  DELETE of a collection is ``deletecollection``).
   ``RUN/log``, ``RUN/artifacts[/NAME]`` are ``get`` on ``agentruns/log`` and ``agentruns/artifacts``.
 * ``/v1/namespaces/NS/agents|executions|approvals[/NAME[/SUB]]``: the same, ``executions`` being
   ``agentruns``; ``agents/NAME/manifest`` is ``get agents/manifest``; ``POST approvals/NAME/decide``
@@ -28,7 +29,8 @@ is not authorized as a watch of Agents and served as a watch of every kind. The 
   (``joch.server.auth.rbac.authorize_documents``).
 * ``/v1/whoami`` and the self-reviews (``selfsubjectreviews``, ``selfsubjectaccessreviews``):
   ``anyone``: every authenticated user may ask who they are and what they may do.
-* Discovery (``/api``, ``/apis``, ``/apis/GROUP[/VERSION]``, ``/openapi.json``, ``/openapi/v2``, ``/openapi/v3/...``,
+* Discovery (``/version``, ``/api``, ``/apis``, ``/apis/GROUP[/VERSION]``, ``/openapi.json``, ``/openapi/v2``,
+  ``/openapi/v3/...``,
   ``/docs``): ``anyone``.
 
 Any other path (and any path with an empty segment) is a non-resource URL, which RBAC grants only to
@@ -48,7 +50,7 @@ METHOD_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", 
                 "DELETE": "delete"}
 TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
 DISCOVERY = frozenset({"/api", "/apis", "/openapi.json", "/openapi/v2", "/docs", "/docs/oauth2-redirect",
-                       "/v1/whoami"})
+                       "/v1/whoami", "/version"})
 SELF_REVIEWS = frozenset({
     "/apis/authentication.k8s.io/v1/selfsubjectreviews",
     "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -98,8 +100,9 @@ def resolve(method: str, path: str, query: str = "", registry: Registry = REGIST
 
 def _rest(method: str, path: str, group: str, rest: list[str], query: str) -> RequestInfo:
     namespace = ""
-    if len(rest) >= 2 and rest[0] == "namespaces":
+    if len(rest) >= 2 and rest[0] == "namespaces" and not (len(rest) == 2 or rest[2:] in (["status"], ["finalize"])):
         namespace, rest = rest[1], rest[2:]
+    # else: /namespaces/NAME[/status] is the Namespace object itself (cluster-scoped), as the apiserver reads it
     if not rest:
         return RequestInfo(verb=METHOD_VERBS.get(method, method.lower()), path=path)
     resource, name, subresource = rest[0], rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
@@ -113,6 +116,8 @@ def _verb(method: str, named: bool, query: str) -> str:
         return "watch" if watching else "list"
     if method == "WATCH":
         return "watch"
+    if method == "DELETE" and not named:
+        return "deletecollection"
     return METHOD_VERBS.get(method, method.lower())
 
 

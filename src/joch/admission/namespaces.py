@@ -1,0 +1,45 @@
+"""Namespace lifecycle in admission, as the apiserver's NamespaceLifecycle plugin has it.
+
+Creating a namespaced object needs its namespace: one that does not exist is a 404
+``namespaces "x" not found``, and one being deleted (``status.phase: Terminating``) is a 403.
+Only creates are checked (an update concerns an object that is there already). A batch that holds
+the Namespace itself (``pending``) passes, whatever the documents' order. The check lives in
+admission, so every writer that admits — HTTP routes, ``joch apply``, controllers that create
+through admission — obeys it; the store itself does not check (it also stores the Namespaces).
+
+Every Namespace carries the label ``kubernetes.io/metadata.name: <its name>``, which the apiserver
+sets and network policies and namespace selectors rely on; a value written over it is replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from joch.admission.references import Pending
+from joch.api import errors
+from joch.api.namespaces import NAME_LABEL, NAMESPACE, TERMINATING
+from joch.api.registry import KindInfo
+from joch.store.base import Writer
+
+
+def check_exists(reader: Writer, kind: KindInfo, namespace: str | None, pending: Pending = frozenset()) -> None:
+    if not kind.namespaced or not namespace or (NAMESPACE.kind, None, namespace) in pending:
+        return
+    try:
+        found = reader.get(NAMESPACE, None, namespace)
+    except errors.NotFound:
+        raise errors.NotFound(
+            f'namespaces "{namespace}" not found: create it first (kubectl create namespace {namespace}, or a '
+            f"Namespace in the same apply)", kind="namespaces", name=namespace,
+        ) from None
+    if (found.get("status") or {}).get("phase") == TERMINATING:
+        raise errors.Forbidden(
+            f'{kind.resource} is forbidden: unable to create new content in namespace {namespace} because it is '
+            "being terminated", kind=kind.plural,
+        )
+
+
+def with_name_label(kind: KindInfo, metadata: dict[str, Any]) -> dict[str, Any]:
+    if kind is not NAMESPACE or not metadata.get("name"):
+        return metadata
+    return {**metadata, "labels": {**(metadata.get("labels") or {}), NAME_LABEL: metadata["name"]}}
