@@ -3,6 +3,13 @@
 Postgres is the server named by ``JOCH_TEST_POSTGRES`` (the Makefile sets the local one). Each test
 gets a schema of its own, dropped afterwards. In CI (``CI`` set) an unreachable Postgres is a
 failure, never a skip: the Postgres half of the suite must run there.
+
+``make test`` runs the suite on several pytest-xdist workers (``--dist loadgroup``): each worker is a
+process of its own, so what the tests share is only what lies outside a process. Each test has its own
+``tmp_path``, its own Postgres schema (and NOTIFY channel, derived from it), its own ports (bound to
+port 0 or picked free just before use) and its own ``JOCH_CONFIG``; nothing is written into the
+checkout. The tests that share a module-scoped fixture (one ``joch server`` per module) are kept on one
+worker, which starts it once (``pytest_collection_modifyitems`` below).
 """
 
 from __future__ import annotations
@@ -27,6 +34,20 @@ def _postgres_reachable() -> str | None:
             return None
     except psycopg.Error as exc:
         return str(exc)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of a module that share a module- or class-scoped fixture in one xdist group: under
+    ``--dist loadgroup`` they then run on one worker, so the fixture (a server subprocess) starts once,
+    and every other test is spread over the workers one by one."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or any(True for _ in item.iter_markers("xdist_group")):
+            continue
+        scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
