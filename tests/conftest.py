@@ -4,12 +4,14 @@ Postgres is the server named by ``JOCH_TEST_POSTGRES`` (the Makefile sets the lo
 gets a schema of its own, dropped afterwards. In CI (``CI`` set) an unreachable Postgres is a
 failure, never a skip: the Postgres half of the suite must run there.
 
-``make test`` runs the suite on several pytest-xdist workers (``--dist loadgroup``): each worker is a
-process of its own, so what the tests share is only what lies outside a process. Each test has its own
-``tmp_path``, its own Postgres schema (and NOTIFY channel, derived from it), its own ports (bound to
-port 0 or picked free just before use) and its own ``JOCH_CONFIG``; nothing is written into the
-checkout. The tests that share a module-scoped fixture (one ``joch server`` per module) are kept on one
-worker, which starts it once (``pytest_collection_modifyitems`` below).
+``make test`` runs the suite on several pytest-xdist workers, a module at a time (``--dist loadfile``:
+a module's tests run in order on one worker, so a module-scoped ``joch server`` starts once, and
+``tests/e2e/test_governance.py``, whose last test reads what the others did, stays whole). Each worker
+is a process of its own, so the tests share only what lies outside a process, and that is kept apart:
+each test has its own ``tmp_path``, Postgres schema (its NOTIFY channel derives from it), ports
+(``support/ports.py`` for server subprocesses) and ``JOCH_CONFIG``; nothing is written into the checkout.
+(``--dist loadgroup`` would do nothing more here: pytest-xdist 3.8 tags a grouped test's ``_nodeid``,
+which pytest 9 no longer reads, so groups are silently ignored.)
 """
 
 from __future__ import annotations
@@ -34,20 +36,6 @@ def _postgres_reachable() -> str | None:
             return None
     except psycopg.Error as exc:
         return str(exc)
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the tests of a module that share a module- or class-scoped fixture in one xdist group: under
-    ``--dist loadgroup`` they then run on one worker, so the fixture (a server subprocess) starts once,
-    and every other test is spread over the workers one by one."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or any(True for _ in item.iter_markers("xdist_group")):
-            continue
-        scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
-        if scopes & {"module", "class", "package"}:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
