@@ -49,8 +49,12 @@ sandbox-tools:
 agent-clis: venv-dev
 	@scripts/agent-clis || { [ -z "$$CI" ] && echo "note: some agent CLIs are missing: their tests are skipped"; }
 
+# The suite runs on TEST_WORKERS pytest-xdist processes (most tests wait on subprocesses and sockets, so
+# more workers than cores pays), a module at a time: a module's tests stay in order on one worker
+# (tests/conftest.py). `make test TEST_WORKERS=0` runs it in this process, one test after another.
+TEST_WORKERS ?= 4
 test: venv-dev postgres-up sandbox-tools agent-clis lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # `make lock` keeps every pin that still satisfies pyproject.toml; `make lock LOCK_FLAGS=--upgrade` takes the newest.
 LOCK_FLAGS ?=

@@ -3,6 +3,15 @@
 Postgres is the server named by ``JOCH_TEST_POSTGRES`` (the Makefile sets the local one). Each test
 gets a schema of its own, dropped afterwards. In CI (``CI`` set) an unreachable Postgres is a
 failure, never a skip: the Postgres half of the suite must run there.
+
+``make test`` runs the suite on several pytest-xdist workers, a module at a time (``--dist loadfile``:
+a module's tests run in order on one worker, so a module-scoped ``joch server`` starts once, and
+``tests/e2e/test_governance.py``, whose last test reads what the others did, stays whole). Each worker
+is a process of its own, so the tests share only what lies outside a process, and that is kept apart:
+each test has its own ``tmp_path``, Postgres schema (its NOTIFY channel derives from it), ports
+(``support/ports.py`` for server subprocesses) and ``JOCH_CONFIG``; nothing is written into the checkout.
+(``--dist loadgroup`` would do nothing more here: pytest-xdist 3.8 tags a grouped test's ``_nodeid``,
+which pytest 9 no longer reads, so groups are silently ignored.)
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from support import stop_server, wait_ready
+from support import ports, stop_server, wait_ready
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 JOCH = Path(sys.executable).with_name("joch")
@@ -32,10 +31,7 @@ print(urllib.request.urlopen(request, timeout=10).read().decode())
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return ports.free_port()  # not an ephemeral port: see support/ports.py
 
 
 def joch(base: str, *args: str) -> str:

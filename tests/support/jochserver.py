@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from support import stop_server, wait_ready
+from support import ports, stop_server, wait_ready
 from support.agents import agent_bin_dir
 
 JOCH = Path(sys.executable).with_name("joch")
@@ -26,10 +25,7 @@ RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return ports.free_port()  # not an ephemeral port: see support/ports.py
 
 
 def git(cwd: Path, *args: str) -> str:

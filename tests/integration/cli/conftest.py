@@ -13,7 +13,6 @@ under test: exit codes without a server, no traceback, watches, a taken port.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from joch.cli.main import app
+from support import ports
 
 FIXTURES = Path(__file__).parent / "fixtures"
 JOCH = Path(sys.executable).with_name("joch")
@@ -44,10 +44,7 @@ NAMESPACES = ("team-a", "team-b", "team-c", "elsewhere", "shop", "shop-dev", "sh
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return ports.free_port()  # not an ephemeral port: see support/ports.py
 
 
 def run_joch(*args: str, server: str | None = None, input: str | None = None, timeout: float = 30) -> Result:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from joch.controllers.leader import stamp
 from joch.controllers.manager import Manager
 from joch.controllers.options import ControllerOptions
 from joch.store import Store, open_store
-from support import FakeClock, provider, wait_ready
+from support import FakeClock, ports, provider, wait_ready
 
 NS = "default"
 FAST_LEASE = {"lease_duration": 1.0, "renew_deadline": 0.7, "retry_period": 0.2}
@@ -392,10 +391,7 @@ def test_a_leader_whose_lease_changed_hands_meanwhile_starts_a_fresh_term(
 # --- processes ------------------------------------------------------------------------------------
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return ports.free_port()  # not an ephemeral port: see support/ports.py
 
 
 def launch(store_url: str, data_dir: Path) -> subprocess.Popen[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support import wait_ready
+from support import ports, wait_ready
 
 PROVIDER = """\
 apiVersion: joch.dev/v1alpha1
@@ -25,10 +25,7 @@ spec:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return ports.free_port()  # not an ephemeral port: see support/ports.py
 
 
 def launch(store_url: str, port: int, manifests: Path, *, missing: bool = False) -> subprocess.Popen[str]:

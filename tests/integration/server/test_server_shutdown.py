@@ -4,7 +4,6 @@ cleanly, and nothing is logged as a traceback."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,14 +12,11 @@ from pathlib import Path
 
 import httpx
 
-from support import wait_ready
+from support import ports, wait_ready
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return ports.free_port()  # not an ephemeral port: see support/ports.py
 
 
 def test_sigint_with_open_watches_exits_cleanly(store_url: str, tmp_path: Path) -> None:
