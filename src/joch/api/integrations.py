@@ -75,7 +75,7 @@ def time_zone_problem(tz: str) -> str | None:
     """Why ``tz`` is not an IANA time zone this machine knows, or None."""
     try:
         ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file (tzdata)
         return (f'time zone "{tz[:80]}" is unknown: use an IANA name such as "UTC", "Europe/Berlin" or '
                 '"America/New_York"')
     return None

@@ -258,6 +258,8 @@ class KubernetesStore(Store):
     def watch(self, kind: KindInfo | None, options: WatchOptions | None = None) -> Watch:
         options = options or WatchOptions()
         kinds = [kind] if kind is not None else list(registry.REGISTRY)
+        if kind is None and options.namespace:  # as a SQL store: a namespace holds no cluster-scoped object
+            kinds = [k for k in kinds if k.namespaced]
         w = watching.KubeWatch(buffer_events=options.buffer_events or self._buffer_events,
                                merge_window=MERGE_WINDOW if len(kinds) > 1 else 0.0)
         fields, possible = _selector_without_nul(options.field_selector)
