@@ -628,6 +628,8 @@ def get_command(
                                                 help="Sort by the value at a path, e.g. .metadata.creationTimestamp."
                                                 )] = None,
     show_labels: Annotated[bool, typer.Option("--show-labels", help="Add a LABELS column.")] = False,
+    show_managed_fields: Annotated[bool, typer.Option(
+        "--show-managed-fields", help="Keep metadata.managedFields in -o yaml and -o json.")] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="After listing, print changes as they happen.")] = (
         False
     ),
@@ -644,6 +646,7 @@ def get_command(
         scope=_scope(ctx, namespace, all_namespaces),
         output=chosen, selector=selector, watch=watch,
         field_selector=field_selector, sort_by=sort_by, show_labels=show_labels,
+        show_managed_fields=show_managed_fields,
     )
     request.shape  # noqa: B018  # parsing the template is the check: a bad one fails before any request
     request.sorter  # noqa: B018

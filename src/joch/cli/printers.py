@@ -148,5 +148,21 @@ def to_json(obj: Any) -> str:
     return json.dumps(obj, indent=4, ensure_ascii=False) + "\n"
 
 
-def dump(obj: Any, output: str) -> str:
+def dump(obj: Any, output: str, *, show_managed_fields: bool = False) -> str:
+    """``obj`` as YAML or JSON; ``metadata.managedFields`` (server-side apply's bookkeeping) left
+    out unless asked for, as kubectl does (``--show-managed-fields``)."""
+    if not show_managed_fields:
+        obj = without_managed_fields(obj)
     return to_yaml(obj) if output == "yaml" else to_json(obj)
+
+
+def without_managed_fields(obj: Any) -> Any:
+    """``obj`` (an object, or a list with ``items``) without ``metadata.managedFields``."""
+    if not isinstance(obj, dict):
+        return obj
+    if isinstance(obj.get("items"), list):
+        obj = {**obj, "items": [without_managed_fields(item) for item in obj["items"]]}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj

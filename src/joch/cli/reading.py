@@ -63,6 +63,7 @@ class GetRequest:
     field_selector: str | None = None
     sort_by: str | None = None
     show_labels: bool = False
+    show_managed_fields: bool = False
 
     @functools.cached_property
     def shape(self) -> shaping.Shape | None:
@@ -217,7 +218,8 @@ def _get_named(
         elif objects:
             asked = sum(len(names) for _, names in selected)
             shown = objects[0][1] if asked == 1 else printers.as_list([obj for _, obj in objects])
-            typer.echo(printers.dump(shown, request.output or "yaml"), nl=False)
+            typer.echo(printers.dump(shown, request.output or "yaml", show_managed_fields=request.show_managed_fields),
+                       nl=False)
         if selected:
             follow = _object_printer(selected[0][0], request, headed=bool(objects))
     for failure in failures:
@@ -246,7 +248,8 @@ def _get_many(client: Client, types: list[ResourceType], request: GetRequest) ->
         if shape is not None:
             typer.echo(shape.render(everything, single=False), nl=False)
             return
-        typer.echo(printers.dump(printers.as_list(everything), request.output or "yaml"), nl=False)
+        typer.echo(printers.dump(printers.as_list(everything), request.output or "yaml",
+                                  show_managed_fields=request.show_managed_fields), nl=False)
         return
     printed = 0
     for rt in types:
@@ -385,7 +388,8 @@ def _object_printer(rt: ResourceType, request: GetRequest, *, headed: bool = Fal
         if request.output == "name":
             typer.echo(printers.object_name(rt, obj))
             return
-        typer.echo(printers.dump(obj, request.output or "yaml"), nl=False)
+        typer.echo(printers.dump(obj, request.output or "yaml", show_managed_fields=request.show_managed_fields),
+                   nl=False)
         if request.output == "yaml":
             typer.echo("---")
 

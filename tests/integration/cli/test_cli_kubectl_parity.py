@@ -131,12 +131,24 @@ def test_patch_merge_yaml_and_no_change(joch: Joch) -> None:
 
 
 def test_patch_type_json(joch: Joch) -> None:
-    """Needs the server's JSON patch (issue 11, H1): until then the server answers 415, and this fails."""
     agents(joch, ("a", "x", {}))
     joch.ok("patch", "agent", "a", "--type", "json", "-p", '[{"op":"replace","path":"/spec/description","value":"j"}]')
     assert joch.ok("get", "agent", "a", "-o", "jsonpath={.spec.description}").out == "j"
     result = joch("patch", "agent", "a", "--type", "json", "-p", '{"op":"replace"}')
     assert result.code == 2 and "must be a list of operations" in result.err
+
+
+def test_get_leaves_out_managed_fields_unless_asked(joch: Joch, server: Server) -> None:
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a", "namespace": "default"},
+             "spec": {"providerRef": {"name": "x"}}}
+    created = httpx.post(f"{server.url}/apis/joch.dev/v1alpha1/namespaces/default/agents?fieldManager=tester",
+                         json=agent)
+    assert created.status_code == 201 and created.json()["metadata"]["managedFields"], created.text
+    for output in ("yaml", "json"):
+        assert "managedFields" not in joch.ok("get", "agent", "a", "-o", output).out
+        assert "managedFields" not in joch.ok("get", "agents", "-o", output).out
+    shown = json.loads(joch.ok("get", "agent", "a", "-o", "json", "--show-managed-fields").out)
+    assert shown["metadata"]["managedFields"], shown["metadata"]
 
 
 def test_label_set_overwrite_remove_and_selector(joch: Joch) -> None:
