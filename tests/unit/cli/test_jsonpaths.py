@@ -98,7 +98,7 @@ def test_durations(text: str, seconds: float) -> None:
     assert waiting.duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["soon", "5x", "1m30", ""])
+@pytest.mark.parametrize("bad", ["soon", "5x", "1m30", "", "nan", "inf", "-inf", "1e400"])
 def test_bad_durations(bad: str) -> None:
     with pytest.raises(errors.BadRequest, match="invalid --timeout"):
         waiting.duration(bad)
