@@ -126,3 +126,9 @@ def test_template_files(tmp_path: Path) -> None:
         shaping.shape(f"custom-columns-file={tmp_path / 'bad'}")
     with pytest.raises(errors.BadRequest, match="cannot read"):
         shaping.shape(f"jsonpath-file={tmp_path / 'missing'}")
+
+
+def test_a_very_deep_path_is_a_bad_request_not_a_recursion_error() -> None:
+    deep = "{.items[*].a" + ".b" * 3000 + "}"
+    with pytest.raises(errors.BadRequest, match="too deeply nested"):
+        jsonpaths.template(deep).render({"items": [{"a": 1}]})
