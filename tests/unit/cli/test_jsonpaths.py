@@ -132,3 +132,9 @@ def test_a_very_deep_path_is_a_bad_request_not_a_recursion_error() -> None:
     deep = "{.items[*].a" + ".b" * 3000 + "}"
     with pytest.raises(errors.BadRequest, match="too deeply nested"):
         jsonpaths.template(deep).render({"items": [{"a": 1}]})
+
+
+def test_sort_by_takes_an_integer_too_large_for_a_float() -> None:
+    objects = [{"a": 10**400}, {"a": 1}, {"a": -(10**400)}]
+    ordered = shaping.sort_objects(objects, shaping.sorter(".a"))
+    assert [o["a"] for o in ordered] == [-(10**400), 1, 10**400]
