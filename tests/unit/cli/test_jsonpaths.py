@@ -138,3 +138,14 @@ def test_sort_by_takes_an_integer_too_large_for_a_float() -> None:
     objects = [{"a": 10**400}, {"a": 1}, {"a": -(10**400)}]
     ordered = shaping.sort_objects(objects, shaping.sorter(".a"))
     assert [o["a"] for o in ordered] == [-(10**400), 1, 10**400]
+
+
+def test_tail_of_a_long_line_without_newlines_is_linear() -> None:
+    import time
+
+    chunks = [b"x" * 1024] * 8192  # 8 MB, one line: rebuilding it per chunk copies gigabytes
+    started = time.monotonic()
+    lines, size = tailing.last_lines([*chunks, b"\nend"], 2)
+    assert time.monotonic() - started < 2
+    assert size == 8 * 1024 * 1024 + 4
+    assert lines == [b"x" * (8 * 1024 * 1024) + b"\n", b"end"]
