@@ -178,7 +178,10 @@ def _compile(expression: str, *, source: str, what: str = "") -> Finder:
         raise _bad(source, f"{exc}", what=what) from None
 
     def find(current: Any, root: Any) -> list[Any]:
-        return [m.value for m in compiled.find(root if anchored_at_root else current)]
+        try:
+            return [m.value for m in compiled.find(root if anchored_at_root else current)]
+        except RecursionError:  # jsonpath_ng walks a long path recursively: .a.b.c... thousands deep
+            raise _bad(source, "the path is too deeply nested", what=what) from None
 
     return find
 

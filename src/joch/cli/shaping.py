@@ -158,7 +158,10 @@ def _key(value: Any) -> tuple[int, float, str]:
     if isinstance(value, bool):
         return (2, 0.0, str(value).lower())
     if isinstance(value, int | float):
-        return (1, float(value), "")
+        try:
+            return (1, float(value), "")
+        except OverflowError:  # an integer beyond a float's range (JSON allows 1e400 written out)
+            return (1, float("inf") if value > 0 else float("-inf"), "")
     return (2, 0.0, jsonpaths.show(value))
 
 

@@ -23,15 +23,20 @@ from joch.cli.client import Client
 def last_lines(chunks: Iterable[bytes], count: int) -> tuple[list[bytes], int]:
     """The last ``count`` lines of the stream (a final line without its newline counts), and its length."""
     kept: collections.deque[bytes] = collections.deque(maxlen=count or 1)
-    partial = b""
+    partial = bytearray()  # appended in place: a long line without a newline must not be copied per chunk
     size = 0
     for chunk in chunks:
         size += len(chunk)
-        lines = (partial + chunk).split(b"\n")
-        partial = lines.pop()
-        kept.extend(line + b"\n" for line in lines)
+        if b"\n" not in chunk:
+            partial += chunk
+            continue
+        lines = chunk.split(b"\n")
+        partial += lines[0]
+        kept.append(bytes(partial) + b"\n")
+        kept.extend(line + b"\n" for line in lines[1:-1])
+        partial = bytearray(lines[-1])
     if partial:
-        kept.append(partial)
+        kept.append(bytes(partial))
     return (list(kept) if count else []), size
 
 

@@ -115,6 +115,10 @@ def duration(text: str) -> float:
                 f'invalid --timeout "{text}": give a duration such as 30s, 5m, 1h30m or a number of seconds'
             ) from None
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds):  # nan, inf, 1e400: no deadline to count down to
+        raise errors.BadRequest(
+            f'invalid --timeout "{text}": give a finite duration such as 30s, 5m, 1h30m or a number of seconds'
+        )
     return 7 * 24 * 3600.0 if negative else seconds
 
 

@@ -98,7 +98,7 @@ def test_durations(text: str, seconds: float) -> None:
     assert waiting.duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["soon", "5x", "1m30", ""])
+@pytest.mark.parametrize("bad", ["soon", "5x", "1m30", "", "nan", "inf", "-inf", "1e400"])
 def test_bad_durations(bad: str) -> None:
     with pytest.raises(errors.BadRequest, match="invalid --timeout"):
         waiting.duration(bad)
@@ -126,3 +126,26 @@ def test_template_files(tmp_path: Path) -> None:
         shaping.shape(f"custom-columns-file={tmp_path / 'bad'}")
     with pytest.raises(errors.BadRequest, match="cannot read"):
         shaping.shape(f"jsonpath-file={tmp_path / 'missing'}")
+
+
+def test_a_very_deep_path_is_a_bad_request_not_a_recursion_error() -> None:
+    deep = "{.items[*].a" + ".b" * 3000 + "}"
+    with pytest.raises(errors.BadRequest, match="too deeply nested"):
+        jsonpaths.template(deep).render({"items": [{"a": 1}]})
+
+
+def test_sort_by_takes_an_integer_too_large_for_a_float() -> None:
+    objects = [{"a": 10**400}, {"a": 1}, {"a": -(10**400)}]
+    ordered = shaping.sort_objects(objects, shaping.sorter(".a"))
+    assert [o["a"] for o in ordered] == [-(10**400), 1, 10**400]
+
+
+def test_tail_of_a_long_line_without_newlines_is_linear() -> None:
+    import time
+
+    chunks = [b"x" * 1024] * 8192  # 8 MB, one line: rebuilding it per chunk copies gigabytes
+    started = time.monotonic()
+    lines, size = tailing.last_lines([*chunks, b"\nend"], 2)
+    assert time.monotonic() - started < 2
+    assert size == 8 * 1024 * 1024 + 4
+    assert lines == [b"x" * (8 * 1024 * 1024) + b"\n", b"end"]
