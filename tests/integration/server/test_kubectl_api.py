@@ -235,6 +235,18 @@ def test_default_and_joch_system_cannot_be_deleted(kubectl: Kubectl) -> None:
         assert f'namespaces "{name}" is forbidden: this namespace may not be deleted' in refused.stderr
 
 
+def test_namespaces_cannot_be_deleted_as_a_collection(server: LiveServer) -> None:
+    # A DELETE of the collection once removed every Namespace, default included, without the
+    # cascade: the objects in them stayed, in namespaces that no longer existed.
+    assert server.http.post("/api/v1/namespaces", json={"metadata": {"name": "team-dc"}}).status_code == 201
+    refused = server.http.delete("/api/v1/namespaces")
+    assert refused.status_code == 405, refused.text
+    names = {n["metadata"]["name"] for n in server.http.get("/api/v1/namespaces").json()["items"]}
+    assert {"default", "joch-system", "team-dc"} <= names
+    core = server.http.get("/api/v1").json()["resources"]
+    assert "deletecollection" not in next(r for r in core if r["name"] == "namespaces")["verbs"]
+
+
 def test_an_apply_batch_may_hold_its_namespace(server: LiveServer) -> None:
     manifests = ("apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: p, namespace: team-batch}\n"
                  "spec: {binary: echo}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team-batch}\n")
