@@ -408,6 +408,17 @@ def test_cluster_scoped_kinds_refuse_a_namespace() -> None:
     assert found == [] and metadata == {"name": "t"}
 
 
+@pytest.mark.parametrize("name", ["a.b", "a" * 64])
+def test_a_namespace_name_is_a_dns_label_like_the_namespaces_objects_name(name: str) -> None:
+    # A Namespace "a.b" (or of 64 characters) was created, yet no object could name it in
+    # metadata.namespace, and its kubernetes.io/metadata.name label value was invalid.
+    _, found = normalize_metadata(NAMESPACE, {"name": name}, raw=_no_raw())
+    assert [c.field for c in found] == ["metadata.name"]
+    assert "is not a valid Namespace name" in found[0].message
+    _, found = normalize_metadata(NAMESPACE, {"name": "a" * 63}, raw=_no_raw())
+    assert found == []
+
+
 def _no_raw() -> Any:
     from joch.admission.documents import RawScalars
 
