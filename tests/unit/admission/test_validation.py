@@ -419,6 +419,11 @@ def test_a_namespace_name_is_a_dns_label_like_the_namespaces_objects_name(name: 
     assert found == []
 
 
+def test_a_core_kind_is_named_without_a_trailing_dot(reader: MemoryReader) -> None:
+    exc = rejected(reader, "apiVersion: v1\nkind: Namespace\nmetadata: {name: a.b}\n")
+    assert str(exc).startswith('Namespace "a.b" is invalid: metadata.name:'), str(exc)
+
+
 def _no_raw() -> Any:
     from joch.admission.documents import RawScalars
 
