@@ -3,7 +3,8 @@
 Creating a namespaced object needs its namespace: one that does not exist is a 404
 ``namespaces "x" not found``, and one being deleted (``status.phase: Terminating``) is a 403.
 Only creates are checked (an update concerns an object that is there already). A batch that holds
-the Namespace itself (``pending``) passes, whatever the documents' order. The check lives in
+the Namespace itself (``pending``) passes, whatever the documents' order, unless that Namespace
+exists and is Terminating (re-applying it does not stop its deletion). The check lives in
 admission, so every writer that admits — HTTP routes, ``joch apply``, controllers that create
 through admission — obeys it; the store itself does not check (it also stores the Namespaces).
 
@@ -23,11 +24,13 @@ from joch.store.base import Writer
 
 
 def check_exists(reader: Writer, kind: KindInfo, namespace: str | None, pending: Pending = frozenset()) -> None:
-    if not kind.namespaced or not namespace or (NAMESPACE.kind, None, namespace) in pending:
+    if not kind.namespaced or not namespace:
         return
     try:
         found = reader.get(NAMESPACE, None, namespace)
     except errors.NotFound:
+        if (NAMESPACE.kind, None, namespace) in pending:  # created in the same batch
+            return
         raise errors.NotFound(
             f'namespaces "{namespace}" not found: create it first (kubectl create namespace {namespace}, or a '
             f"Namespace in the same apply)", kind="namespaces", name=namespace,

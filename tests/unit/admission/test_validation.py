@@ -493,6 +493,10 @@ def test_creating_in_a_terminating_namespace_is_forbidden(reader: MemoryReader) 
     with pytest.raises(errors.Forbidden) as caught:
         admit_yaml(reader, text)
     assert "unable to create new content in namespace leaving because it is being terminated" in caught.value.message
+    # An apply batch that also holds the (Terminating) Namespace is no way around it: the objects
+    # would be admitted, then deleted by the namespace controller finishing the deletion.
+    with pytest.raises(errors.Forbidden):
+        admit_yaml(reader, text, pending={("Namespace", None, "leaving")})
 
 
 def test_pending_objects_satisfy_references(reader: MemoryReader) -> None:
