@@ -42,6 +42,25 @@ def check_exists(reader: Writer, kind: KindInfo, namespace: str | None, pending:
         )
 
 
+def check_phase(kind: KindInfo, current: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """A status write's ``status`` for ``current``: a Namespace's phase is the server's (Terminating
+    only once it is being deleted, which ``joch.store.namespaces.terminate`` records), as the
+    apiserver has it; a write that leaves the phase out keeps it. A status PATCH that set
+    Terminating once made the namespace controller delete everything in the namespace, ``default``
+    included."""
+    if kind is not NAMESPACE:
+        return status
+    phase = (current.get("status") or {}).get("phase")
+    wanted = status.get("phase")
+    if wanted is None or wanted == phase:
+        return {**status, "phase": phase} if phase is not None else status
+    rule = ("may only be 'Terminating' once the Namespace is being deleted" if phase == TERMINATING else
+            "may only be 'Active' while the Namespace is not being deleted: delete the Namespace to terminate it")
+    raise errors.Invalid(f'Namespace "{current["metadata"]["name"]}" is invalid: status.phase: {rule}',
+                         kind=kind.kind, name=str(current["metadata"]["name"]),
+                         causes=[errors.Cause("status.phase", rule, "FieldValueInvalid")])
+
+
 def with_name_label(kind: KindInfo, metadata: dict[str, Any]) -> dict[str, Any]:
     if kind is not NAMESPACE or not metadata.get("name"):
         return metadata
