@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
-from joch.admission import policies, uniqueness
+from joch.admission import namespaces, policies, uniqueness
 from joch.admission.documents import Document
 from joch.admission.merge import merge_patch
 from joch.admission.references import Pending
@@ -563,7 +563,7 @@ def update_status(
     def body(writer: Writer) -> Obj:
         current = writer.get(kind, namespace, name)
         metadata = {**current["metadata"], "resourceVersion": version or current["metadata"]["resourceVersion"]}
-        target = {**current, "metadata": metadata, "status": status}
+        target = {**current, "metadata": metadata, "status": namespaces.check_phase(kind, current, status)}
         return writer.update_status(kind, track(current, obj, target) if track else target)
 
     return _run(store, dry_run, body)

@@ -104,7 +104,13 @@ def _rules(kind: KindInfo, m: dict[str, Any]) -> Iterator[Cause]:
     if not name and not generate:
         yield Cause("metadata.name", "required field is missing; set metadata.name "
                     "(or metadata.generateName to have a name generated)", "FieldValueRequired")
-    if isinstance(name, str) and name:
+    if isinstance(name, str) and name and (kind.group, kind.plural) == ("", "namespaces"):
+        # A Namespace's name is what objects put in metadata.namespace (and its kubernetes.io/
+        # metadata.name label): a DNS-1123 label, as the apiserver has it, not a subdomain.
+        problem = namespace_problem(name)
+        if problem:
+            yield Cause("metadata.name", problem.replace("is not a valid namespace", "is not a valid Namespace name"))
+    elif isinstance(name, str) and name:
         yield from _subdomain("metadata.name", name, name)
     if isinstance(generate, str) and generate:
         # the generated suffix follows the prefix, so a trailing '-' is fine

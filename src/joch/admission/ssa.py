@@ -472,6 +472,9 @@ def decode_managed(value: Any) -> list[Entry]:
         for key, text in texts.items():
             if text is not None and not isinstance(text, str):
                 raise ManagedFieldsError(f"{where}.{key}", "must be a string")
+        problem = manager_problem(texts["manager"] or "")
+        if problem:  # a PUT's own managedFields: held to the fieldManager parameter's rule
+            raise ManagedFieldsError(f"{where}.manager", problem)
         entries.append(Entry(
             manager=texts["manager"] or "", operation=operation, api_version=texts["apiVersion"] or "",
             fields=decode_fields(fields, f"{where}.fieldsV1"), time=texts["time"],

@@ -175,7 +175,8 @@ def resolve_kind(obj: Any) -> KindInfo:
 def invalid(kind: KindInfo, name: str, causes: list[Cause]) -> errors.Invalid:
     shown = [f"{c.field}: {c.message}" if c.field else c.message for c in causes]
     summary = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
-    return errors.Invalid(f'{kind.kind}.{kind.group} "{name}" is invalid: {summary}',
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind  # the core group: Namespace "x"
+    return errors.Invalid(f'{qualified} "{name}" is invalid: {summary}',
                           kind=kind.kind, name=name, causes=causes)
 
 

@@ -42,6 +42,13 @@ NAMESPACE = register(KindInfo(
 ))
 
 
+def collection_deletable(kind: KindInfo) -> bool:
+    """Whether ``kind`` offers ``deletecollection``. Namespaces do not, as in the apiserver: a
+    ``DELETE /api/v1/namespaces`` would otherwise remove ``default`` and ``joch-system`` and every
+    other Namespace without the cascade, leaving their objects in namespaces that do not exist."""
+    return (kind.group, kind.plural) != (NAMESPACE.group, NAMESPACE.plural)
+
+
 def namespace_object(name: str) -> dict[str, Any]:
     """A new Namespace as the store writes it when it creates one itself (no admission)."""
     return {"apiVersion": "v1", "kind": "Namespace",

@@ -6,7 +6,7 @@ namespace in that state is rare and short-lived, and polling it costs one transa
 from __future__ import annotations
 
 from joch.api import REGISTRY
-from joch.api.namespaces import NAMESPACE, TERMINATING
+from joch.api.namespaces import NAMESPACE, PERMANENT, TERMINATING
 from joch.controllers.base import Context, Controller, Key, Result
 from joch.store import namespaces
 
@@ -22,7 +22,7 @@ class NamespaceController(Controller):
 
     def reconcile(self, key: Key) -> Result | None:
         current = self.ctx.cache(NAMESPACE).get("", key.name)
-        if current is None or (current.get("status") or {}).get("phase") != TERMINATING:
+        if current is None or key.name in PERMANENT or (current.get("status") or {}).get("phase") != TERMINATING:
             return None
         _, gone = namespaces.terminate(self.ctx.store, key.name, REGISTRY)
         return None if gone else Result(requeue_after=RECHECK)

@@ -145,8 +145,7 @@ class ReportStore:
 
     def put_artifact(self, uid: str, attempt: int, name: str, data: bytes | BinaryIO) -> ArtifactRecord:
         """Keep an artifact (``data``: its bytes, or a file to copy them from), hashed as written."""
-        if not name or "/" in name or name in (".", ".."):
-            raise ReportRefused(f'artifact name "{name}": use a plain file name')
+        _check_name(name, "artifact name")
         self._open_for_writes(uid, attempt)
         target = self.dir(uid, attempt) / ARTIFACTS / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +177,7 @@ class ReportStore:
         if state is None or state.phase not in ("Preparing", "Running", "Succeeded", "Failed", "Cancelled"):
             raise ReportRefused("record.phase: must be Preparing, Running, Succeeded, Failed or Cancelled")
         for artifact in state.artifacts if state.finished else ():
+            _check_name(artifact.name, "record.artifacts")
             stored = directory / ARTIFACTS / artifact.name
             if artifact.path != artifact.name:
                 state = _renamed(state, artifact)
@@ -205,7 +205,7 @@ class ReportStore:
     def open_artifact(self, uid: str, attempt: int, name: str) -> tuple[ArtifactRecord, BinaryIO]:
         state = self.state(uid, attempt)
         for record in state.artifacts if state is not None else ():
-            if record.name == name:
+            if record.name == name and record.path == name and "/" not in name and name not in (".", ".."):
                 return record, open(self.dir(uid, attempt) / ARTIFACTS / record.path, "rb")  # the caller closes it
         raise KeyError(f"run {uid}/{attempt} has no artifact {name!r}")
 
@@ -225,6 +225,18 @@ class ReportStore:
         if attempt is None and (not uid or "/" in uid or uid in (".", "..")):
             return
         shutil.rmtree(target, ignore_errors=True)
+
+
+NAME_MAX = 200  # bytes of an artifact's file name (a file system holds 255; the spool adds a prefix)
+
+
+def _check_name(name: object, field: str) -> None:
+    """An artifact's name is one plain file name in its attempt's directory: never a path out of it
+    (``../`` would let a record claim another run's file), nor what the file system cannot hold."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name
+            or "\x00" in name or len(name.encode("utf-8", "surrogatepass")) > NAME_MAX):
+        raise ReportRefused(f"{field}: {name!r} is not an artifact name: use a plain file name "
+                            f"(no / or NUL, at most {NAME_MAX} bytes)")
 
 
 def _renamed(state: RunState, artifact: ArtifactRecord) -> RunState:

@@ -29,6 +29,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 
 from joch.api import errors
+from joch.api.namespaces import collection_deletable
 from joch.api.registry import KindInfo, Registry
 from joch.server import wire
 from joch.server.options import ServerOptions
@@ -58,7 +59,7 @@ def resource_list(group_version: str, kinds: list[KindInfo]) -> dict[str, Any]:
             "singularName": info.singular,
             "namespaced": info.namespaced,
             "kind": info.kind,
-            "verbs": VERBS,
+            "verbs": VERBS if collection_deletable(info) else [v for v in VERBS if v != "deletecollection"],
             "shortNames": list(info.short_names),
             "categories": list(info.categories),
         })

@@ -42,6 +42,7 @@ from joch.admission import apply as admission
 from joch.admission import json_patch, merge
 from joch.api import errors
 from joch.api.meta import now
+from joch.api.namespaces import collection_deletable
 from joch.api.registry import KindInfo
 from joch.server import apply, limits, params, tables, watch, wire
 from joch.server.options import ServerOptions
@@ -386,7 +387,8 @@ def install(
                                    content_type=content_type, dry_run=params.dry_run(dry_run))
 
     add(collection, create, "POST", "create", 201, object_body)
-    add(collection, delete_collection, "DELETE", "deletecollection", responses=schemas.list_responses(kind))
+    if collection_deletable(kind):  # not Namespaces (joch.api.namespaces): a 405, as the apiserver answers
+        add(collection, delete_collection, "DELETE", "deletecollection", responses=schemas.list_responses(kind))
     add(item, read, "GET", "read", responses=schemas.read_responses(kind))
     add(item, replace, "PUT", "replace", extra=object_body)
     add(item, patch, "PATCH", "patch", extra=patch_body)

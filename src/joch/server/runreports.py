@@ -36,13 +36,13 @@ BASE = "/v1/namespaces/{namespace}/agentruns/{name}/attempts/{attempt}"
 SPOOL_BYTES = 8 * 1024 * 1024  # an upload larger than this waits on disk, not in memory
 
 
-async def _spooled(request: Request) -> BinaryIO:
-    """The request's body in a file (memory up to ``SPOOL_BYTES``), at most the runtime's report
-    limit (a 413 naming it). Taking the body before the token is checked costs a refused caller
-    nothing it could not send anyway; it is never kept."""
-    runtime = getattr(request.app.state, "runtime", None)
-    found = runtime.reports() if runtime is not None else None
-    limit = found[0].limit if found is not None else None
+RECORD_BYTES = 4 * 1024 * 1024  # a record is the runner's state.json: small
+
+
+async def _spooled(request: Request, limit: int | None) -> BinaryIO:
+    """The request's body in a file (memory up to ``SPOOL_BYTES``), at most ``limit`` bytes (the
+    runtime's report limit: a 413 naming it). Read only once the run token was checked, so a caller
+    without one cannot make the server write anything."""
     spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
     size = 0
     try:
@@ -61,6 +61,8 @@ async def _spooled(request: Request) -> BinaryIO:
 
 
 def install(app: FastAPI, store: Store) -> None:
+    read_record = wire.body_reader(RECORD_BYTES)
+
     def receiver(request: Request, namespace: str, name: str, attempt: int) -> tuple[ReportStore, Any, RunId]:
         run = metering.authenticate(store, namespace, name, bearer(request.headers.get("authorization")))
         if (run.get("status") or {}).get("attempt") != attempt:
@@ -74,48 +76,48 @@ def install(app: FastAPI, store: Store) -> None:
         return reports, on_report, RunId(namespace=namespace, name=name, uid=str(run["metadata"]["uid"]),
                                          attempt=attempt)
 
-    # The body is read on the event loop, the store and the files are written in the threadpool.
-    def store_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str,
-                       body: BinaryIO) -> Response:
-        reports, _, run = receiver(request, namespace, name, attempt)
+    # The token is checked first (in the threadpool: it reads the store), then the body is read on
+    # the event loop, then the store and the files are written in the threadpool.
+    def store_artifact(reports: ReportStore, run: RunId, artifact: str, body: BinaryIO) -> Response:
         try:
-            record = reports.put_artifact(run.uid, attempt, artifact, body)
+            record = reports.put_artifact(run.uid, run.attempt, artifact, body)
         except ReportRefused as exc:
             raise errors.Invalid(str(exc)) from None
         return wire.json_response({"kind": "ArtifactReceived", "apiVersion": "v1", "name": record.name,
                                    "sha256": record.sha256, "size": record.size})
 
-    def log(request: Request, namespace: str, name: str, attempt: int, body: BinaryIO) -> Response:
-        reports, _, run = receiver(request, namespace, name, attempt)
+    def log(reports: ReportStore, run: RunId, body: BinaryIO) -> Response:
         try:
-            reports.put_log(run.uid, attempt, body)
+            reports.put_log(run.uid, run.attempt, body)
         except ReportRefused as exc:
             raise errors.Invalid(str(exc)) from None
         return wire.json_response({"kind": "LogReceived", "apiVersion": "v1"})
 
-    def record(request: Request, namespace: str, name: str, attempt: int, body: bytes) -> Response:
-        reports, on_report, run = receiver(request, namespace, name, attempt)
+    def record(reports: ReportStore, on_report: Any, run: RunId, body: bytes) -> Response:
         try:
-            state = reports.put_record(run.uid, attempt, body)
+            state = reports.put_record(run.uid, run.attempt, body)
         except ReportRefused as exc:
             raise errors.Invalid(str(exc)) from None
         on_report(run)
         return wire.json_response({"kind": "RecordReceived", "apiVersion": "v1", "phase": state.phase})
 
     async def put_artifact(request: Request, namespace: str, name: str, attempt: int, artifact: str) -> Response:
-        with await _spooled(request) as body:
-            return await run_in_threadpool(store_artifact, request, namespace, name, attempt, artifact, body)
+        reports, _, run = await run_in_threadpool(receiver, request, namespace, name, attempt)
+        with await _spooled(request, reports.limit) as body:
+            return await run_in_threadpool(store_artifact, reports, run, artifact, body)
 
     async def put_log(request: Request, namespace: str, name: str, attempt: int) -> Response:
-        with await _spooled(request) as body:
-            return await run_in_threadpool(log, request, namespace, name, attempt, body)
+        reports, _, run = await run_in_threadpool(receiver, request, namespace, name, attempt)
+        with await _spooled(request, reports.limit) as body:
+            return await run_in_threadpool(log, reports, run, body)
 
     async def put_record(request: Request, namespace: str, name: str, attempt: int) -> Response:
         kind = wire.media_type(request.headers.get("content-type"))
         if not wire.is_json(kind):
             raise wire.unsupported(kind, wire.JSON)
-        body = await request.body()
-        return await run_in_threadpool(record, request, namespace, name, attempt, body)
+        reports, on_report, run = await run_in_threadpool(receiver, request, namespace, name, attempt)
+        body = await read_record(request)
+        return await run_in_threadpool(record, reports, on_report, run, body)
 
     app.add_api_route(f"{BASE}/artifacts/{{artifact}}", put_artifact, methods=["PUT"], tags=TAGS,
                       summary="A Job runner's artifact (authenticated by the run's own token)")

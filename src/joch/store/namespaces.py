@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from joch.api import errors
 from joch.api.namespaces import NAMESPACE, PERMANENT, TERMINATING, namespace_object
 from joch.api.registry import KindInfo
 from joch.store.base import ListOptions, Obj, Store, Writer
@@ -48,7 +49,10 @@ def _existing(store: Store) -> set[str]:
 
 def terminate(store: Store, name: str, kinds: Iterable[KindInfo]) -> tuple[Obj, bool]:
     """Delete namespace ``name`` and what it holds (see the module docstring): the Namespace as last
-    written, and whether it is gone."""
+    written, and whether it is gone. ``default`` and ``joch-system`` are never deleted."""
+    if name in PERMANENT:
+        raise errors.Forbidden(f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                               kind="namespaces", name=name)
     with store.transaction() as writer:
         current = writer.get(NAMESPACE, None, name)
         if (current.get("status") or {}).get("phase") != TERMINATING:

@@ -32,6 +32,13 @@ def test_every_store_starts_with_default_and_joch_system(store: Store) -> None:
     assert all(o["status"]["phase"] == "Active" for o in store.list(NAMESPACE).items)
 
 
+def test_terminate_never_deletes_default_or_joch_system(store: Store) -> None:
+    for name in ("default", "joch-system"):
+        with pytest.raises(errors.Forbidden, match="may not be deleted"):
+            terminate(store, name, REGISTRY)
+    assert sorted(o["metadata"]["name"] for o in store.list(NAMESPACE).items) == ["default", "joch-system"]
+
+
 def test_terminate_deletes_the_contents_then_the_namespace(store: Store) -> None:
     store.create(NAMESPACE, namespace_object("team-x"))
     store.create(AGENT_PROVIDER, provider("a"))

@@ -235,6 +235,37 @@ def test_default_and_joch_system_cannot_be_deleted(kubectl: Kubectl) -> None:
         assert f'namespaces "{name}" is forbidden: this namespace may not be deleted' in refused.stderr
 
 
+def test_namespaces_cannot_be_deleted_as_a_collection(server: LiveServer) -> None:
+    # A DELETE of the collection once removed every Namespace, default included, without the
+    # cascade: the objects in them stayed, in namespaces that no longer existed.
+    assert server.http.post("/api/v1/namespaces", json={"metadata": {"name": "team-dc"}}).status_code == 201
+    refused = server.http.delete("/api/v1/namespaces")
+    assert refused.status_code == 405, refused.text
+    names = {n["metadata"]["name"] for n in server.http.get("/api/v1/namespaces").json()["items"]}
+    assert {"default", "joch-system", "team-dc"} <= names
+    core = server.http.get("/api/v1").json()["resources"]
+    assert "deletecollection" not in next(r for r in core if r["name"] == "namespaces")["verbs"]
+
+
+@pytest.mark.parametrize("name", ["team-phase", "default"])
+def test_a_status_write_cannot_make_a_namespace_terminating(server: LiveServer, name: str) -> None:
+    # A status PATCH of phase Terminating once made the namespace controller delete everything in
+    # the namespace, then the Namespace, default included: the phase is the server's, as the
+    # apiserver has it.
+    if name != "default":
+        assert server.http.post("/api/v1/namespaces", json={"metadata": {"name": name}}).status_code == 201
+    merge = {"Content-Type": "application/merge-patch+json"}
+    for body, content_type in ((json.dumps({"status": {"phase": "Terminating"}}), merge),
+                               (json.dumps([{"op": "replace", "path": "/status/phase", "value": "Terminating"}]),
+                                {"Content-Type": "application/json-patch+json"})):
+        refused = server.http.patch(f"/api/v1/namespaces/{name}/status", content=body, headers=content_type)
+        assert refused.status_code == 422, refused.text
+        assert "status.phase: may only be 'Active'" in refused.json()["message"]
+    kept = server.http.patch(f"/api/v1/namespaces/{name}/status", content=json.dumps({"status": {}}), headers=merge)
+    assert kept.status_code == 200 and kept.json()["status"]["phase"] == "Active"
+    assert server.http.get(f"/api/v1/namespaces/{name}").json()["status"]["phase"] == "Active"
+
+
 def test_an_apply_batch_may_hold_its_namespace(server: LiveServer) -> None:
     manifests = ("apiVersion: joch.dev/v1alpha1\nkind: AgentProvider\nmetadata: {name: p, namespace: team-batch}\n"
                  "spec: {binary: echo}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team-batch}\n")

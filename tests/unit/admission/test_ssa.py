@@ -238,3 +238,15 @@ def test_manager_names() -> None:
     assert ssa.manager_from_user_agent("kubectl/v1.37.0 (linux/amd64) kubernetes/abc") == "kubectl"
     assert ssa.manager_from_user_agent(None) == "unknown"
     assert ssa.manager_problem("x" * 129) is not None and ssa.manager_problem("ok") is None
+
+
+def test_a_managed_fields_entry_names_its_manager_as_the_field_manager_parameter_must() -> None:
+    # A PUT carrying its own managedFields once stored a 20 KB manager name (the fieldManager
+    # parameter is held to 128 characters), which every later conflict message then quoted.
+    entry = {"manager": "x" * 20000, "operation": "Apply", "apiVersion": "joch.dev/v1alpha1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:description": {}}}}
+    with pytest.raises(ssa.ManagedFieldsError, match=r"managedFields\[0\]\.manager.*at most 128"):
+        ssa.decode_managed([entry])
+    with pytest.raises(ssa.ManagedFieldsError, match=r"managedFields\[0\]\.manager.*printable"):
+        ssa.decode_managed([{**entry, "manager": "bad\nname"}])
+    assert ssa.decode_managed([{**entry, "manager": "x" * 128}])[0].manager == "x" * 128

@@ -408,6 +408,22 @@ def test_cluster_scoped_kinds_refuse_a_namespace() -> None:
     assert found == [] and metadata == {"name": "t"}
 
 
+@pytest.mark.parametrize("name", ["a.b", "a" * 64])
+def test_a_namespace_name_is_a_dns_label_like_the_namespaces_objects_name(name: str) -> None:
+    # A Namespace "a.b" (or of 64 characters) was created, yet no object could name it in
+    # metadata.namespace, and its kubernetes.io/metadata.name label value was invalid.
+    _, found = normalize_metadata(NAMESPACE, {"name": name}, raw=_no_raw())
+    assert [c.field for c in found] == ["metadata.name"]
+    assert "is not a valid Namespace name" in found[0].message
+    _, found = normalize_metadata(NAMESPACE, {"name": "a" * 63}, raw=_no_raw())
+    assert found == []
+
+
+def test_a_core_kind_is_named_without_a_trailing_dot(reader: MemoryReader) -> None:
+    exc = rejected(reader, "apiVersion: v1\nkind: Namespace\nmetadata: {name: a.b}\n")
+    assert str(exc).startswith('Namespace "a.b" is invalid: metadata.name:'), str(exc)
+
+
 def _no_raw() -> Any:
     from joch.admission.documents import RawScalars
 
@@ -477,6 +493,10 @@ def test_creating_in_a_terminating_namespace_is_forbidden(reader: MemoryReader) 
     with pytest.raises(errors.Forbidden) as caught:
         admit_yaml(reader, text)
     assert "unable to create new content in namespace leaving because it is being terminated" in caught.value.message
+    # An apply batch that also holds the (Terminating) Namespace is no way around it: the objects
+    # would be admitted, then deleted by the namespace controller finishing the deletion.
+    with pytest.raises(errors.Forbidden):
+        admit_yaml(reader, text, pending={("Namespace", None, "leaving")})
 
 
 def test_pending_objects_satisfy_references(reader: MemoryReader) -> None:

@@ -100,3 +100,23 @@ def test_the_job_and_its_secret_are_valid_kubernetes_objects() -> None:
     for version in ("1.32.0", "1.37.0"):
         kubernetes_validate.validate(job, version, strict=True)
         kubernetes_validate.validate(jobs.secret(spec(), "ns", values), version, strict=True)
+
+
+def test_a_record_cannot_list_an_artifact_outside_its_attempt(tmp_path: Path) -> None:
+    # Another run's artifact (or any server file whose bytes the agent knows): a final record that
+    # names it with ../ must be refused, or open_artifact would serve it as this run's.
+    reports = ReportStore(tmp_path)
+    secret = b"another run's output\n"
+    reports.put_artifact("other", 1, "out.txt", secret)
+    sneaky = ArtifactRecord(name="../../../other/1/artifacts/out.txt", path="x",
+                            sha256=hashlib.sha256(secret).hexdigest(), size=len(secret))
+    with pytest.raises(ReportRefused, match=r"record\.artifacts.*plain file name"):
+        reports.put_record("u", 1, _final(sneaky))
+    with pytest.raises(KeyError):
+        reports.open_artifact("u", 1, sneaky.name)
+
+
+@pytest.mark.parametrize("name", ["nul\x00byte", "x" * 300, "..", "a/b", ""])
+def test_an_artifact_name_the_file_system_cannot_hold_is_refused_not_a_500(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ReportRefused, match="plain file name"):
+        ReportStore(tmp_path).put_artifact("u", 1, name, b"x")
