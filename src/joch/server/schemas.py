@@ -135,11 +135,18 @@ AUDIT_EVENT_LIST: dict[str, Any] = {
     },
 }
 SERVER_SENT_EVENTS: dict[str, Any] = {
-    "type": "string",
+    # Before OpenAPI 3.2 (``itemSchema``), the schema of a text/event-stream describes each event.
+    "type": "object",
     "description": "A text/event-stream: per change an event `ADDED`, `MODIFIED` or `DELETED` with "
                    "`id:` the store revision (send it back as Last-Event-ID to resume) and `data:` the object "
                    "as JSON; `: heartbeat` comments while idle; an `ERROR` event (no id) whose data is a "
                    "Status ends the stream.",
+    "properties": {
+        "event": {"type": "string", "enum": ["ADDED", "MODIFIED", "DELETED", "ERROR"]},
+        "id": {"type": "string"},
+        "data": {"type": "string", "description": "the object (or, for ERROR, a Status) as JSON"},
+    },
+    "required": ["event", "data"],
 }
 
 
