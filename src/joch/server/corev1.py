@@ -39,54 +39,19 @@ from joch.store import namespaces
 from joch.store.base import Obj, Store
 
 
-def _entries(data: bytes) -> list[tuple[int, bytes]]:
-    """Every length-delimited field of a protobuf message, repeated ones included, in order."""
-    out: list[tuple[int, bytes]] = []
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        number, kind = key >> 3, key & 7
-        if kind == 0:
-            _, at = _varint(data, at)
-        elif kind in (1, 5):
-            at += 8 if kind == 1 else 4
-        elif kind == 2:
-            size, at = _varint(data, at)
-            if at + size > len(data):
-                raise ValueError("truncated field")
-            out.append((number, data[at:at + size]))
-            at += size
-        else:
-            raise ValueError(f"unsupported wire type {kind}")
-    return out
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
-
-
 def namespace_from_protobuf(body: bytes) -> Obj:
     """A protobuf ``Namespace`` (in its ``runtime.Unknown`` envelope) as the JSON object it stands for."""
     try:
         if not body.startswith(protobuf.MAGIC):
             raise ValueError("no k8s protobuf magic")
-        raw = dict(_entries(body[len(protobuf.MAGIC):])).get(2, b"")
-        meta = dict(_entries(raw)).get(1, b"")
+        raw = protobuf.fields(body[len(protobuf.MAGIC):]).get(2, b"")
+        meta = protobuf.fields(raw).get(1, b"")
         metadata: dict[str, Any] = {}
-        for number, value in _entries(meta):
+        for number, value in protobuf.entries(meta):
             if number in (1, 2):
                 metadata["name" if number == 1 else "generateName"] = value.decode()
             elif number in (11, 12):
-                entry = dict(_entries(value))
+                entry = protobuf.fields(value)
                 key = "labels" if number == 11 else "annotations"
                 metadata.setdefault(key, {})[entry.get(1, b"").decode()] = entry.get(2, b"").decode()
     except (ValueError, UnicodeDecodeError) as exc:

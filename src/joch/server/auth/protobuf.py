@@ -33,9 +33,9 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             return value, at
 
 
-def fields(data: bytes) -> dict[int, bytes]:
-    """The length-delimited fields of a message by number (the last of a repeated one); others skipped."""
-    out: dict[int, bytes] = {}
+def entries(data: bytes) -> list[tuple[int, bytes]]:
+    """Every length-delimited field of a message, repeated ones included, in order; others skipped."""
+    out: list[tuple[int, bytes]] = []
     at = 0
     while at < len(data):
         key, at = _varint(data, at)
@@ -50,11 +50,16 @@ def fields(data: bytes) -> dict[int, bytes]:
             size, at = _varint(data, at)
             if at + size > len(data):
                 raise ValueError("truncated field")
-            out[number] = data[at:at + size]
+            out.append((number, data[at:at + size]))
             at += size
         else:
             raise ValueError(f"unsupported wire type {wire}")
     return out
+
+
+def fields(data: bytes) -> dict[int, bytes]:
+    """The length-delimited fields of a message by number (the last of a repeated one); others skipped."""
+    return dict(entries(data))
 
 
 def _strings(data: bytes, names: dict[int, str]) -> dict[str, str]:
