@@ -141,15 +141,25 @@ def respond(
     store: Store, kind: KindInfo, watch_options: WatchOptions, *, timeout_seconds: int | None,
     options: ServerOptions, slots: limits.WatchSlots, transform: Transform | None = None, keep: Keep | None = None,
 ) -> Response:
+    opened = _opened(store, kind, watch_options, options, slots)
+    if isinstance(opened, Response):
+        return opened
+    watch, end = opened
+    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform, keep=keep), end,
+                     media_type=wire.JSON)
+
+
+def _opened(
+    store: Store, kind: KindInfo, watch_options: WatchOptions, options: ServerOptions, slots: limits.WatchSlots,
+) -> tuple[Watch, Callable[[], None]] | Response:
+    """The watch and its release, or, when its revision is compacted and the server answers that
+    in the stream (``watch_expired``), the one-event ERROR stream a client relists on."""
     try:
-        watch, end = open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval),
-                                options, slots)
+        return open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval), options, slots)
     except errors.Gone as exc:
         if options.watch_expired == "status":
             raise
         return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
-    return streaming(_stream(watch, kind, timeout=timeout_seconds, transform=transform, keep=keep), end,
-                     media_type=wire.JSON)
 
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -188,13 +198,10 @@ def respond_list(
     else:
         revision = watch_options.resource_version or str(store.current_revision())
     watch_options.resource_version = revision
-    try:
-        watch, end = open_watch(store, kind, with_bookmarks(watch_options, options.bookmark_interval),
-                                options, slots)
-    except errors.Gone as exc:
-        if options.watch_expired == "status":
-            raise
-        return StreamingResponse(_single(event_line("ERROR", exc.to_status())), media_type=wire.JSON)
+    opened = _opened(store, kind, watch_options, options, slots)
+    if isinstance(opened, Response):
+        return opened
+    watch, end = opened
     head: list[bytes] = []
     if send_initial:
         head = [event_line("ADDED", transform("ADDED", obj) if transform else obj) for obj in initial]
