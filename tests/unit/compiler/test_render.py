@@ -354,3 +354,24 @@ def test_the_time_budget_cannot_be_swallowed_by_jinjas_own_exception_handlers(pa
         rendering._render("p", "{% for i in range(12000) %}{% for j in range(3000) %}" + body
                           + "{% endfor %}{% endfor %}x", {}, rendering.MAX_ARGUMENT_BYTES)
     assert _time.monotonic() - started < rendering.MAX_RENDER_SECONDS + 2
+
+
+def test_the_time_budget_counts_the_renderings_cpu_not_a_busy_machines_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rendering thread kept waiting (a loaded host, other threads holding the GIL: CI saw a one-line
+    ``spec.binary`` fail after 2 s) is not a template looping: only the CPU it spends counts."""
+    import time as _time
+
+    from joch.compiler import render as rendering
+
+    class Slow:  # stands for the wait: sleeping spends no CPU, as a descheduled thread does not
+        def __str__(self) -> str:
+            _time.sleep(0.5)
+            return "codex"
+
+    monkeypatch.setattr(rendering, "MAX_RENDER_SECONDS", 0.2)
+    assert rendering._render("AgentProvider/p spec.binary", "{{ v }}", {"v": Slow()}, 1000) == "codex"
+    with pytest.raises(rendering.TemplateError, match="longer than"):  # a loop still is stopped
+        rendering._render("p", "{% for i in range(50000) %}{% for j in range(50000) %}{% endfor %}{% endfor %}",
+                          {}, rendering.MAX_ARGUMENT_BYTES)
