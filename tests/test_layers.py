@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "joch"
 
 # Each layer may import itself, and the layers listed for it (transitively below it).
 LAYERS: dict[str, set[str]] = {
+    "telemetry": {"api"},  # metrics, traces, logs: below everything, so every layer can record
     "api": set(),
     "store": {"api"},
     "admission": {"policy", "store", "api"},  # policy preflight: admission evaluates the rules
@@ -25,7 +26,11 @@ LAYERS: dict[str, set[str]] = {
 TOP = {"controllers", "admission", "compiler", "runtime", "integrations", "policy", "store", "api"}
 for top in ("cli", "server", "mcp", "web"):
     LAYERS[top] = set(TOP)
-LAYERS["cli"] |= {"server"}  # `joch server` starts the HTTP server in-process
+LAYERS["server"] |= {"web", "mcp"}  # the server mounts the console and the MCP endpoint
+LAYERS["cli"] |= {"server", "mcp", "web"}  # `joch server` serves in-process; `joch mcp`
+for layer, below in LAYERS.items():
+    if layer not in ("api", "telemetry"):
+        below.add("telemetry")
 KUBERNETES_CLIENTS = ("lightkube", "kubernetes", "kubernetes_asyncio")
 KUBERNETES_HOMES = ("store/kubernetes", "runtime/kubernetes")
 
