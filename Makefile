@@ -9,7 +9,7 @@ PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs bench-watch-memory \
-	bench-policy bench-governance agent-clis clean
+	bench-policy bench-governance agent-clis browser-tools clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -43,6 +43,14 @@ sandbox-tools:
 			apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
 		else echo "note: bubblewrap (bwrap) is not installed: agents run unsandboxed, sandbox tests are skipped"; fi; }
 
+# Debian's Chromium for the console's browser tests (Playwright drives it; no browser download of its own).
+# Installed where apt is usable as root; elsewhere the browser tests skip (and fail under CI).
+browser-tools:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+		else echo "note: chromium is not installed: the console's browser tests are skipped"; fi; }
+
 # The real agent CLIs the tests drive (Codex CLI, Claude Code, Gemini CLI, OpenCode, aider), at the versions
 # pinned in tests/agents/, into $${JOCH_AGENT_CACHE:-~/.cache/joch-agents}; a no-op when that cache is current.
 # Without npm or a Python 3.10-3.12 the CLIs that need it are left out: their tests skip (and fail under CI).
@@ -53,7 +61,7 @@ agent-clis: venv-dev
 # more workers than cores pays), a module at a time: a module's tests stay in order on one worker
 # (tests/conftest.py). `make test TEST_WORKERS=0` runs it in this process, one test after another.
 TEST_WORKERS ?= 4
-test: venv-dev postgres-up sandbox-tools agent-clis lint typecheck
+test: venv-dev postgres-up sandbox-tools browser-tools agent-clis lint typecheck
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # `make lock` keeps every pin that still satisfies pyproject.toml; `make lock LOCK_FLAGS=--upgrade` takes the newest.
