@@ -22,7 +22,8 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import REGISTRY
+from prometheus_client.exposition import choose_encoder
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -37,10 +38,11 @@ UNMATCHED = "unmatched"  # the route label of a request no route matches (a 404)
 
 
 async def scrape(request: Request) -> Response:
-    """The exposition, rendered in a worker thread: collectors read the store and the caches."""
-    del request
-    body = await run_in_threadpool(generate_latest, REGISTRY)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    """The exposition (OpenMetrics when the scraper's Accept asks for it, else Prometheus' text
+    format), rendered in a worker thread: collectors read the store and the caches."""
+    encode, content_type = choose_encoder(request.headers.get("accept"))
+    body = await run_in_threadpool(encode, REGISTRY)
+    return Response(body, headers={"Content-Type": content_type})
 
 
 class HTTPMetrics:
