@@ -40,7 +40,7 @@ UNMATCHED = "unmatched"  # the route label of a request no route matches (a 404)
 async def scrape(request: Request) -> Response:
     """The exposition (OpenMetrics when the scraper's Accept asks for it, else Prometheus' text
     format), rendered in a worker thread: collectors read the store and the caches."""
-    encode, content_type = choose_encoder(request.headers.get("accept"))
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
     body = await run_in_threadpool(encode, REGISTRY)
     return Response(body, headers={"Content-Type": content_type})
 
