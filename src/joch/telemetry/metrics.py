@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import get_args
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
-from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
+from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from joch.api.kinds import RunPhase
@@ -122,11 +122,12 @@ class Callback(Collector):
     replacing what that owner registered before; ``untrack(owner)`` drops it. A ``read`` that raises
     (a store closed under a scrape) contributes nothing rather than failing the scrape."""
 
-    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> None:
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = (), *,
+                 registry: CollectorRegistry = REGISTRY) -> None:
         self.name, self.documentation, self.labels = name, documentation, labels
         self._reads: dict[object, Callable[[], Sample]] = {}
         self._lock = threading.Lock()
-        REGISTRY.register(self)
+        registry.register(self)
 
     def track(self, owner: object, read: Callable[[], Sample]) -> None:
         with self._lock:
