@@ -17,15 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from support import ports, stop_server, wait_ready
-from support.jochserver import Joch, git
+from e2e.test_integrations import metered_demo
+from support import ports, stop_server
+from support.jochserver import Joch, joch_server
 
 JOCH = Path(sys.executable).with_name("joch")
-QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
 AGENTS = "/apis/joch.dev/v1alpha1/namespaces/default/agents"
 
 # Family (as the parser names it: a counter without ``_total``) -> (type, label names).
@@ -50,17 +49,6 @@ FAMILIES: dict[str, tuple[str, set[str]]] = {
     "joch_webhook_deliveries": ("counter", {"provider", "outcome"}),
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
-
-# Reports $0.42 through the run callback, then is the demo agent: a run with spend to count.
-METERED = """
-import json, os, sys, urllib.request
-request = urllib.request.Request(os.environ['JOCH_CALLBACK_URL'], method='POST', data=json.dumps(
-    {'events': [{'id': 'turn-1', 'costUsd': 0.42, 'inputTokens': 1000, 'outputTokens': 200}]}).encode(),
-    headers={'Content-Type': 'application/json', 'Authorization': 'Bearer ' + os.environ['JOCH_RUN_TOKEN']})
-urllib.request.urlopen(request, timeout=10).read()
-os.execvp('joch-demo-agent', ['joch-demo-agent', *sys.argv[1:]])
-"""
-
 
 class Scrape:
     """One scrape, parsed: the families by name and their samples."""
@@ -87,40 +75,17 @@ def scrape(base: str, headers: dict[str, str] | None = None) -> Scrape:
     return Scrape(r.text)
 
 
+@pytest.fixture(autouse=True)
+def demo_agent_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``joch-demo-agent`` (installed next to ``joch``) on the servers' PATH, as the quickstart names it."""
+    monkeypatch.setenv("PATH", f"{JOCH.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 @contextmanager
 def served(tmp_path: Path, *args: str) -> Iterator[Joch]:
-    """``joch server`` (no sandbox, the demo agent on its PATH) with ``args``, and a repository for runs."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    (repo / "README.md").write_text("# a repository\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "--quiet", "-m", "first")
-    port = ports.free_port()
-    log = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}
-    env["PATH"] = f"{JOCH.parent}{os.pathsep}{env.get('PATH', '')}"  # joch-demo-agent
-    server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", "none", *args], stdout=log.open("a"), stderr=subprocess.STDOUT,
-                              text=True, env=env, cwd=tmp_path)
-    joch = Joch(f"http://127.0.0.1:{port}", log, repo)
-    try:
-        wait_ready(joch.base, server)
+    """``joch server`` (no sandbox) with ``args``, and a repository for runs."""
+    with joch_server(tmp_path, "none", (), args) as joch:
         yield joch
-    finally:
-        stop_server(server)
-    assert "Traceback" not in log.read_text(), log.read_text()
-
-
-def metered_demo() -> list[dict[str, Any]]:
-    """The quickstart's provider and agent, renamed ``demo-metered``, reporting $0.42 first."""
-    provider, agent = (yaml.safe_load((QUICKSTART / name).read_text()) for name in ("provider.yaml", "agent.yaml"))
-    provider["metadata"] = {"name": "demo-metered"}
-    provider["spec"]["binary"] = sys.executable
-    provider["spec"]["argsTemplate"] = ["-c", METERED, *provider["spec"]["argsTemplate"]]
-    agent["metadata"] = {"name": "demo-metered"}
-    agent["spec"]["providerRef"] = {"name": "demo-metered"}
-    return [provider, agent]
 
 
 def test_the_families_exist_and_a_demo_run_moves_the_run_metrics(tmp_path: Path) -> None:
@@ -152,7 +117,8 @@ def test_the_families_exist_and_a_demo_run_moves_the_run_metrics(tmp_path: Path)
     assert after.value("joch_run_dispatch_latency_seconds_count") == 1
     assert after.value("joch_run_duration_seconds_count", phase="Succeeded") == 1
     assert after.value("joch_spend_usd_total", namespace="default", agent="demo-metered") == pytest.approx(0.42)
-    assert after.value("joch_usage_tokens_total", namespace="default", agent="demo-metered", type="input") == 1000
+    tokens = {s.labels["type"] for s in after.samples("joch_usage_tokens_total") if s.labels["agent"] == "demo-metered"}
+    assert tokens == {"input", "output", "cached"}
     assert after.value("joch_reconcile_total", controller="runs", result="success") > 0
     assert after.value("joch_reconcile_duration_seconds_count", controller="runs") > 0
     assert after.value("joch_workqueue_adds_total", name="runs") > 0
