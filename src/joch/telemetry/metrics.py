@@ -8,8 +8,9 @@ counters.
 
 Label values are bounded, so a scrape stays small however much a store holds:
 
-* ``phase`` is one of the AgentRun phases; ``reason`` a run condition reason (a CamelCase word the
-  controllers write, e.g. ``Completed``, ``RunnerLost``); anything else is counted as ``Other``.
+* ``phase`` is one of the AgentRun phases; ``reason`` a run's reason (a CamelCase word the
+  controllers write, e.g. ``Completed``, ``RunnerLost``, one of the first hundred seen); anything
+  else is counted as ``Other``.
 * ``controller`` and ``name`` (a work queue) are the controllers' names; ``kind`` a registry kind.
 * ``route`` is the route's template (``/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents/{name}``),
   never the requested path; ``method`` one of the HTTP methods Joch serves, else ``OTHER``.
@@ -106,8 +107,24 @@ def phase_label(phase: object) -> str:
     return phase if isinstance(phase, str) and phase in PHASES else OTHER
 
 
+_reasons: set[str] = set()
+_reasons_lock = threading.Lock()
+MAX_REASONS = 100
+
+
 def reason_label(reason: object) -> str:
-    return reason if isinstance(reason, str) and _REASON.match(reason) else OTHER
+    """``reason`` when it is a CamelCase word among the first ``MAX_REASONS`` seen, else ``Other``:
+    reasons are the controllers' words, but a runner's record can carry its own, and a hostile one
+    must not grow the series without bound."""
+    if not isinstance(reason, str) or not _REASON.match(reason):
+        return OTHER
+    if reason in _reasons:
+        return reason
+    with _reasons_lock:
+        if len(_reasons) >= MAX_REASONS:
+            return OTHER
+        _reasons.add(reason)
+    return reason
 
 
 # --- read at scrape time ---------------------------------------------------------------------------

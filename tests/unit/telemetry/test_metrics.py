@@ -21,6 +21,15 @@ def test_reasons_are_camel_case_words_or_other(reason: object, label: str) -> No
     assert metrics.reason_label(reason) == label
 
 
+def test_past_a_hundred_reasons_new_ones_are_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "_reasons", set())
+    words = [f"Reason{chr(65 + i // 26)}{chr(97 + i % 26)}" for i in range(metrics.MAX_REASONS + 5)]
+    labels = [metrics.reason_label(word) for word in words]
+    assert labels[: metrics.MAX_REASONS] == words[: metrics.MAX_REASONS]
+    assert labels[metrics.MAX_REASONS:] == ["Other"] * 5
+    assert metrics.reason_label(words[0]) == words[0]  # one seen before keeps its series
+
+
 def test_phases_are_the_run_phases_or_other() -> None:
     assert metrics.phase_label("Running") == "Running"
     assert metrics.phase_label("Exploded") == "Other"
