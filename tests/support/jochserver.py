@@ -77,10 +77,10 @@ class Joch:
 
 
 @contextmanager
-def joch_server(tmp_path: Path, sandbox: str, drop_env: tuple[str, ...]) -> Iterator[Joch]:
-    """A ``joch server`` with ``--sandbox sandbox``, its environment without ``JOCH_*`` and the
-    variables starting with ``drop_env``, and a repository in ``tmp_path/repo``; fails the test if
-    the server's log has a traceback."""
+def joch_server(tmp_path: Path, sandbox: str, drop_env: tuple[str, ...], args: tuple[str, ...] = ()) -> Iterator[Joch]:
+    """A ``joch server`` with ``--sandbox sandbox`` and ``args``, its environment without ``JOCH_*``
+    and the variables starting with ``drop_env``, and a repository in ``tmp_path/repo``; fails the
+    test if the server's log has a traceback."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch", "main")
@@ -92,8 +92,8 @@ def joch_server(tmp_path: Path, sandbox: str, drop_env: tuple[str, ...]) -> Iter
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", *drop_env))}
     env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
     server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--sandbox", sandbox], stdout=log.open("a"), stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=tmp_path)
+                               "--sandbox", sandbox, *args], stdout=log.open("a"), stderr=subprocess.STDOUT,
+                              text=True, env=env, cwd=tmp_path)
     joch = Joch(f"http://127.0.0.1:{port}", log, repo)
     try:
         wait_ready(joch.base, server)

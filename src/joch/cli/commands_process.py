@@ -181,6 +181,10 @@ def server_command(
         "--audit-retention", metavar="DURATION",
         help="How long audit rows are kept (e.g. 90d, 720h); 0 keeps them forever. Pruned at start "
              "and hourly.")] = "90d",
+    metrics_public: Annotated[bool, typer.Option(
+        "--metrics-public", help="Serve /metrics without a token (for a Prometheus on a trusted network). "
+        "Otherwise, with authentication on, scraping takes a token of an admin of every namespace or of a "
+        "member of group system:monitoring.")] = False,
     api_url: ApiUrlOption = None,
     agent_user: AgentUserOption = None,
     kube_config: KubeConfigOption = None,
@@ -222,7 +226,8 @@ def server_command(
                 apply_missing=apply_missing, controllers=options if controllers else None,
                 allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
                 allowed_origins=allowed_origins or (), limits=limits, auth=auth,
-                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file)
+                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file,
+                metrics_public=metrics_public)
 
 
 @command("controller")
@@ -247,6 +252,13 @@ def controller_command(
     kube_image: KubeImageOption = None,
     kube_api_url: KubeApiUrlOption = None,
     kube_service_account: KubeServiceAccountOption = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", metavar="PORT", show_default=False,
+        help="Serve the controllers' Prometheus metrics at http://--metrics-host:PORT/metrics, without "
+             "authentication (default: not served).")] = None,
+    metrics_host: Annotated[str, typer.Option(
+        "--metrics-host", metavar="ADDR", help="Address --metrics-port listens on (0.0.0.0 for a scraper "
+        "on another host).")] = "127.0.0.1",
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -263,7 +275,8 @@ def controller_command(
                                          service_account=kube_service_account),
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
-                            secret_key_file=secret_key_file)
+                            secret_key_file=secret_key_file,
+                            metrics_address=(metrics_host, metrics_port) if metrics_port is not None else None)
 
 
 

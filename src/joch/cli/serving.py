@@ -106,9 +106,9 @@ def _check_sqlite_directory(url: str) -> None:
 MAX_PORT = 65535
 
 
-def check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int, flag: str = "--port") -> None:
     if not 1 <= port <= MAX_PORT:
-        raise errors.BadRequest(f"--port must be between 1 and {MAX_PORT} (got {port})")
+        raise errors.BadRequest(f"{flag} must be between 1 and {MAX_PORT} (got {port})")
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -273,6 +273,7 @@ def run(
     auth: AuthOptions | None = None,
     audit_retention: float = 90 * 86400.0,
     secret_key_file: Path | None = None,
+    metrics_public: bool = False,
 ) -> None:
     limits = limits or ServerLimits()
     limits.check()
@@ -288,6 +289,7 @@ def run(
         max_apply_documents=limits.max_apply_documents, max_apply_bytes=limits.max_apply_bytes,
         auth=auth or AuthOptions(),
         audit_retention=audit_retention,
+        metrics_public=metrics_public,
     )
     if auth is not None and auth.token_file is not None:
         tokenfile.TokenFile(auth.token_file)  # a malformed file stops the start here, naming the line
@@ -318,16 +320,21 @@ def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) 
 
 def run_controllers(
     *, data_dir: Path, store: str | None, options: ControllerOptions, secret_key_file: Path | None = None,
+    metrics_address: tuple[str, int] | None = None,
 ) -> None:
-    """``joch controller``: run the controllers until SIGINT or SIGTERM."""
+    """``joch controller``: run the controllers until SIGINT or SIGTERM; with ``metrics_address``
+    (``--metrics-host``, ``--metrics-port``), serve their metrics there at ``/metrics``."""
     import logging
 
     from joch.controllers import manager as managing
     from joch.controllers.assembly import build_runtime
     from joch.store import open_store
+    from joch.telemetry import metrics
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if metrics_address is not None:
+        check_port(*metrics_address, flag="--metrics-port")
     url = store_url(data_dir=data_dir, store=store)
     keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:
@@ -335,6 +342,8 @@ def run_controllers(
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
     try:
+        if metrics_address is not None:
+            metrics.serve(*metrics_address)
         runtime = build_runtime(options)
         try:
             with managing.running(opened, runtime, options) as manager:

@@ -49,6 +49,7 @@ from joch.controllers.options import ControllerOptions
 from joch.controllers.queueing import SYSTEM_CLOCK, WorkQueue
 from joch.runtime.base import Runtime
 from joch.store.base import Obj, Store
+from joch.telemetry import metrics
 
 log = logging.getLogger("joch.controllers")
 
@@ -273,10 +274,12 @@ class _Term:
                 self._spawn(self._work, (controller, self.queues[controller.name]), f"joch-{controller.name}-{n}")
         if self.options.resync_period > 0:
             self._spawn(self._resync, (), "joch-resync")
+        metrics.WORKQUEUE_DEPTH.track(self, self._depths)
         return wanted()
 
     def stop(self) -> None:
         self._stop.set()
+        metrics.WORKQUEUE_DEPTH.untrack(self)
         for queue in self.queues.values():
             queue.shutdown()
         for informer in list(self.informers.values()):
@@ -291,6 +294,9 @@ class _Term:
                 controller.stopped()
             except Exception:
                 log.exception("controller %s: stopped() failed", controller.name)
+
+    def _depths(self) -> metrics.Sample:
+        return {(name,): float(len(queue)) for name, queue in self.queues.items()}
 
     def _wait_synced(self, wanted: _Predicate) -> bool:
         for informer in list(self.informers.values()):
@@ -339,21 +345,31 @@ class _Term:
                 queue.done(key)
 
     def _reconcile(self, controller: Controller, queue: WorkQueue[Key], key: Key) -> None:
+        started = time.perf_counter()
+        outcome = self._attempt(controller, queue, key)
+        metrics.RECONCILE_DURATION.labels(controller.name).observe(time.perf_counter() - started)
+        metrics.RECONCILES.labels(controller.name, outcome).inc()
+
+    def _attempt(self, controller: Controller, queue: WorkQueue[Key], key: Key) -> str:
+        """Reconcile ``key`` once and queue what follows; the outcome, as ``joch_reconcile_total`` counts it."""
         try:
             result: Result | None = controller.reconcile(key)
         except errors.Conflict as exc:
             log.debug("%s: %s changed meanwhile, retrying: %s", controller.name, key, exc.message)
             queue.add_rate_limited(key)
-            return
+            return "conflict"
         except Exception as exc:
             log.warning("%s: reconciling %s failed (attempt %d): %s: %s", controller.name, key,
                         queue.retries(key) + 1, type(exc).__name__, exc)
             log.debug("%s: reconciling %s failed", controller.name, key, exc_info=True)
+            metrics.RECONCILE_ERRORS.labels(controller.name).inc()
             queue.add_rate_limited(key)
-            return
+            return "error"
         queue.forget(key)
         if result is not None and result.requeue_after is not None:
             queue.add_after(key, result.requeue_after)
+            return "requeue_after"
+        return "success"
 
     def _resync(self) -> None:
         period = self.options.resync_period

@@ -57,6 +57,7 @@ from joch.api.meta import Model, NonNegativeInt, Number, Str, set_condition
 from joch.controllers import budgets, events
 from joch.runtime.base import RUN_TOKEN_ENV
 from joch.store.base import ListOptions, Obj, Store, UsageRecord, Writer
+from joch.telemetry import metrics
 
 # Names, not secrets: the store's key name and the token's prefix.
 TOKEN_KEY = "run-token"  # noqa: S105
@@ -216,7 +217,7 @@ def report(store: Store, namespace: str, name: str, token: str | None, body: Any
         else:
             unpriced = None
         now = clock()
-        accepted = 0
+        accepted: list[UsageRecord] = []
         status = dict(current.get("status") or {})
         usage = dict(status.get("usage") or {})
         cost = budgets.cost_of(current)
@@ -228,7 +229,7 @@ def report(store: Store, namespace: str, name: str, token: str | None, body: Any
                 recorded_at=now)
             if not w.record_usage(record):
                 continue
-            accepted += 1
+            accepted.append(record)
             cost += amount
             for field in ("inputTokens", "outputTokens", "cachedTokens"):
                 usage[field] = int(usage.get(field) or 0) + int(getattr(event, field))
@@ -248,11 +249,20 @@ def report(store: Store, namespace: str, name: str, token: str | None, body: Any
                 who = run_user(namespace, name)
                 w.audit(AuditEntry(verb="run", kind="AgentRun", namespace=namespace, name=name, decision="denied",
                                    reason=f"{EXCEEDED}: {stop}", actor=who.name, groups=who.groups))
+    observe_spend(accepted)
     if unpriced is not None:
         _say_unpriced(store, namespace, name, unpriced.message)
         raise unpriced
-    return Report(accepted=accepted, duplicates=len(priced) - accepted, cost_usd=round(cost, 6), usage=totals,
+    return Report(accepted=len(accepted), duplicates=len(priced) - len(accepted), cost_usd=round(cost, 6), usage=totals,
                   exceeded=stop or already)
+
+
+def observe_spend(records: list[UsageRecord]) -> None:
+    """Count committed usage in ``joch_spend_usd_total`` and ``joch_usage_tokens_total``."""
+    for r in records:
+        metrics.SPEND.labels(r.namespace, r.agent).inc(r.cost_usd)
+        for kind, tokens in (("input", r.input_tokens), ("output", r.output_tokens), ("cached", r.cached_tokens)):
+            metrics.TOKENS.labels(r.namespace, r.agent, kind).inc(tokens)
 
 
 def run_user(namespace: str, name: str) -> UserInfo:

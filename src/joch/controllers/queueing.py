@@ -31,6 +31,7 @@ from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 from joch.controllers.base import Clock
+from joch.telemetry import metrics
 
 K = TypeVar("K", bound=Hashable)
 
@@ -105,6 +106,8 @@ class WorkQueue(Generic[K]):
         self._due: dict[K, float] = {}  # the earliest due time of each waiting key
         self._sequence = itertools.count()
         self._shutting_down = False
+        self._adds = metrics.WORKQUEUE_ADDS.labels(name)
+        self._retries = metrics.WORKQUEUE_RETRIES.labels(name)
 
     # --- adding ----------------------------------------------------------------------------------
 
@@ -116,6 +119,7 @@ class WorkQueue(Generic[K]):
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        self._adds.inc()
         if key in self._processing:
             return  # ``done`` re-queues it
         self._queue.append(key)
@@ -136,6 +140,7 @@ class WorkQueue(Generic[K]):
             self._cond.notify()  # a getter may have to wait less now
 
     def add_rate_limited(self, key: K) -> None:
+        self._retries.inc()
         self.add_after(key, self.backoff.when(key))
 
     def forget(self, key: K) -> None:

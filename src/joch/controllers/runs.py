@@ -103,6 +103,7 @@ from joch.policy.rules import Outcome
 from joch.runtime import agentoutput, disks
 from joch.runtime import base as rt
 from joch.store.base import ListOptions, Obj
+from joch.telemetry import metrics
 
 logger = logging.getLogger("joch.controllers.runs")
 
@@ -186,8 +187,11 @@ class RunController(Controller):
         self.scheduler.seed(running)
         for run in running:
             self._hold_reservation(Key.of(run), run)
+        runs = self.ctx.cache(kinds.AGENT_RUN)
+        metrics.RUNS.track(self, lambda: metrics.count_phases(_phase(run) for run in runs.list()))
 
     def stopped(self) -> None:
+        metrics.RUNS.untrack(self)
         self.scheduler.clear()
         with self._budget_lock:
             self._reservations.clear()
@@ -398,6 +402,7 @@ class RunController(Controller):
                 w.update_status(kinds.APPROVAL, {**approval, "status": {"phase": "Pending"}})
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             events.record(w, out, reason="AwaitingApproval", message=f"approval {name} requested", component=COMPONENT)
+        observe_phase(run, out, self.ctx.clock.time())
         return None
 
     def _dispatch_approval(self, run: Obj, name: str, agent: Obj, asked: Outcome | None = None) -> Obj:
@@ -1013,6 +1018,7 @@ class RunController(Controller):
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             for reason, message, type_ in reported:
                 events.record(w, out, reason=reason, message=message, type=type_, component=COMPONENT)
+        observe_phase(run, out, self.ctx.clock.time())
         return out
 
 
@@ -1039,6 +1045,23 @@ def invocation_of(run: Obj, plan: Plan, workspace: rt.Workspace, run_id: rt.RunI
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+def observe_phase(before: Obj, after: Obj, at: float) -> None:
+    """Count a committed phase change in the run metrics: the transition; the dispatch latency when
+    the first attempt starts Running (creation to now); the duration (the last attempt's start to
+    its end) when the run ends."""
+    phase = _phase(after)
+    if phase == _phase(before):
+        return
+    status = after.get("status") or {}
+    metrics.RUN_PHASE_TRANSITIONS.labels(metrics.phase_label(phase), metrics.reason_label(status.get("reason"))).inc()
+    created = after["metadata"].get("creationTimestamp")
+    if phase == "Running" and int(status.get("attempt") or 1) == 1 and created:
+        metrics.RUN_DISPATCH.observe(max(0.0, at - parse_time(created).timestamp()))
+    elif phase in TERMINAL and status.get("startedAt") and status.get("finishedAt"):
+        seconds = parse_time(status["finishedAt"]).timestamp() - parse_time(status["startedAt"]).timestamp()
+        metrics.RUN_DURATION.labels(phase).observe(max(0.0, seconds))
+
 
 def _phase(run: Obj) -> str | None:
     phase = (run.get("status") or {}).get("phase")

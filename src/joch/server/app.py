@@ -28,6 +28,7 @@ from joch.server import (
     health,
     limits,
     metering,
+    metrics,
     openapi,
     resources,
     runreports,
@@ -77,5 +78,6 @@ def create_app(
     schemas.install(app, kind_schemas)
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
+    metrics.install(app, options)  # /metrics, and the middleware counting requests (outside authentication)
     app.add_middleware(guard.Guard, options=options)
     return app

@@ -81,6 +81,7 @@ class ServerOptions:
     ``auth``: the authenticators (token file, OIDC; neither: auth none) and the caches of
     ``joch.server.auth``.
     ``audit_retention``: seconds an audit row is kept (``joch.server.retention``; 0 keeps every row).
+    ``metrics_public``: ``/metrics`` is readable without a token (``joch.server.metrics``).
     """
 
     admission: AdmissionOptions = field(default_factory=AdmissionOptions)
@@ -99,3 +100,4 @@ class ServerOptions:
     allowed_origins: tuple[str, ...] = ()
     auth: AuthOptions = field(default_factory=AuthOptions)
     audit_retention: float = 90 * 86400.0
+    metrics_public: bool = False

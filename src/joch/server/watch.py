@@ -57,6 +57,7 @@ from joch.api.registry import KindInfo
 from joch.server import limits, wire
 from joch.server.options import ServerOptions
 from joch.store.base import ListOptions, Obj, Store, Watch, WatchEvent, WatchOptions
+from joch.telemetry import metrics
 
 logger = logging.getLogger("joch.server")
 YIELD_EVERY = 64
@@ -129,10 +130,17 @@ def open_watch(
     except BaseException:
         release()
         raise
+    opened = metrics.OPEN_WATCHES.labels(kind.kind if kind is not None else "all")
+    opened.inc()
+    ended = False
 
     def end() -> None:
+        nonlocal ended
         watch.close()
         release()
+        if not ended:
+            ended = True
+            opened.dec()
 
     return watch, end
 

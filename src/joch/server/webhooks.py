@@ -62,6 +62,7 @@ from joch.server import resources, wire
 from joch.server.options import ServerOptions
 from joch.server.schemas import KindSchemas
 from joch.store.base import Obj, Store
+from joch.telemetry import metrics
 
 MAX_WEBHOOK_BYTES = 1024 * 1024
 WEBHOOKS_GROUP = "system:joch:webhooks"
@@ -160,8 +161,7 @@ class WebhookRoutes:
         obj = self._delivery(namespace, "generic", delivery, headers.get("x-joch-event") or "webhook", None,
                              record, rule_ref=rule_name)
         created = self._create(obj, "generic")
-        return wire.json_response({"kind": WEBHOOK_DELIVERY.kind, "duplicate": created is None,
-                                   "deliveries": [f"{namespace}/{obj['metadata']['name']}"]})
+        return _delivered("generic", created is None, [f"{namespace}/{obj['metadata']['name']}"])
 
     def _generic_key(self, webhook: WebhookTrigger, rule: str, payload: dict[str, Any], kept: dict[str, str],
                      body: bytes, headers: Mapping[str, str]) -> str:
@@ -223,7 +223,7 @@ class WebhookRoutes:
             if self._create(obj, provider) is not None:
                 duplicate = False
             names.append(f"{namespace}/{obj['metadata']['name']}")
-        return wire.json_response({"kind": WEBHOOK_DELIVERY.kind, "duplicate": duplicate, "deliveries": names})
+        return _delivered(provider, duplicate, names)
 
     def _create(self, obj: Obj, provider: str) -> Obj | None:
         """Store the delivery (status Received); None when it was recorded before (a replay)."""
@@ -271,6 +271,23 @@ class WebhookRoutes:
         return wire.json_response(execution, status_code=201 if dispatched else 200)
 
 
+def _delivered(provider: str, duplicate: bool, names: list[str]) -> Response:
+    metrics.WEBHOOK_DELIVERIES.labels(provider, "duplicate" if duplicate else "accepted").inc()
+    return wire.json_response({"kind": WEBHOOK_DELIVERY.kind, "duplicate": duplicate, "deliveries": names})
+
+
+async def _receive(provider: str, handle: Callable[..., Response], *args: Any) -> Response:
+    """``handle`` a delivery in a worker thread, counting one that fails (an accepted or a
+    duplicate one is counted by ``_delivered``)."""
+    try:
+        return await run_in_threadpool(handle, *args)
+    except Exception as exc:
+        outcome = ("refused" if isinstance(exc, errors.Unauthorized)
+                   else "invalid" if isinstance(exc, errors.BadRequest | errors.Invalid) else "error")
+        metrics.WEBHOOK_DELIVERIES.labels(provider, outcome).inc()
+        raise
+
+
 def _json(body: bytes) -> dict[str, Any]:
     try:
         value = json.loads(body or b"{}")
@@ -313,14 +330,14 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
         return {k.lower(): v for k, v in request.headers.items()}
 
     async def github(request: Request, body: bytes = Depends(read_webhook)) -> Response:
-        return await run_in_threadpool(h.github, body, headers_of(request))
+        return await _receive("github", h.github, body, headers_of(request))
 
     async def linear(request: Request, body: bytes = Depends(read_webhook)) -> Response:
-        return await run_in_threadpool(h.linear, body, headers_of(request))
+        return await _receive("linear", h.linear, body, headers_of(request))
 
     async def generic(request: Request, rule: str, namespace: str | None = Depends(resources.namespace_scope),
                       body: bytes = Depends(read_webhook)) -> Response:
-        return await run_in_threadpool(h.generic, namespace or "", rule, body, headers_of(request))
+        return await _receive("generic", h.generic, namespace or "", rule, body, headers_of(request))
 
     async def fire(request: Request, name: str, namespace: str | None = Depends(resources.namespace_scope),
                    body: bytes = Depends(read_body)) -> Response:

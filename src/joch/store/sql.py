@@ -64,7 +64,9 @@ import functools
 import json
 import secrets
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -94,6 +96,7 @@ from joch.store.base import (
     Writer,
 )
 from joch.store.sealing import IDENTITY, KeyRing, Sealer
+from joch.telemetry import metrics
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -750,6 +753,8 @@ class SqlStore(Store):
             backend.close()
             raise
         self._local = threading.local()
+        self._write_seconds = metrics.STORE_WRITE.labels(backend.name)
+        metrics.STORE_REVISION.track(metrics.STORE_REVISION, _revision_of(weakref.ref(self)))  # the newest store
         self.feed = feeds.Feed(
             read_changes=self._changes_after, current=self.current_revision,
             poll_interval=backend.poll_interval, compact=self._auto_compact if history else None,
@@ -790,6 +795,7 @@ class SqlStore(Store):
 
     @contextmanager
     def _transaction(self) -> Iterator[_Tx]:
+        started = time.perf_counter()
         with self.backend.write() as conn:
             (revision,) = conn.execute(self.backend.lock_revision_sql).fetchone()
             tx = _Tx(conn, int(revision), self.backend, self.sealer)
@@ -798,6 +804,7 @@ class SqlStore(Store):
             if tx.revision != tx.start:
                 conn.execute("UPDATE joch_meta SET value = ? WHERE key = 'revision'", (tx.revision,))
                 self.backend.notify(conn, tx.revision)
+        self._write_seconds.observe(time.perf_counter() - started)
         if tx.revision != tx.start:
             self.feed.wake()
 
@@ -1135,6 +1142,14 @@ class SqlStore(Store):
     def close(self) -> None:
         self.feed.close()
         self.backend.close()
+
+
+def _revision_of(store: weakref.ref[SqlStore]) -> Callable[[], metrics.Sample]:
+    """``joch_store_revision``'s reading of ``store``: nothing once it is gone (a closed one raises)."""
+    def read() -> metrics.Sample:
+        current = store()
+        return {(): float(current.current_revision())} if current is not None else {}
+    return read
 
 
 __all__ = ["REGISTRY", "Backend", "Conn", "SqlStore", "change_body", "dumps", "object_key"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from joch.api import errors, kinds
 from joch.api.registry import KindInfo
@@ -204,6 +205,7 @@ def test_a_failing_reconcile_is_retried_with_backoff_on_the_clock(
     clock = FakeClock()
     conflict = errors.Conflict('Operation cannot be fulfilled on agentproviders "bad": modified')
     controller = Recording({"bad": [RuntimeError("boom"), RuntimeError("boom"), conflict]})
+    before = reconcile_metrics()
     create(store, "bad")
     managers(store, [controller], options(), clock=clock).wait_started(10)
     wait_until(lambda: controller.count("bad") == 1, what="the first attempt")
@@ -228,6 +230,20 @@ def test_a_failing_reconcile_is_retried_with_backoff_on_the_clock(
     clock.advance(120)
     time.sleep(0.2)
     assert controller.count("bad") == 4  # succeeded: no more retries
+    counted = {name: value - before[name] for name, value in reconcile_metrics().items()}
+    assert counted == {"error": 2, "conflict": 1, "success": 1, "requeue_after": 0, "errors": 2, "retries": 3,
+                       "reconciles": 4}, counted
+
+
+def reconcile_metrics() -> dict[str, float]:
+    """What ``joch_reconcile_*`` and ``joch_workqueue_retries_total`` hold for the controller ``providers``."""
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"controller": "providers", **labels}) or 0.0
+
+    results = {r: value("joch_reconcile_total", result=r) for r in ("success", "requeue_after", "conflict", "error")}
+    return {**results, "errors": value("joch_reconcile_errors_total"),
+            "reconciles": value("joch_reconcile_duration_seconds_count"),
+            "retries": REGISTRY.get_sample_value("joch_workqueue_retries_total", {"name": "providers"}) or 0.0}
 
 
 def test_requeue_after_and_enqueue_use_the_clock(store: Store, managers: Callable[..., Manager]) -> None:

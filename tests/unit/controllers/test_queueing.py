@@ -7,6 +7,7 @@ import random
 import threading
 
 import pytest
+from prometheus_client import REGISTRY
 
 from joch.controllers.queueing import Backoff, WorkQueue
 from support import FakeClock
@@ -189,3 +190,17 @@ def test_concurrent_workers_never_hold_one_key_at_once(clock: FakeClock) -> None
     for thread in workers:
         thread.join(10)
     assert overlaps == []
+
+
+def test_adds_and_retries_are_counted_per_queue(clock: FakeClock) -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=clock, name="counted-queue")
+
+    def count(family: str) -> float | None:
+        return REGISTRY.get_sample_value(family, {"name": "counted-queue"})
+
+    for key in ("a", "a", "b"):
+        queue.add(key)  # "a" twice is one key waiting: one add
+    assert count("joch_workqueue_adds_total") == 2
+    assert drain(queue) == ["a", "b"]
+    queue.add_rate_limited("a")
+    assert count("joch_workqueue_retries_total") == 1

@@ -161,6 +161,23 @@ def test_the_forbidden_message_names_user_verb_resource_group_and_namespace() ->
     assert path.reason.startswith('forbidden: User "bob" cannot get path "/metrics"')
 
 
+def test_system_monitoring_may_get_metrics_and_nothing_else() -> None:
+    nobody = rbac.Index.of(1, [])
+    scraper = UserInfo("prometheus", ("system:monitoring",))
+
+    def decide(user: UserInfo, verb: str, path: str) -> rbac.Decision:
+        return rbac.decide(nobody, rbac.Attributes(user=user, verb=verb, path=path))
+
+    assert decide(scraper, "get", "/metrics").allowed
+    assert not decide(scraper, "create", "/metrics").allowed
+    assert not decide(scraper, "get", "/metrics/extra").allowed
+    assert not may(nobody, "list", "agents", user=scraper)
+    assert decide(UserInfo("root", ("system:masters",)), "get", "/metrics").allowed
+    refused = decide(UserInfo("bob"), "get", "/metrics")
+    assert not refused.allowed and 'or group "system:monitoring" to get it' in refused.reason
+    assert "system:monitoring" not in decide(UserInfo("bob"), "get", "/other").reason
+
+
 def test_token_files_parse_like_kube_apiservers() -> None:
     digest = hashlib.sha256(b"t2").hexdigest()
     table = tokenfile.parse(f't1,alice,1,"a,b"\n\n# comment\nsha256:{digest.upper()},bob,2\n', "f")

@@ -24,8 +24,10 @@ namespace and at the cluster scope (lists across all namespaces, a watch of ever
 log of every namespace, non-resource URLs). Members of ``system:masters`` and of
 ``system:joch:controllers`` (``joch.api.identity.CONTROLLER``) are admins everywhere, which is how
 the first admin is bootstrapped: a token-file user in group ``system:masters`` applies the first
-RoleBindings. Status subresources of every kind are written only by admins and the controllers,
-so nobody else can forge a run's phase or an approval's decision.
+RoleBindings. Members of ``system:monitoring`` may ``get`` the non-resource URL ``/metrics`` (as on
+kube-apiserver: a Prometheus scraper's token), and nothing more. Status subresources of every kind
+are written only by admins and the controllers, so nobody else can forge a run's phase or an
+approval's decision.
 
 Bindings are read from the store and kept for ``binding_cache_seconds``: a request that the kept
 bindings allow costs no query. A request they deny is decided again on freshly read bindings when
@@ -57,6 +59,8 @@ from joch.server.auth.requests import ALL, RequestInfo
 from joch.store.base import Store
 
 MASTERS = "system:masters"
+MONITORING = "system:monitoring"  # kube-apiserver's group for scrapers: may get /metrics, nothing else
+MONITORING_PATHS = frozenset({"/metrics"})
 SUPERUSER_GROUPS = (MASTERS, CONTROLLERS_GROUP)
 CLUSTER_NAMESPACE = kinds.CLUSTER_NAMESPACE
 ROLES = kinds.BUILTIN_ROLES
@@ -231,17 +235,25 @@ def decide(index: Index, attrs: Attributes) -> Decision:
             return Decision(True, f'group "{group}" is admin everywhere')
     if attrs.anyone:
         return Decision(True, "every authenticated user may")
+    if MONITORING in user.groups and _monitoring(attrs):
+        return Decision(True, f'group "{MONITORING}" may get {attrs.path}')
     for grant in index.grants(user, attrs.namespace):
         if role_allows(grant.role, attrs):
             return Decision(True, f'RoleBinding "{grant.binding}" grants role {grant.role}')
     return Decision(False, forbidden_message(attrs))
 
 
+def _monitoring(attrs: Attributes) -> bool:
+    return not attrs.resource and attrs.verb == "get" and attrs.path in MONITORING_PATHS
+
+
 def forbidden_message(attrs: Attributes) -> str:
     user = attrs.user.name
     if not attrs.resource:
+        monitoring = f', or group "{MONITORING}" to get it' if attrs.path in MONITORING_PATHS else ""
         return (f'forbidden: User "{user}" cannot {attrs.verb} path "{attrs.path}": only admins of every '
-                f'namespace may (role admin bound in namespace "{CLUSTER_NAMESPACE}", or group "{MASTERS}")')
+                f'namespace may (role admin bound in namespace "{CLUSTER_NAMESPACE}", or group "{MASTERS}"'
+                f'{monitoring})')
     qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
     named = f' "{attrs.name}"' if attrs.name else ""
     what = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
