@@ -100,6 +100,12 @@ KubeServiceAccountOption = Annotated[
     str | None, typer.Option("--kube-service-account", metavar="NAME", show_default=False,
                              help="The run Pods' service account when the Agent names none (default: none, no "
                                   "token mounted).")]
+LogFormatOption = Annotated[
+    str, typer.Option("--log-format", envvar="JOCH_LOG_FORMAT", metavar="text|json",
+                      help="Log lines on stderr: text, or JSON objects (time, level, logger, message, and "
+                           "request_id, run_uid, trace_id where they apply). Traces are configured by the "
+                           "standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...), off without them."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -190,6 +196,7 @@ def server_command(
     kube_image: KubeImageOption = None,
     kube_api_url: KubeApiUrlOption = None,
     kube_service_account: KubeServiceAccountOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -222,7 +229,8 @@ def server_command(
                 apply_missing=apply_missing, controllers=options if controllers else None,
                 allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
                 allowed_origins=allowed_origins or (), limits=limits, auth=auth,
-                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file)
+                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file,
+                log_format=log_format)
 
 
 @command("controller")
@@ -247,6 +255,7 @@ def controller_command(
     kube_image: KubeImageOption = None,
     kube_api_url: KubeApiUrlOption = None,
     kube_service_account: KubeServiceAccountOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
@@ -263,7 +272,7 @@ def controller_command(
                                          service_account=kube_service_account),
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
-                            secret_key_file=secret_key_file)
+                            secret_key_file=secret_key_file, log_format=log_format)
 
 
 

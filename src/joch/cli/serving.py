@@ -38,6 +38,7 @@ from joch.api import audit as audits
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
 from joch.runtime.kubernetes.settings import KubeSettings
+from joch.telemetry import logs, tracing
 
 if TYPE_CHECKING:
     from joch.server.auth.options import AuthOptions
@@ -273,7 +274,9 @@ def run(
     auth: AuthOptions | None = None,
     audit_retention: float = 90 * 86400.0,
     secret_key_file: Path | None = None,
+    log_format: str = "text",
 ) -> None:
+    log_format = _log_format(log_format)
     limits = limits or ServerLimits()
     limits.check()
     from joch import server  # lazy: only this command needs the web stack
@@ -295,8 +298,17 @@ def run(
     url = store_url(data_dir=data_dir, store=store)
     keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:
-        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
-                     options=options, apply_missing_paths=apply_missing or None, secret_keys=keys)
+        with _tracing("joch-server"):
+            server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None,
+                         controllers=controllers, options=options, apply_missing_paths=apply_missing or None,
+                         secret_keys=keys, log_format=log_format)
+    except ValueError as exc:
+        raise errors.BadRequest(str(exc)) from None
+
+
+def _log_format(value: str) -> str:
+    try:
+        return logs.check_format(value)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 
@@ -318,16 +330,14 @@ def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) 
 
 def run_controllers(
     *, data_dir: Path, store: str | None, options: ControllerOptions, secret_key_file: Path | None = None,
+    log_format: str = "text",
 ) -> None:
     """``joch controller``: run the controllers until SIGINT or SIGTERM."""
-    import logging
-
     from joch.controllers import manager as managing
     from joch.controllers.assembly import build_runtime
     from joch.store import open_store
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(_log_format(log_format))
     url = store_url(data_dir=data_dir, store=store)
     keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:
@@ -337,13 +347,28 @@ def run_controllers(
     try:
         runtime = build_runtime(options)
         try:
-            with managing.running(opened, runtime, options) as manager:
+            with _tracing("joch-controller"), managing.running(opened, runtime, options) as manager:
                 with _stopping_on_signals(manager.request_stop):
                     manager.run()
         finally:
             runtime.close()
     finally:
         opened.close()
+
+
+@contextmanager
+def _tracing(service_name: str) -> Iterator[None]:
+    """Traces for the block when the environment configures them (``joch.telemetry.tracing``),
+    flushed at its end; a configuration Joch cannot honour is a ``BadRequest`` before anything starts."""
+    try:
+        started = tracing.setup(service_name=service_name)
+    except ValueError as exc:
+        raise errors.BadRequest(str(exc)) from None
+    try:
+        yield
+    finally:
+        if started:
+            tracing.shutdown()
 
 
 @contextmanager

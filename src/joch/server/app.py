@@ -39,6 +39,7 @@ from joch.server import (
 from joch.server.auth import setup as auth
 from joch.server.options import ServerOptions
 from joch.store.base import Store
+from joch.telemetry import tracing
 
 DESCRIPTION = (
     "Kubernetes-compatible REST and watch API for Joch resources, plus the Joch /v1 routes. "
@@ -78,4 +79,6 @@ def create_app(
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     app.add_middleware(guard.Guard, options=options)
+    if tracing.enabled():  # outermost, so refused requests are traced too; nothing at all when off
+        app.add_middleware(tracing.RequestSpans)
     return app
