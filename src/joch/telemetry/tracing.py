@@ -126,14 +126,34 @@ def _check_protocol(environ: Mapping[str, str]) -> None:
 
 def span(
     span_name: str, /, *, kind: str | None = None, namespace: str | None = None, name: str | None = None,
-    run_uid: str | None = None, attributes: Mapping[str, AttributeValue] | None = None,
+    run_uid: str | None = None, action: str | None = None, attributes: Mapping[str, AttributeValue] | None = None,
 ) -> AbstractContextManager[Any]:
     """A span around a block, child of the current one, carrying the object it is about
-    (``joch.kind``, ``joch.namespace``, ``joch.name``, ``joch.run.uid``); a null context when off."""
+    (``joch.kind``, ``joch.namespace``, ``joch.name``, ``joch.run.uid``) and what is done to it
+    (``joch.action``: ``create``, ``update``...); a null context when off."""
     if _tracer is None:
         return _OFF
-    return _tracer.start_as_current_span(
-        span_name, attributes=_attributes(kind, namespace, name, run_uid, attributes))
+    attrs = _attributes(kind, namespace, name, run_uid, attributes)
+    if action:
+        attrs["joch.action"] = action
+    return _tracer.start_as_current_span(span_name, attributes=attrs)
+
+
+def object_span(span_name: str, /, obj: object) -> AbstractContextManager[Any]:
+    """``span`` about a Kubernetes-shaped object (a dict with ``kind`` and ``metadata``), whose
+    attributes are read only when tracing is on; a ``generateName`` stands in for a missing name."""
+    if _tracer is None:
+        return _OFF
+    given = obj if isinstance(obj, dict) else {}
+    metadata = given.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    kind, namespace = given.get("kind"), metadata.get("namespace")
+    name = metadata.get("name") or metadata.get("generateName")
+    return span(span_name, kind=_text(kind), namespace=_text(namespace), name=_text(name))
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _attributes(
