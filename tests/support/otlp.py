@@ -83,7 +83,7 @@ def otlp_receiver() -> Iterator[Receiver]:
     receiver = Receiver(endpoint=f"http://127.0.0.1:{port}")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)
@@ -101,7 +101,7 @@ def otlp_receiver() -> Iterator[Receiver]:
             self.end_headers()
             self.wfile.write(answer)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)

@@ -204,6 +204,7 @@ def server_command(
     everything), which it allows only on a loopback --host."""
     from joch.server.auth import options as auth_options  # no web stack: plain dataclasses
 
+    serving.configure_logs(log_format)
     auth = auth_options.AuthOptions(
         token_file=token_file,
         oidc=auth_options.oidc_options(
@@ -229,8 +230,7 @@ def server_command(
                 apply_missing=apply_missing, controllers=options if controllers else None,
                 allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
                 allowed_origins=allowed_origins or (), limits=limits, auth=auth,
-                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file,
-                log_format=log_format)
+                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file)
 
 
 @command("controller")
@@ -261,6 +261,7 @@ def controller_command(
 
     Replicas sharing a store elect one leader through a Lease; the others wait to take over.
     """
+    serving.configure_logs(log_format)
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,
@@ -272,7 +273,7 @@ def controller_command(
                                          service_account=kube_service_account),
     )
     serving.run_controllers(data_dir=data_dir, store=serving.store_source(store, store_file), options=options,
-                            secret_key_file=secret_key_file, log_format=log_format)
+                            secret_key_file=secret_key_file)
 
 
 

@@ -25,7 +25,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -65,9 +64,8 @@ def store_source(store: str | None, store_file: Path | None) -> str | None:
             raise errors.BadRequest(f'--store-file "{store_file}" is empty: write the store URL on its first line')
         return url
     if store and _password(store):
-        print("warning: the store URL in --store/JOCH_STORE has a password, which every process of this user "
-              "(agents too) can read in /proc: use --store-file, or ~/.pgpass (PGPASSFILE) and a URL without it",
-              file=sys.stderr)
+        logs.notice("warning: the store URL in --store/JOCH_STORE has a password, which every process of this user "
+                    "(agents too) can read in /proc: use --store-file, or ~/.pgpass (PGPASSFILE) and a URL without it")
     return store
 
 
@@ -220,8 +218,8 @@ def _sandbox(choice: str) -> tuple[str, str | None]:
         return "bwrap", None
     if choice == "bwrap":
         raise errors.BadRequest(f"--sandbox bwrap: {problem}; install bubblewrap, or choose --sandbox auto or none")
-    print(f"warning: agents run without a sandbox ({problem}): they can read what this user can, other runs' "
-          "files and this server's environment included; --sandbox none silences this", file=sys.stderr)
+    logs.notice(f"warning: agents run without a sandbox ({problem}): they can read what this user can, other runs' "
+                "files and this server's environment included; --sandbox none silences this")
     return "none", f"--sandbox auto: {problem}"
 
 
@@ -259,11 +257,11 @@ def secret_keys(*, key_file: Path | None, data_dir: Path) -> KeyRing:
 
     env_value = os.environ.get(sealing.ENV) if key_file is None else None
     if env_value:
-        print(f"warning: {sealing.ENV} is readable by every process of this user (agents too) in /proc: prefer "
-              "--secret-key-file (a file the sandbox hides from agents)", file=sys.stderr)
+        logs.notice(f"warning: {sealing.ENV} is readable by every process of this user (agents too) in /proc: "
+                    "prefer --secret-key-file (a file the sandbox hides from agents)")
     ring, note = sealing.load_ring(key_file=key_file, env_value=env_value, data_dir=data_dir)
     if note:
-        print(note, file=sys.stderr)
+        logs.notice(note)
     return ring
 
 
@@ -274,9 +272,7 @@ def run(
     auth: AuthOptions | None = None,
     audit_retention: float = 90 * 86400.0,
     secret_key_file: Path | None = None,
-    log_format: str = "text",
 ) -> None:
-    log_format = _log_format(log_format)
     limits = limits or ServerLimits()
     limits.check()
     from joch import server  # lazy: only this command needs the web stack
@@ -301,14 +297,15 @@ def run(
         with _tracing("joch-server"):
             server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None,
                          controllers=controllers, options=options, apply_missing_paths=apply_missing or None,
-                         secret_keys=keys, log_format=log_format)
+                         secret_keys=keys, log_format=logs.current_format())
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 
 
-def _log_format(value: str) -> str:
+def configure_logs(log_format: str) -> None:
+    """``--log-format``, first thing: the notes before the start (``logs.notice``) are in it too."""
     try:
-        return logs.check_format(value)
+        logs.configure(log_format)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 
@@ -330,14 +327,12 @@ def _checked(flag: str, values: Sequence[str], normalize: Callable[[str], str]) 
 
 def run_controllers(
     *, data_dir: Path, store: str | None, options: ControllerOptions, secret_key_file: Path | None = None,
-    log_format: str = "text",
 ) -> None:
     """``joch controller``: run the controllers until SIGINT or SIGTERM."""
     from joch.controllers import manager as managing
     from joch.controllers.assembly import build_runtime
     from joch.store import open_store
 
-    logs.configure(_log_format(log_format))
     url = store_url(data_dir=data_dir, store=store)
     keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:

@@ -40,6 +40,7 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@/?#\s]*(?=@)")
 _AUTHORIZATION = re.compile(r"(?i)\b(?P<head>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+")
 
+_format = "text"
 _run_uid: contextvars.ContextVar[str | None] = contextvars.ContextVar("joch_run_uid", default=None)
 
 
@@ -54,8 +55,10 @@ def check_format(value: str) -> str:
 def configure(log_format: str, level: str = "info") -> None:
     """Text: the root logger's handler as before (only when nothing configured logging yet). JSON: one
     stderr handler writing ``JsonFormatter`` lines, replacing what was there."""
+    global _format
     root = logging.getLogger()
-    if check_format(log_format) == "json":
+    _format = check_format(log_format)
+    if _format == "json":
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter())
         for old in root.handlers[:]:
@@ -64,6 +67,19 @@ def configure(log_format: str, level: str = "info") -> None:
         root.setLevel(level.upper())
     elif not root.handlers:
         logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
+
+
+def current_format() -> str:
+    return _format
+
+
+def notice(text: str) -> None:
+    """A note for whoever starts the process (a warning about its configuration): printed on stderr
+    as it is with text logs, a WARNING line of the ``joch`` logger with JSON ones."""
+    if _format == "json":
+        logging.getLogger("joch").warning("%s", text)
+    else:
+        print(text, file=sys.stderr)
 
 
 @contextmanager

@@ -76,7 +76,8 @@ def exporters(environ: Mapping[str, str]) -> list[str]:
 
 
 def setup(*, service_name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Start tracing when the environment configures it; True when it did. Call ``shutdown`` at exit."""
+    """Start tracing when the environment configures it; True when it did. Call ``shutdown`` at exit.
+    ``environ`` (default ``os.environ``) decides whether; the SDK reads its own settings from ``os.environ``."""
     global _tracer, _provider
     environ = os.environ if environ is None else environ
     chosen = exporters(environ)

@@ -1,0 +1,183 @@
+"""Traces and JSON logs of a real ``joch server``: spans exported over OTLP/HTTP to a local receiver
+(``support.otlp``) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` points at it, nothing and no exporter thread
+without it, and ``--log-format json`` lines on stderr carrying the request id and the run uid."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from support import ports, stop_server, wait_ready
+from support.jochserver import git
+from support.otlp import Span, otlp_receiver
+
+JOCH = Path(sys.executable).with_name("joch")
+QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
+RUN = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns/hello-readme"
+
+
+@dataclass
+class Server:
+    base: str
+    stderr: Path
+    proc: subprocess.Popen[str]
+
+
+@contextmanager
+def joch_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A ``joch server`` with its environment free of ``JOCH_*`` and ``OTEL_*`` except ``env``."""
+    port = ports.free_port()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "OTEL_"))}
+    stderr = tmp_path / "server.stderr"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+                                 "--sandbox", "none", *args], stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**clean, **(env or {})}, cwd=tmp_path)
+    server = Server(f"http://127.0.0.1:{port}", stderr, proc)
+    try:
+        wait_ready(server.base, proc)
+        yield server
+    finally:
+        stop_server(proc)
+    assert "Traceback" not in stderr.read_text(), stderr.read_text()
+
+
+def quickstart(tmp_path: Path) -> str:
+    """The quickstart's manifests, the run's repository a fresh one in ``tmp_path``."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "--initial-branch", "main")
+    (repo / "README.md").write_text("# a repository\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "--quiet", "-m", "first")
+    texts = [(QUICKSTART / f"{name}.yaml").read_text() for name in ("provider", "agent", "implementation", "run")]
+    texts[-1] = texts[-1].replace("url: ../..", f"url: {repo}")
+    return "\n---\n".join(texts)
+
+
+def apply(base: str, body: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    r = httpx.post(f"{base}/v1/resources/apply", content=body, timeout=30,
+                   headers={"content-type": "application/yaml", **(headers or {})})
+    assert r.status_code == 200, r.text
+    return r
+
+
+def wait_succeeded(base: str, seconds: float = 90) -> dict[str, Any]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while (run := httpx.get(f"{base}{RUN}", timeout=10).json()).get("status", {}).get("phase") != "Succeeded":
+        assert run.get("status", {}).get("phase") not in ("Failed", "Cancelled"), run["status"]
+        assert time.monotonic() < deadline, run.get("status")
+        time.sleep(0.2)
+    result: dict[str, Any] = run
+    return result
+
+
+def named(spans: list[Span], name: str) -> list[Span]:
+    return [s for s in spans if s.name == name]
+
+
+def test_an_apply_and_a_demo_run_arrive_as_traces_and_json_log_lines(tmp_path: Path) -> None:
+    caller_trace, caller_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    with otlp_receiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        with joch_server(tmp_path, "--log-format", "json", env=env) as server:
+            r = apply(server.base, quickstart(tmp_path),
+                      headers={"traceparent": f"00-{caller_trace}-{caller_span}-01", "x-request-id": "apply-1"})
+            assert r.headers["audit-id"] == "apply-1"
+            run = wait_succeeded(server.base)
+            uid = run["metadata"]["uid"]
+            spans = receiver.wait_for(lambda got: bool(named(got, "joch.run")))
+        spans = receiver.spans  # flushed at shutdown: the last reconciles too
+
+    _apply_is_one_trace(spans, caller_trace, caller_span)
+    _run_is_its_own_trace(spans, uid)
+    _log_lines_carry_ids(server.stderr, uid)
+
+
+def _apply_is_one_trace(spans: list[Span], caller_trace: str, caller_span: str) -> None:
+    traced = [s for s in spans if s.trace_id == caller_trace]
+    (request,) = [s for s in traced if s.name == "POST /v1/resources/apply"]
+    assert request.parent_id == caller_span  # the caller's traceparent was honoured
+    assert request.attributes["http.response.status_code"] == 200 and request.service == "joch-server"
+    (batch,) = named(traced, "joch.apply")
+    assert batch.parent_id == request.span_id and batch.attributes["joch.documents"] == 4
+    objects = {(s.name, s.attributes.get("joch.kind"), s.attributes.get("joch.name")): s for s in traced}
+    for kind, name in (("AgentProvider", "demo-agent"), ("Agent", "demo"), ("ImplementationSpec", "hello-readme"),
+                       ("AgentRun", "hello-readme")):
+        admitted = objects[("joch.admission.validate", kind, name)]
+        written = objects[("joch.store.write", kind, name)]
+        checked = objects[("joch.admission.policies", kind, name)]
+        assert admitted.parent_id == batch.span_id and checked.parent_id == batch.span_id
+        assert written.attributes["joch.namespace"] == "default" and written.attributes["joch.action"] == "created"
+        assert batch.start_ns <= admitted.start_ns <= admitted.end_ns <= written.start_ns <= batch.end_ns
+
+
+def _run_is_its_own_trace(spans: list[Span], uid: str) -> None:
+    of_run = [s for s in spans if s.attributes.get("joch.run.uid") == uid]
+    assert {s.trace_id for s in of_run} == {uuid.UUID(uid).hex}  # its uid is its trace id
+    (root,) = named(of_run, "joch.run")
+    assert root.parent_id == "" and root.attributes["joch.run.phase"] == "Succeeded"
+    assert root.attributes["joch.agent"] == "demo" and root.status_code != 2  # not an error
+    children = [s for s in of_run if s is not root]
+    assert {s.parent_id for s in children} == {root.span_id}
+    names = [s.name for s in children]
+    assert names.count("joch.run.attempt") == 1 and names.count("joch.run.queued") == 1
+    assert names.count("joch.run.reconcile") >= 3  # Pending, Queued, Running, ended at least
+    (attempt,) = named(children, "joch.run.attempt")
+    assert attempt.attributes["joch.run.reason"] == "Completed" and attempt.attributes["joch.run.attempt"] == 1
+    assert root.start_ns <= attempt.start_ns <= attempt.end_ns <= root.end_ns
+    # The reconciles' store writes are in the run's trace too.
+    assert any(s.name == "joch.store.write" and s.attributes.get("joch.name") == "hello-readme"
+               and s.trace_id == root.trace_id for s in spans)
+
+
+def _log_lines_carry_ids(stderr: Path, uid: str) -> None:
+    lines = [json.loads(line) for line in stderr.read_text().splitlines()]  # every line is JSON
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    assert any(line.get("logger", "").startswith("uvicorn") for line in lines)  # uvicorn's lines too
+    applied = [line for line in lines if line["message"] == "agentrun.runtime.joch.dev/hello-readme created by "
+               "system:anonymous"]
+    assert applied and applied[0]["request_id"] == "apply-1" and len(applied[0]["trace_id"]) == 32
+    ran = [line for line in lines if line.get("run_uid") == uid]
+    assert any("Started" in line["message"] for line in ran), lines
+    assert all(line["trace_id"] == uuid.UUID(uid).hex for line in ran)
+
+
+@pytest.mark.parametrize("off", [{"OTEL_SDK_DISABLED": "true"}, {"OTEL_TRACES_EXPORTER": "none"}])
+def test_tracing_turned_off_exports_nothing(tmp_path: Path, off: dict[str, str]) -> None:
+    """The endpoint is set, but so is what turns tracing off. (With no variable at all, no exporter
+    thread runs and the SDK is not even imported: tests/unit/telemetry/test_tracing.py.)"""
+    with otlp_receiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100", **off}
+        with joch_server(tmp_path, env=env) as server:
+            apply(server.base, quickstart(tmp_path),
+                  headers={"traceparent": f"00-{uuid.uuid4().hex}-{'1' * 16}-01"})
+            wait_succeeded(server.base)
+    assert receiver.requests == 0 and receiver.spans == []
+    text_lines = server.stderr.read_text().splitlines()
+    assert any(" INFO joch.server.v1: agentrun.runtime.joch.dev/hello-readme created" in line for line in text_lines)
+
+
+def test_a_configuration_joch_cannot_honour_stops_the_start(tmp_path: Path) -> None:
+    done = subprocess.run([str(JOCH), "server", "--data-dir", str(tmp_path), "--port", str(ports.free_port())],
+                          env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+                               "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported" in done.stderr
+    done = subprocess.run([str(JOCH), "server", "--data-dir", str(tmp_path), "--log-format", "xml"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "--log-format must be text or json" in done.stderr
