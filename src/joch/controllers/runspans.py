@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from joch.api.meta import parse_time
+from joch.api.meta import epoch
 from joch.store.base import Obj
 from joch.telemetry import tracing
 
@@ -41,12 +41,12 @@ def record(before: Obj, after: Obj) -> None:
     ids = {"uid": str(m.get("uid") or ""), "namespace": m.get("namespace"), "name": m.get("name")}
     if not ids["uid"] or was in TERMINAL:
         return
-    created = _seconds(m.get("creationTimestamp")) or time.time()
+    created = epoch(m.get("creationTimestamp")) or time.time()
     attempt = int(new.get("attempt") or old.get("attempt") or 1)
     if now == "Running" and was != "Running":
         _queued(old, new, created, attempt, ids)
     if was == "Running" and now != "Running":
-        started = _seconds(old.get("startedAt"))
+        started = epoch(old.get("startedAt"))
         if started is not None:
             tracing.record_span("joch.run.attempt", start=started, end=_end(new), **ids,
                                 attributes={"joch.run.attempt": int(old.get("attempt") or 1),
@@ -63,7 +63,7 @@ def record(before: Obj, after: Obj) -> None:
 def _queued(old: Mapping[str, Any], new: Mapping[str, Any], created: float, attempt: int,
             ids: dict[str, Any]) -> None:
     queued = _condition_time(old, "Queued") or created
-    started = _seconds(new.get("startedAt")) or time.time()
+    started = epoch(new.get("startedAt")) or time.time()
     if attempt == 1 and queued > created:
         tracing.record_span("joch.run.pending", start=created, end=queued, **ids)
     tracing.record_span("joch.run.queued", start=queued, end=started, **ids,
@@ -71,20 +71,11 @@ def _queued(old: Mapping[str, Any], new: Mapping[str, Any], created: float, atte
 
 
 def _end(status: Mapping[str, Any]) -> float:
-    return _seconds(status.get("finishedAt")) or time.time()
+    return epoch(status.get("finishedAt")) or time.time()
 
 
 def _condition_time(status: Mapping[str, Any], type_: str) -> float | None:
     for condition in status.get("conditions") or ():
         if condition.get("type") == type_ and condition.get("status") == "True":
-            return _seconds(condition.get("lastTransitionTime"))
+            return epoch(condition.get("lastTransitionTime"))
     return None
-
-
-def _seconds(value: object) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value).timestamp()
-    except ValueError:
-        return None

@@ -1,6 +1,7 @@
 """Traces and JSON logs of a real ``joch server``: spans exported over OTLP/HTTP to a local receiver
-(``support.otlp``) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` points at it, nothing and no exporter thread
-without it, and ``--log-format json`` lines on stderr carrying the request id and the run uid."""
+(``support.otlp``) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` points at it, nothing when tracing is turned
+off, and ``--log-format json``: every line of the server's output JSON, carrying the request id and
+the run uid."""
 
 from __future__ import annotations
 
@@ -11,78 +12,38 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from support import ports, stop_server, wait_ready
-from support.jochserver import git
+from support import jochserver, ports
+from support.jochserver import Joch
 from support.otlp import Span, otlp_receiver
 
 JOCH = Path(sys.executable).with_name("joch")
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
-RUN = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns/hello-readme"
-
-
-@dataclass
-class Server:
-    base: str
-    stderr: Path
-    proc: subprocess.Popen[str]
+RUN = "hello-readme"
 
 
 @contextmanager
-def joch_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Server]:
-    """A ``joch server`` with its environment free of ``JOCH_*`` and ``OTEL_*`` except ``env``."""
-    port = ports.free_port()
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "OTEL_"))}
-    stderr = tmp_path / "server.stderr"
-    with stderr.open("w") as err:
-        proc = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                                 "--sandbox", "none", *args], stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                env={**clean, **(env or {})}, cwd=tmp_path)
-    server = Server(f"http://127.0.0.1:{port}", stderr, proc)
-    try:
-        wait_ready(server.base, proc)
-        yield server
-    finally:
-        stop_server(proc)
-    assert "Traceback" not in stderr.read_text(), stderr.read_text()
+def joch_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Joch]:
+    """A ``joch server`` (``support.jochserver``) with no ``OTEL_*`` variable but those of ``env``."""
+    with jochserver.joch_server(tmp_path, "none", ("OTEL_",), *args, env=env) as joch:
+        yield joch
 
 
-def quickstart(tmp_path: Path) -> str:
-    """The quickstart's manifests, the run's repository a fresh one in ``tmp_path``."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    (repo / "README.md").write_text("# a repository\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "--quiet", "-m", "first")
+def quickstart(joch: Joch) -> str:
+    """The quickstart's manifests, the run's repository the server's test repository."""
     texts = [(QUICKSTART / f"{name}.yaml").read_text() for name in ("provider", "agent", "implementation", "run")]
-    texts[-1] = texts[-1].replace("url: ../..", f"url: {repo}")
+    texts[-1] = texts[-1].replace("url: ../..", f"url: {joch.repo}")
     return "\n---\n".join(texts)
 
 
-def apply(base: str, body: str, headers: dict[str, str] | None = None) -> httpx.Response:
-    r = httpx.post(f"{base}/v1/resources/apply", content=body, timeout=30,
-                   headers={"content-type": "application/yaml", **(headers or {})})
-    assert r.status_code == 200, r.text
-    return r
-
-
-def wait_succeeded(base: str, seconds: float = 90) -> dict[str, Any]:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while (run := httpx.get(f"{base}{RUN}", timeout=10).json()).get("status", {}).get("phase") != "Succeeded":
-        assert run.get("status", {}).get("phase") not in ("Failed", "Cancelled"), run["status"]
-        assert time.monotonic() < deadline, run.get("status")
-        time.sleep(0.2)
-    result: dict[str, Any] = run
-    return result
+def succeeded(joch: Joch) -> dict[str, Any]:
+    status = joch.wait_ended(RUN)
+    assert status["phase"] == "Succeeded", status
+    return joch.run(RUN)
 
 
 def named(spans: list[Span], name: str) -> list[Span]:
@@ -93,18 +54,18 @@ def test_an_apply_and_a_demo_run_arrive_as_traces_and_json_log_lines(tmp_path: P
     caller_trace, caller_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
     with otlp_receiver() as receiver:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-        with joch_server(tmp_path, "--log-format", "json", env=env) as server:
-            r = apply(server.base, quickstart(tmp_path),
-                      headers={"traceparent": f"00-{caller_trace}-{caller_span}-01", "x-request-id": "apply-1"})
+        with joch_server(tmp_path, "--log-format", "json", env=env) as joch:
+            r = joch.apply(quickstart(joch),
+                           headers={"traceparent": f"00-{caller_trace}-{caller_span}-01", "x-request-id": "apply-1"})
             assert r.headers["audit-id"] == "apply-1"
-            run = wait_succeeded(server.base)
+            run = succeeded(joch)
             uid = run["metadata"]["uid"]
             spans = receiver.wait_for(lambda got: bool(named(got, "joch.run")))
         spans = receiver.spans  # flushed at shutdown: the last reconciles too
 
     _apply_is_one_trace(spans, caller_trace, caller_span)
     _run_is_its_own_trace(spans, uid)
-    _log_lines_carry_ids(server.stderr, uid)
+    _log_lines_carry_ids(joch.log, uid)
 
 
 def _apply_is_one_trace(spans: list[Span], caller_trace: str, caller_span: str) -> None:
@@ -144,8 +105,8 @@ def _run_is_its_own_trace(spans: list[Span], uid: str) -> None:
                and s.trace_id == root.trace_id for s in spans)
 
 
-def _log_lines_carry_ids(stderr: Path, uid: str) -> None:
-    lines = [json.loads(line) for line in stderr.read_text().splitlines()]  # every line is JSON
+def _log_lines_carry_ids(log: Path, uid: str) -> None:
+    lines = [json.loads(line) for line in log.read_text().splitlines()]  # every line is JSON
     assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
     assert any(line.get("logger", "").startswith("uvicorn") for line in lines)  # uvicorn's lines too
     applied = [line for line in lines if line["message"] == "agentrun.runtime.joch.dev/hello-readme created by "
@@ -162,12 +123,11 @@ def test_tracing_turned_off_exports_nothing(tmp_path: Path, off: dict[str, str])
     thread runs and the SDK is not even imported: tests/unit/telemetry/test_tracing.py.)"""
     with otlp_receiver() as receiver:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100", **off}
-        with joch_server(tmp_path, env=env) as server:
-            apply(server.base, quickstart(tmp_path),
-                  headers={"traceparent": f"00-{uuid.uuid4().hex}-{'1' * 16}-01"})
-            wait_succeeded(server.base)
+        with joch_server(tmp_path, env=env) as joch:
+            joch.apply(quickstart(joch), headers={"traceparent": f"00-{uuid.uuid4().hex}-{'1' * 16}-01"})
+            succeeded(joch)
     assert receiver.requests == 0 and receiver.spans == []
-    text_lines = server.stderr.read_text().splitlines()
+    text_lines = joch.log.read_text().splitlines()
     assert any(" INFO joch.server.v1: agentrun.runtime.joch.dev/hello-readme created" in line for line in text_lines)
 
 
