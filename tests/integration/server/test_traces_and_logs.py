@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from support import jochserver, ports
+from support import jochserver, ports, stop_server
 from support.jochserver import Joch
 from support.otlp import Span, otlp_receiver
 
@@ -60,12 +61,39 @@ def test_an_apply_and_a_demo_run_arrive_as_traces_and_json_log_lines(tmp_path: P
             assert r.headers["audit-id"] == "apply-1"
             run = succeeded(joch)
             uid = run["metadata"]["uid"]
-            spans = receiver.wait_for(lambda got: bool(named(got, "joch.run")))
+            _create_and_replace_one_object(joch.base)
+            spans = receiver.wait_for(lambda got: bool(named(got, "joch.run")) and bool(named(got, "joch.update")))
         spans = receiver.spans  # flushed at shutdown: the last reconciles too
 
     _apply_is_one_trace(spans, caller_trace, caller_span)
     _run_is_its_own_trace(spans, uid)
     _log_lines_carry_ids(joch.log, uid)
+    _single_object_writes_are_traced(spans)
+
+
+PROVIDERS = "/apis/joch.dev/v1alpha1/namespaces/default/agentproviders"
+
+
+def _create_and_replace_one_object(base: str) -> None:
+    provider = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "single"},
+                "spec": {"binary": "echo"}}
+    created = httpx.post(f"{base}{PROVIDERS}", json=provider, timeout=10)
+    assert created.status_code == 201, created.text
+    replaced = httpx.put(f"{base}{PROVIDERS}/single", json={**created.json(), "spec": {"binary": "true"}}, timeout=10)
+    assert replaced.status_code == 200, replaced.text
+
+
+def _single_object_writes_are_traced(spans: list[Span]) -> None:
+    for route, operation, action in (("POST /apis/joch.dev/v1alpha1/namespaces/{namespace}/agentproviders",
+                                      "joch.create", "created"),
+                                     ("PUT /apis/joch.dev/v1alpha1/namespaces/{namespace}/agentproviders/{name}",
+                                      "joch.update", "updated")):
+        (request,) = named(spans, route)
+        (write,) = [s for s in spans if s.name == operation and s.parent_id == request.span_id]
+        assert write.attributes["joch.kind"] == "AgentProvider" and write.attributes["joch.name"] == "single"
+        below = {s.name: s for s in spans if s.parent_id == write.span_id}
+        assert below.keys() >= {"joch.admission.validate", "joch.store.write", "joch.admission.policies"}
+        assert below["joch.store.write"].attributes["joch.action"] == action
 
 
 def _apply_is_one_trace(spans: list[Span], caller_trace: str, caller_span: str) -> None:
@@ -115,6 +143,31 @@ def _log_lines_carry_ids(log: Path, uid: str) -> None:
     ran = [line for line in lines if line.get("run_uid") == uid]
     assert any("Started" in line["message"] for line in ran), lines
     assert all(line["trace_id"] == uuid.UUID(uid).hex for line in ran)
+
+
+def test_joch_controller_traces_the_runs_it_reconciles_and_logs_json(tmp_path: Path) -> None:
+    """The API in a ``joch server --no-controllers``, the controllers in a ``joch controller`` on the
+    same SQLite store: the controller's spans say so (``service.name``) and carry the run's uid."""
+    with otlp_receiver() as receiver, joch_server(tmp_path, "--no-controllers") as joch:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "OTEL_"))}
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint, OTEL_BSP_SCHEDULE_DELAY="100")
+        stderr = tmp_path / "controller.stderr"
+        with stderr.open("w") as err:
+            controller = subprocess.Popen(
+                [str(JOCH), "controller", "--data-dir", str(tmp_path / "data"), "--sandbox", "none",
+                 "--api-url", joch.base, "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=err, text=True,
+                env=env, cwd=tmp_path)
+        try:
+            joch.apply(quickstart(joch))
+            uid = succeeded(joch)["metadata"]["uid"]
+            spans = receiver.wait_for(lambda got: bool(named(got, "joch.run")))
+        finally:
+            stop_server(controller)
+    (root,) = named(spans, "joch.run")
+    assert root.service == "joch-controller" and root.trace_id == uuid.UUID(uid).hex
+    assert not any(s.name.startswith("POST ") for s in spans)  # the server exports nothing: no variable set
+    lines = [json.loads(line) for line in stderr.read_text().splitlines()]
+    assert any(line.get("run_uid") == uid and "Succeeded" in line["message"] for line in lines), lines
 
 
 @pytest.mark.parametrize("off", [{"OTEL_SDK_DISABLED": "true"}, {"OTEL_TRACES_EXPORTER": "none"}])
