@@ -86,6 +86,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -232,8 +233,12 @@ class RunController(Controller):
             return None
         m = run["metadata"]
         uid = str(m.get("uid") or "")
-        with logs.running(uid), tracing.run_span("joch.run.reconcile", uid=uid, namespace=key.namespace,
-                                                  name=key.name):
+        # Every resync reconciles every ended run: no span for those, or a store of ended runs would
+        # flood the collector with spans saying nothing.
+        ended = _phase(run) in TERMINAL and not m.get("deletionTimestamp")
+        traced = nullcontext() if ended else tracing.run_span("joch.run.reconcile", uid=uid,
+                                                              namespace=key.namespace, name=key.name)
+        with logs.running(uid), traced:
             return self._reconcile(key, run)
 
     def _reconcile(self, key: Key, run: Obj) -> Result | None:
