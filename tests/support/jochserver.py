@@ -40,11 +40,12 @@ class Joch:
     log: Path
     repo: Path
 
-    def apply(self, *documents: str | dict[str, Any]) -> None:
+    def apply(self, *documents: str | dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
         body = "\n---\n".join(d if isinstance(d, str) else json.dumps(d) for d in documents)
-        r = httpx.post(f"{self.base}/v1/resources/apply", content=body, headers={"content-type": "application/yaml"},
-                       timeout=30)
+        r = httpx.post(f"{self.base}/v1/resources/apply", content=body,
+                       headers={"content-type": "application/yaml", **(headers or {})}, timeout=30)
         assert r.status_code == 200, r.text
+        return r
 
     def start(self, name: str, agent: str, text: str = "Create hello.txt.") -> None:
         run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
@@ -76,24 +77,31 @@ class Joch:
         return r.text if r.status_code == 200 else f"(no logs: {r.status_code})"
 
 
+def repository(path: Path) -> Path:
+    """A git repository at ``path`` with one commit (a README.md) on ``main``."""
+    path.mkdir()
+    git(path, "init", "--quiet", "--initial-branch", "main")
+    (path / "README.md").write_text("# a repository\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "--quiet", "-m", "first")
+    return path
+
+
 @contextmanager
-def joch_server(tmp_path: Path, sandbox: str, drop_env: tuple[str, ...], args: tuple[str, ...] = ()) -> Iterator[Joch]:
+def joch_server(
+    tmp_path: Path, sandbox: str, drop_env: tuple[str, ...], *args: str, env: dict[str, str] | None = None,
+) -> Iterator[Joch]:
     """A ``joch server`` with ``--sandbox sandbox`` and ``args``, its environment without ``JOCH_*``
-    and the variables starting with ``drop_env``, and a repository in ``tmp_path/repo``; fails the
-    test if the server's log has a traceback."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "--quiet", "--initial-branch", "main")
-    (repo / "README.md").write_text("# a repository\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "--quiet", "-m", "first")
+    and the variables starting with ``drop_env`` (plus ``env``), and a repository in
+    ``tmp_path/repo``; fails the test if the server's log has a traceback."""
+    repo = repository(tmp_path / "repo")
     port = free_port()
     log = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", *drop_env))}
-    env["PATH"] = f"{agent_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", *drop_env))}
+    environ["PATH"] = f"{agent_bin_dir()}{os.pathsep}{environ.get('PATH', '')}"
     server = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
                                "--sandbox", sandbox, *args], stdout=log.open("a"), stderr=subprocess.STDOUT,
-                              text=True, env=env, cwd=tmp_path)
+                              text=True, env={**environ, **(env or {})}, cwd=tmp_path)
     joch = Joch(f"http://127.0.0.1:{port}", log, repo)
     try:
         wait_ready(joch.base, server)

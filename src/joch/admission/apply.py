@@ -34,6 +34,10 @@ Design decisions:
   or remove the field). A current one passes, so re-applying unchanged ``get -o yaml`` output is
   ``unchanged``. Preconditions are checked after every document was admitted (an invalid batch is
   reported as invalid first) and before anything is written, inside the batch's transaction.
+* **Traced** (``joch.telemetry.tracing``, when on): a span per batch (``joch.apply``,
+  ``joch.create``) or single write (``joch.create``, ``joch.update``, ``joch.patch``,
+  ``joch.update_status``), around admission's (``joch.admission.validate``,
+  ``joch.admission.policies``) and the store's (``joch.store.write``) spans of each object.
 * **Dry run** runs the same code, store writes included, and then aborts the transaction with a
   private exception: what a dry run reports is exactly what a real run would have done.
 * The single-object helpers (``create_object``, ``update_object``, ``patch_object``,
@@ -49,6 +53,7 @@ import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
@@ -72,6 +77,7 @@ from joch.api.meta import DEFAULT_NAMESPACE
 from joch.api.registry import KindInfo
 from joch.policy.decisions import StoreSource
 from joch.store.base import Obj, Store, Writer
+from joch.telemetry import tracing
 
 Action = Literal["created", "configured", "unchanged"]
 Mode = Literal["apply", "create"]
@@ -143,7 +149,8 @@ def apply_documents(
     is accepted for kubectl compatibility and not recorded yet (Joch keeps no managedFields)."""
     del field_manager
     docs = [_in_namespace(doc, namespace) for doc in docs]
-    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "apply", namespace))
+    with _batch_span("joch.apply", docs, dry_run):
+        items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "apply", namespace))
     return ApplyResult(items=items, dry_run=dry_run)
 
 
@@ -154,8 +161,15 @@ def create_documents(
     """Create every document, atomically; ``generateName`` is honoured, an existing name is
     ``errors.AlreadyExists`` naming the document. ``namespace`` as for ``apply_documents``."""
     docs = [_in_namespace(doc, namespace) for doc in docs]
-    items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "create", namespace))
+    with _batch_span("joch.create", docs, dry_run):
+        items = _run(store, dry_run, lambda w: _batch(w, docs, options or DEFAULT_OPTIONS, "create", namespace))
     return ApplyResult(items=items, dry_run=dry_run)
+
+
+def _batch_span(span_name: str, docs: list[Document], dry_run: bool) -> AbstractContextManager[object]:
+    if not tracing.enabled():
+        return tracing.span(span_name)
+    return tracing.span(span_name, attributes={"joch.documents": len(docs), "joch.dry_run": dry_run})
 
 
 def _run(store: Store, dry_run: bool, body: Callable[[Writer], _T]) -> _T:
@@ -502,7 +516,8 @@ def create_object(
                                   name=created["metadata"]["name"])
         return created, [*admitted.warnings, *warned]
 
-    return _run(store, dry_run, body)
+    with tracing.object_span("joch.create", obj):
+        return _run(store, dry_run, body)
 
 
 def update_object(
@@ -512,7 +527,8 @@ def update_object(
     """PUT: replace user metadata and spec of an existing object; ``metadata.resourceVersion`` in
     the body is a precondition. Name and namespace in the body must match the URL's."""
     obj = _identified(kind, obj, namespace=namespace, name=name)
-    return _run(store, dry_run, lambda w: _replace(w, kind, obj, namespace, name, options, track))
+    with tracing.span("joch.update", kind=kind.kind, namespace=namespace, name=name):
+        return _run(store, dry_run, lambda w: _replace(w, kind, obj, namespace, name, options, track))
 
 
 def patch_object(
@@ -538,13 +554,14 @@ def change_object(
     """Any patch (``change`` maps the stored object to the desired one) through admission, written
     over the version read; retried on ``Conflict`` unless the patch is ``pinned`` to a version."""
     attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, change, options, track))
-        except errors.Conflict:
-            if pinned or attempt >= attempts:
-                raise
+    with tracing.span("joch.patch", kind=kind.kind, namespace=namespace, name=name):
+        while True:
+            attempt += 1
+            try:
+                return _run(store, dry_run, lambda w: _patch(w, kind, namespace, name, change, options, track))
+            except errors.Conflict:
+                if pinned or attempt >= attempts:
+                    raise
 
 
 def update_status(
@@ -566,7 +583,8 @@ def update_status(
         target = {**current, "metadata": metadata, "status": namespaces.check_phase(kind, current, status)}
         return writer.update_status(kind, track(current, obj, target) if track else target)
 
-    return _run(store, dry_run, body)
+    with tracing.span("joch.update_status", kind=kind.kind, namespace=namespace, name=name):
+        return _run(store, dry_run, body)
 
 
 def _replace(

@@ -37,6 +37,7 @@ from joch.api.identity import current_request
 from joch.api.registry import KindInfo
 from joch.policy import decisions, rules
 from joch.store.base import Obj, Store, Writer
+from joch.telemetry import tracing
 
 COMPONENT = "joch-admission"
 _DENIALS: contextvars.ContextVar[list[AuditEntry] | None] = contextvars.ContextVar("joch_policy_denials",
@@ -60,7 +61,8 @@ def enforce(writer: Writer, source: decisions.StoreSource, kind: KindInfo, store
             *, name: str) -> list[str]:
     """Run the admission rules on ``stored`` (just written in ``writer``'s transaction): raise
     ``errors.Invalid`` on a denial, else return the warnings (with their Events written)."""
-    outcomes = decisions.admission(source, stored, old)
+    with tracing.object_span("joch.admission.policies", stored):
+        outcomes = decisions.admission(source, stored, old)
     if not outcomes:
         return []
     verb = "create" if old is None else "update"

@@ -56,6 +56,7 @@ from joch.api.kinds import CheckedSpec
 from joch.api.meta import dig
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store.base import Writer
+from joch.telemetry import tracing
 
 TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 SERVER_OWNED = ("uid", "creationTimestamp", "generation", "deletionTimestamp",
@@ -104,6 +105,14 @@ def admit(
     names objects written in the same batch; ``raw`` is the YAML source text of typed scalars
     (``Document.raw``) so messages quote what the user wrote.
     """
+    with tracing.object_span("joch.admission.validate", obj):
+        return _admit(reader, obj, old=old, options=options, pending=pending, raw=raw)
+
+
+def _admit(
+    reader: Writer, obj: dict[str, Any], *, old: dict[str, Any] | None, options: AdmissionOptions,
+    pending: Pending, raw: RawScalars | None,
+) -> Admitted:
     raw = raw or RawScalars()
     kind = resolve_kind(obj)
     metadata, causes = normalize_metadata(kind, obj.get("metadata"), raw=raw)

@@ -85,6 +85,16 @@ def parse_time(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def epoch(value: object) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time as the store holds it; None when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value).timestamp()
+    except ValueError:
+        return None
+
+
 def meta(obj: dict[str, Any]) -> dict[str, Any]:
     m = obj.get("metadata")
     if not isinstance(m, dict):

@@ -100,6 +100,12 @@ KubeServiceAccountOption = Annotated[
     str | None, typer.Option("--kube-service-account", metavar="NAME", show_default=False,
                              help="The run Pods' service account when the Agent names none (default: none, no "
                                   "token mounted).")]
+LogFormatOption = Annotated[
+    str, typer.Option("--log-format", envvar="JOCH_LOG_FORMAT", metavar="text|json",
+                      help="Log lines on stderr: text, or JSON objects (time, level, logger, message, and "
+                           "request_id, run_uid, trace_id where they apply). Traces are configured by the "
+                           "standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT...), off without them."),
+]
 IdentityOption = Annotated[
     str | None, typer.Option("--identity", metavar="NAME", show_default=False,
                              help="This replica's name in the leader lease (default HOST/PID/RANDOM)."),
@@ -194,6 +200,7 @@ def server_command(
     kube_image: KubeImageOption = None,
     kube_api_url: KubeApiUrlOption = None,
     kube_service_account: KubeServiceAccountOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -201,6 +208,7 @@ def server_command(
     everything), which it allows only on a loopback --host."""
     from joch.server.auth import options as auth_options  # no web stack: plain dataclasses
 
+    serving.configure_logs(log_format)
     auth = auth_options.AuthOptions(
         token_file=token_file,
         oidc=auth_options.oidc_options(
@@ -259,11 +267,13 @@ def controller_command(
     metrics_host: Annotated[str, typer.Option(
         "--metrics-host", metavar="ADDR", help="Address --metrics-port listens on (0.0.0.0 for a scraper "
         "on another host).")] = "127.0.0.1",
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Run only the controllers (no HTTP API) until SIGINT or SIGTERM.
 
     Replicas sharing a store elect one leader through a Lease; the others wait to take over.
     """
+    serving.configure_logs(log_format)
     options = serving.controller_options(
         data_dir=data_dir, max_concurrent_runs=max_concurrent_runs, lease_duration=lease_duration,
         max_concurrent_runs_per_namespace=max_concurrent_runs_per_namespace, identity=identity,

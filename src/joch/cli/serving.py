@@ -25,7 +25,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from joch.api import audit as audits
 from joch.api import errors
 from joch.controllers.options import ControllerOptions, default_identity
 from joch.runtime.kubernetes.settings import KubeSettings
+from joch.telemetry import logs, tracing
 
 if TYPE_CHECKING:
     from joch.server.auth.options import AuthOptions
@@ -64,9 +64,8 @@ def store_source(store: str | None, store_file: Path | None) -> str | None:
             raise errors.BadRequest(f'--store-file "{store_file}" is empty: write the store URL on its first line')
         return url
     if store and _password(store):
-        print("warning: the store URL in --store/JOCH_STORE has a password, which every process of this user "
-              "(agents too) can read in /proc: use --store-file, or ~/.pgpass (PGPASSFILE) and a URL without it",
-              file=sys.stderr)
+        logs.notice("warning: the store URL in --store/JOCH_STORE has a password, which every process of this user "
+                    "(agents too) can read in /proc: use --store-file, or ~/.pgpass (PGPASSFILE) and a URL without it")
     return store
 
 
@@ -219,8 +218,8 @@ def _sandbox(choice: str) -> tuple[str, str | None]:
         return "bwrap", None
     if choice == "bwrap":
         raise errors.BadRequest(f"--sandbox bwrap: {problem}; install bubblewrap, or choose --sandbox auto or none")
-    print(f"warning: agents run without a sandbox ({problem}): they can read what this user can, other runs' "
-          "files and this server's environment included; --sandbox none silences this", file=sys.stderr)
+    logs.notice(f"warning: agents run without a sandbox ({problem}): they can read what this user can, other runs' "
+                "files and this server's environment included; --sandbox none silences this")
     return "none", f"--sandbox auto: {problem}"
 
 
@@ -258,11 +257,11 @@ def secret_keys(*, key_file: Path | None, data_dir: Path) -> KeyRing:
 
     env_value = os.environ.get(sealing.ENV) if key_file is None else None
     if env_value:
-        print(f"warning: {sealing.ENV} is readable by every process of this user (agents too) in /proc: prefer "
-              "--secret-key-file (a file the sandbox hides from agents)", file=sys.stderr)
+        logs.notice(f"warning: {sealing.ENV} is readable by every process of this user (agents too) in /proc: "
+                    "prefer --secret-key-file (a file the sandbox hides from agents)")
     ring, note = sealing.load_ring(key_file=key_file, env_value=env_value, data_dir=data_dir)
     if note:
-        print(note, file=sys.stderr)
+        logs.notice(note)
     return ring
 
 
@@ -297,8 +296,18 @@ def run(
     url = store_url(data_dir=data_dir, store=store)
     keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
     try:
-        server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None, controllers=controllers,
-                     options=options, apply_missing_paths=apply_missing or None, secret_keys=keys)
+        with _tracing("joch-server"):
+            server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None,
+                         controllers=controllers, options=options, apply_missing_paths=apply_missing or None,
+                         secret_keys=keys, log_format=logs.current_format())
+    except ValueError as exc:
+        raise errors.BadRequest(str(exc)) from None
+
+
+def configure_logs(log_format: str) -> None:
+    """``--log-format``, first thing: the notes before the start (``logs.notice``) are in it too."""
+    try:
+        logs.configure(log_format)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
 
@@ -324,15 +333,11 @@ def run_controllers(
 ) -> None:
     """``joch controller``: run the controllers until SIGINT or SIGTERM; with ``metrics_address``
     (``--metrics-host``, ``--metrics-port``), serve their metrics there at ``/metrics``."""
-    import logging
-
     from joch.controllers import manager as managing
     from joch.controllers.assembly import build_runtime
     from joch.store import open_store
     from joch.telemetry import metrics
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if metrics_address is not None:
         check_port(*metrics_address, flag="--metrics-port")
     url = store_url(data_dir=data_dir, store=store)
@@ -346,13 +351,28 @@ def run_controllers(
             metrics.serve(*metrics_address)
         runtime = build_runtime(options)
         try:
-            with managing.running(opened, runtime, options) as manager:
+            with _tracing("joch-controller"), managing.running(opened, runtime, options) as manager:
                 with _stopping_on_signals(manager.request_stop):
                     manager.run()
         finally:
             runtime.close()
     finally:
         opened.close()
+
+
+@contextmanager
+def _tracing(service_name: str) -> Iterator[None]:
+    """Traces for the block when the environment configures them (``joch.telemetry.tracing``),
+    flushed at its end; a configuration Joch cannot honour is a ``BadRequest`` before anything starts."""
+    try:
+        started = tracing.setup(service_name=service_name)
+    except ValueError as exc:
+        raise errors.BadRequest(str(exc)) from None
+    try:
+        yield
+    finally:
+        if started:
+            tracing.shutdown()
 
 
 @contextmanager

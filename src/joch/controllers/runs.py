@@ -70,6 +70,9 @@ lost update. What the controller decides and why:
   it through the runtime and ends it ``Failed/BudgetExceeded``, whatever the agent did meanwhile.
 * **The run token** (``metering.run_token``) reaches the runner with the secrets, as
   ``JOCH_RUN_TOKEN``: the same for a resumed start, worthless once the attempt is over.
+* **Traced and logged by uid:** each reconcile is a ``joch.run.reconcile`` span in the run's own
+  trace (its id is the uid) and its log lines carry ``run_uid``; the transitions ``_write`` records
+  end the spans of the run's life (``runspans``).
 * **Limits** (``--max-log-bytes``, ``--max-artifact-bytes``) go to the runner in the spec. An
   output it refused is listed in ``status.refusedArtifacts`` (name, path, size, why) with an
   ``ArtifactsRefused`` condition, never in ``status.artifacts``, which holds what can be downloaded.
@@ -83,6 +86,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,7 +98,7 @@ from joch.api.meta import now, parse_time, set_condition
 from joch.api.registry import KindInfo
 from joch.compiler import manifest as compiler
 from joch.compiler import render
-from joch.controllers import approvals, budgets, events, metering, placements, scheduling
+from joch.controllers import approvals, budgets, events, metering, placements, runspans, scheduling
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
 from joch.controllers.invocations import git_source, note_runtime_facts, resume_of, runner_fields
 from joch.controllers.options import ControllerOptions
@@ -103,7 +107,7 @@ from joch.policy.rules import Outcome
 from joch.runtime import agentoutput, disks
 from joch.runtime import base as rt
 from joch.store.base import ListOptions, Obj
-from joch.telemetry import metrics
+from joch.telemetry import logs, metrics, tracing
 
 logger = logging.getLogger("joch.controllers.runs")
 
@@ -230,6 +234,17 @@ class RunController(Controller):
             self._release(key)
             self.scheduler.forget(key)
             return None
+        m = run["metadata"]
+        uid = str(m.get("uid") or "")
+        # Every resync reconciles every ended run: no span for those, or a store of ended runs would
+        # flood the collector with spans saying nothing.
+        ended = _phase(run) in TERMINAL and not m.get("deletionTimestamp")
+        traced = nullcontext() if ended else tracing.run_span("joch.run.reconcile", uid=uid,
+                                                              namespace=key.namespace, name=key.name)
+        with logs.running(uid), traced:
+            return self._reconcile(key, run)
+
+    def _reconcile(self, key: Key, run: Obj) -> Result | None:
         if _phase(run) in TERMINAL:
             self._resolved.pop(str(run["metadata"].get("uid")), None)
         self.scheduler.remember(key)
@@ -1018,6 +1033,9 @@ class RunController(Controller):
             out = w.update_status(kinds.AGENT_RUN, {**run, "status": status})
             for reason, message, type_ in reported:
                 events.record(w, out, reason=reason, message=message, type=type_, component=COMPONENT)
+        for reason, message, _ in reported:
+            logger.info("run %s: %s: %s", Key.of(out), reason, message)
+        runspans.record(run, out)
         observe_phase(run, out, self.ctx.clock.time())
         return out
 

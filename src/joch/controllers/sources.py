@@ -53,7 +53,7 @@ from joch.api.integrations import (
     TRIGGER_RULE,
     ImplementationSourceSpec,
 )
-from joch.api.meta import parse_time, set_condition
+from joch.api.meta import epoch, set_condition
 from joch.api.registry import KindInfo
 from joch.controllers import triggers
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
@@ -299,12 +299,12 @@ class SourceController(Controller):
 
     def _wait(self, spec: ImplementationSourceSpec, status: dict[str, Any], now: float) -> float | None:
         """Seconds until the next poll is due (0 or less: now); None: no polling."""
-        limited = _epoch(status.get("rateLimitedUntil"))
+        limited = epoch(status.get("rateLimitedUntil"))
         if limited is not None and limited > now:
             return limited - now
         if spec.pollIntervalSeconds == 0:
             return 0.0
-        last = _epoch(status.get("lastSyncedAt"))
+        last = epoch(status.get("lastSyncedAt"))
         if last is None:
             return None
         left = last + spec.pollIntervalSeconds - now
@@ -384,15 +384,6 @@ def _ready(status: dict[str, Any], value: str, reason: str, message: str) -> dic
     out["conditions"] = set_condition(list(status.get("conditions") or []), {
         "type": "Ready", "status": value, "reason": reason, "message": message})
     return out
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value).timestamp()
-    except ValueError:
-        return None
 
 
 def sources_of_repository(reader: Writer, owner: str, repo: str) -> list[Obj]:

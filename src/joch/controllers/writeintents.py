@@ -52,7 +52,7 @@ from joch.api import errors, kinds
 from joch.api.audit import AuditEntry
 from joch.api.identity import CONTROLLER
 from joch.api.integrations import IMPLEMENTATION_SOURCE, WRITE_INTENT, WriteTarget
-from joch.api.meta import now, parse_time, set_condition
+from joch.api.meta import epoch, now, set_condition
 from joch.api.registry import KindInfo
 from joch.controllers import approvals, events
 from joch.controllers.base import Context, Controller, Key, Mapper, Result
@@ -171,7 +171,7 @@ class WriteIntentController(Controller):
         if phase == "PendingApproval":
             return self._pending(intent)
         if phase == "Retrying":
-            due = _epoch(status.get("nextAttemptAt"))
+            due = epoch(status.get("nextAttemptAt"))
             left = (due or 0.0) - self.ctx.clock.time()
             if left > 0:
                 return Result(requeue_after=left)
@@ -518,15 +518,6 @@ def read_obj(store: Any, kind: KindInfo, namespace: str, name: str) -> Obj | Non
     except errors.NotFound:
         return None
     return found
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value).timestamp()
-    except ValueError:
-        return None
 
 
 def _rfc3339(seconds: float) -> str:

@@ -40,6 +40,7 @@ from joch.server import (
 from joch.server.auth import setup as auth
 from joch.server.options import ServerOptions
 from joch.store.base import Store
+from joch.telemetry import tracing
 
 DESCRIPTION = (
     "Kubernetes-compatible REST and watch API for Joch resources, plus the Joch /v1 routes. "
@@ -80,4 +81,6 @@ def create_app(
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     metrics.install(app, options)  # /metrics, and the middleware counting requests (outside authentication)
     app.add_middleware(guard.Guard, options=options)
+    if tracing.enabled():  # outermost, so refused requests are traced too; nothing at all when off
+        app.add_middleware(tracing.RequestSpans)
     return app

@@ -37,6 +37,10 @@ and ``joch server`` exits 0). uvicorn itself re-raises the signal after its shut
 Ctrl-C into a ``KeyboardInterrupt`` traceback and SIGTERM into a kill that skips closing the
 store; ``_Server`` keeps uvicorn's handlers but not the re-raise.
 
+Logging: ``log_format`` ``text`` (the default) or ``json`` (``joch.telemetry.logs``); tracing, when
+the environment configures it, was started by the caller (``joch.telemetry.tracing.configured``) and
+``create_app`` then adds the request spans.
+
 Audit retention (``ServerOptions.audit_retention``, ``--audit-retention``) runs on its own thread
 from start to shutdown (``joch.server.retention``).
 """
@@ -54,6 +58,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from uvicorn.server import HANDLED_SIGNALS
 
 from joch.admission import apply as admission
@@ -71,6 +76,7 @@ from joch.server.auth import options as auth_options
 from joch.server.options import ServerOptions
 from joch.store import KeyRing, exhaustion, open_store
 from joch.store.base import Store
+from joch.telemetry import logs
 
 logger = logging.getLogger("joch.server")
 GRACEFUL_SHUTDOWN_SECONDS = 3
@@ -80,11 +86,10 @@ def serve(
     *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
     controllers: ControllerOptions | None = None, apply_missing_paths: Sequence[str] | None = None,
-    secret_keys: KeyRing | None = None,
+    secret_keys: KeyRing | None = None, log_format: str = "text",
 ) -> None:
     options = replace(options or ServerOptions(), bind_host=host)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(log_format, log_level)
     auth_options.check_exposure(host, options.auth)
     limits.raise_fd_limit()
     if secret_keys is None:
@@ -114,6 +119,8 @@ def serve(
         config = uvicorn.Config(
             app, host=host, port=port, log_level=log_level,
             access_log=access_log, http="h11", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+            # JSON: uvicorn's lines go to the root logger's JSON handler instead of its own text one.
+            log_config=None if log_format == "json" else LOGGING_CONFIG,
         )
         with retention.AuditPruner(store, options.audit_retention), _controllers(store, runtime, controllers):
             _Server(config, store).run()

@@ -14,7 +14,8 @@
   ``ServerOptions.max_apply_documents`` objects or ``max_apply_bytes`` of body is a 413 naming the
   limit and the ``joch server`` flag that sets it. ``?namespace=`` must be a DNS-1123 label (400 otherwise).
   Every document is authorized (create, or update of an existing object, on its kind in its
-  namespace) before anything is written: one the caller may not write is a 403 naming it.
+  namespace) before anything is written: one the caller may not write is a 403 naming it. What a
+  batch changed is logged, a line per object (``agent.joch.dev/x created by alice``).
 * ``GET /v1/namespaces/{namespace}/agents[/{name}]``, ``executions[/{name}]`` (AgentRuns; ``POST``
   creates one), ``approvals[/{name}]``: the same list/get answers as the ``/apis`` routes. The run
   routes beyond the object (``executions/{name}/log``, ``approvals/{name}/decide``,
@@ -26,6 +27,7 @@
 
 from __future__ import annotations
 
+import logging
 from enum import Enum
 from typing import Annotated, Any
 
@@ -44,8 +46,19 @@ from joch.server.resources import ContentType, KindHandlers
 from joch.server.schemas import SERVER_SENT_EVENTS, KindSchemas
 from joch.store.base import Store
 
+logger = logging.getLogger("joch.server.v1")
 LastEventId = Annotated[str | None, Header(alias="last-event-id", description="resume after this id")]
 TAGS: list[str | Enum] = ["v1"]
+
+
+def _log_changes(result: admission.ApplyResult) -> None:
+    """What a batch changed, a line per object as ``joch server --apply`` logs it (``unchanged`` and dry
+    runs are not news); with ``--log-format json`` each line carries the request's id."""
+    if result.dry_run:
+        return
+    for item in result.items:
+        if item.action != "unchanged":
+            logger.info("%s %s by %s", item.ref, item.action, (current_user() or ANONYMOUS).name)
 
 
 def apply_body(result: admission.ApplyResult, dry_run: bool) -> dict[str, Any]:
@@ -101,6 +114,7 @@ def install(
         docs = manifests(body, content_type, "apply")
         authorized(docs, ns, create_only=False)
         result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
+        _log_changes(result)
         return wire.json_response(apply_body(result, dry), warnings=result.warnings())
 
     def create(
@@ -112,6 +126,7 @@ def install(
         docs = manifests(body, content_type, "create")
         authorized(docs, ns, create_only=True)
         result = admission.create_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
+        _log_changes(result)
         return wire.json_response(apply_body(result, dry), status_code=201, warnings=result.warnings())
 
     manifest_body = {"requestBody": {"required": True, "content": {

@@ -96,7 +96,7 @@ from joch.store.base import (
     Writer,
 )
 from joch.store.sealing import IDENTITY, KeyRing, Sealer
-from joch.telemetry import metrics
+from joch.telemetry import metrics, tracing
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -359,7 +359,9 @@ class _Tx(Writer):
             superseded = _supersede(self.conn, kind.key, namespace, name)
         row = ChangeRow(kind.key, namespace, name, m["uid"], revision, body, prev_labels,
                         change_body(kind, obj, event, body), superseded)
-        if not self.backend.record(self.conn, event, row):
+        with tracing.span("joch.store.write", kind=kind.kind, namespace=namespace or None, name=name, action=action):
+            recorded = self.backend.record(self.conn, event, row)
+        if not recorded:
             # The primary key decided "already exists" in the same round trip as the insert.
             raise errors.AlreadyExists(f"{_ident(kind, namespace, name)} already exists",
                                        kind=kind.plural, name=name)

@@ -84,7 +84,7 @@ def demo_agent_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 @contextmanager
 def served(tmp_path: Path, *args: str) -> Iterator[Joch]:
     """``joch server`` (no sandbox) with ``args``, and a repository for runs."""
-    with joch_server(tmp_path, "none", (), args) as joch:
+    with joch_server(tmp_path, "none", (), *args) as joch:
         yield joch
 
 

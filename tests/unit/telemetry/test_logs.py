@@ -1,0 +1,48 @@
+"""``joch.telemetry.logs``: JSON lines with the request id and run uid from the context, and no
+credentials in them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+
+from joch.api.identity import ANONYMOUS, RequestContext, acting_as
+from joch.telemetry import logs
+
+
+def line(message: str, *args: object, exc_info: bool = False) -> dict[str, object]:
+    record = logging.LogRecord("joch.test", logging.WARNING, __file__, 1, message, args,
+                               sys.exc_info() if exc_info else None)
+    parsed: dict[str, object] = json.loads(logs.JsonFormatter().format(record))
+    return parsed
+
+
+def test_a_line_has_the_fixed_fields_and_the_context_where_set() -> None:
+    plain = line("hello %s", "there")
+    assert plain.keys() == {"time", "level", "logger", "message"}
+    assert plain["message"] == "hello there" and plain["level"] == "WARNING" and plain["logger"] == "joch.test"
+    assert str(plain["time"]).endswith("Z") and "T" in str(plain["time"])
+    with acting_as(RequestContext(user=ANONYMOUS, request_id="req-1")), logs.running("uid-1"):
+        inside = line("x")
+    assert inside["request_id"] == "req-1" and inside["run_uid"] == "uid-1"
+    assert "run_uid" not in line("after")
+
+
+def test_credentials_in_a_message_are_masked() -> None:
+    said = line("cannot open postgresql://joch:s3cret@db:5432/joch; header Authorization: Bearer abc.def-ghi")
+    assert "s3cret" not in str(said["message"]) and "abc.def" not in str(said["message"])
+    assert said["message"] == "cannot open postgresql://joch:***@db:5432/joch; header Authorization: Bearer ***"
+    try:
+        raise ValueError("https://u:pw@example.com")
+    except ValueError:
+        failed = line("failed", exc_info=True)
+    assert "pw@" not in str(failed["exception"]) and "https://u:***@example.com" in str(failed["exception"])
+
+
+def test_a_format_other_than_text_or_json_is_refused() -> None:
+    with pytest.raises(ValueError, match='--log-format must be text or json \\(JOCH_LOG_FORMAT; got "xml"\\)'):
+        logs.check_format("xml")
+    assert logs.check_format(" JSON ") == "json"
