@@ -74,7 +74,7 @@ export async function render(root, params, ctx) {
       { label: "Run", value: (a) => runLink(meta(a, "namespace"), a.spec.runRef.name), sort: (a) => a.spec.runRef.name },
       { label: "Namespace", value: (a) => meta(a, "namespace") },
       { label: "Action", value: (a) => a.spec.action || "dispatch" },
-      { label: "Why", value: why },
+      { label: "Why", value: why, class: "gov-wrap" },
       { label: "Requested by", value: (a) => a.spec.requestedBy || "" },
       { label: "Age", value: (a) => age(meta(a, "creationTimestamp")), sort: (a) => meta(a, "creationTimestamp") },
       { label: "Decision", value: (a) => decisions.get(a) },
@@ -99,12 +99,16 @@ function byInbox(a, b) {
   return pa === 0 ? ta.localeCompare(tb) : tb.localeCompare(ta);
 }
 
+// Why the run waits: the Approval's reason (a Policy's says which rule asked), else its Policy, else
+// the Agent's requiresApproval.
 function why(approval) {
   const spec = approval.spec;
-  const policy = spec.policyRef ? `Policy ${spec.policyRef.namespace || meta(approval, "namespace")}/${spec.policyRef.name}` : "";
-  const rule = spec.policyRef && spec.policyRef.rule ? ` rule "${spec.policyRef.rule}"` : "";
-  const text = spec.reason || (policy ? "" : "the agent requires approval");
-  return h("span", {}, [policy + rule, text].filter(Boolean).join(": "));
+  if (spec.reason) return spec.reason;
+  if (spec.policyRef) {
+    const rule = spec.policyRef.rule ? ` rule "${spec.policyRef.rule}"` : "";
+    return `Policy ${spec.policyRef.namespace || meta(approval, "namespace")}/${spec.policyRef.name}${rule}`;
+  }
+  return "the agent requires approval";
 }
 
 function decidedBy(approval) {
