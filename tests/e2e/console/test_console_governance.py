@@ -17,7 +17,8 @@ GATE = {"apiVersion": "joch.dev/v1alpha1", "kind": "Policy", "metadata": {"name"
             {"name": "gated-runs", "phase": "dispatch", "action": "requireApproval",
              "expression": 'run.metadata.name.startsWith("gated-")',
              "message": "gated runs need a second pair of eyes"}]}}
-NO_SHELL = {"apiVersion": "joch.dev/v1alpha1", "kind": "Policy", "metadata": {"name": "no-shell", "namespace": "default"},
+NO_SHELL = {"apiVersion": "joch.dev/v1alpha1", "kind": "Policy",
+            "metadata": {"name": "no-shell", "namespace": "default"},
             "spec": {"selector": {"kinds": ["AgentProvider"]}, "rules": [
                 {"name": "no-shell", "phase": "admission", "action": "deny",
                  "expression": 'object.spec.binary == "/bin/sh"', "message": "providers may not run a shell"}]}}
@@ -135,8 +136,8 @@ def test_a_policy_denial_is_shown_at_the_offending_line_of_the_apply_page(consol
     box, first = note.bounding_box(), page.locator(".gov-gutter > div").first.bounding_box()
     assert box is not None and first is not None
     assert abs(box["y"] - (first["y"] + (SHELL_LINE - 1) * first["height"])) < 2
-    report = page.locator(".gov-diagnostics")
-    assert f"line {SHELL_LINE}" in report.inner_text() and "documents[1] AgentProvider/shell spec.binary" in report.inner_text()
+    report = page.locator(".gov-diagnostics").inner_text()
+    assert f"line {SHELL_LINE}" in report and "documents[1] AgentProvider/shell spec.binary" in report
     assert page.get_by_role("button", name="Apply", exact=True).is_disabled()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "apply-policy-diagnostic.png"), full_page=True)

@@ -52,7 +52,7 @@ function sourceTable(sources) {
     { label: "Last sync", value: (s) => (s.status && s.status.lastSyncedAt ? age(s.status.lastSyncedAt) : "never"),
       sort: (s) => (s.status && s.status.lastSyncedAt) || "" },
     { label: "Issues", value: counts },
-    { label: "Problem", value: problem },
+    { label: "Problem", value: problem, class: "gov-wrap" },
   ];
   return grid(columns, sources, { key: (s) => meta(s, "uid") });
 }
@@ -125,7 +125,7 @@ function executionTable(executions) {
   const columns = [
     { label: "Decision", value: (e) => decision(e.spec.decision) },
     { label: "Event", value: event },
-    { label: "Why", value: (e) => [e.spec.reason, e.spec.message].filter(Boolean).join(": ") || "—" },
+    { label: "Why", value: (e) => [e.spec.reason, e.spec.message].filter(Boolean).join(": ") || "—", class: "gov-wrap" },
     { label: "Run", value: (e) => (e.spec.runRef ? runLink(meta(e, "namespace"), e.spec.runRef.name) : "—") },
     { label: "When", value: (e) => age(e.spec.evaluatedAt), sort: (e) => e.spec.evaluatedAt },
   ];
