@@ -30,7 +30,7 @@ export function clear(el) {
 
 const PHASE_TONES = {
   Succeeded: "ok", Ready: "ok", Approved: "ok", True: "ok", Synced: "ok", Allowed: "ok",
-  Failed: "bad", Denied: "bad", Error: "bad", False: "bad",
+  Failed: "bad", Denied: "bad", Error: "bad", False: "muted",
   Running: "run", Dispatching: "run",
   AwaitingApproval: "warn", WaitingForApproval: "warn", Pending: "muted", Queued: "muted",
   Cancelled: "warn", Expired: "warn",
