@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from e2e.console.conftest import ARTIFACTS, Console, token_of
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
@@ -45,7 +47,7 @@ def _sign_in(page: Any, console: Console, user: str) -> None:
     page.goto(f"{console.base}/console/")
     page.fill("#token", token_of(user))
     page.click("form.sign-in-form button[type=submit]")
-    page.wait_for_selector("#user")
+    page.wait_for_selector("#user", state="attached")  # hidden on a phone
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -116,6 +118,17 @@ def test_a_viewer_sees_no_approve_button_and_the_server_refuses_the_decision(con
         assert r.status_code == 403, r.text
         assert r.json()["reason"] == "Forbidden"
         assert (client.get(f"{APPROVALS}/{name}").json().get("status") or {}).get("phase") == "Pending"
+
+
+@pytest.mark.phone
+def test_on_a_phone_the_approve_button_is_in_view_without_scrolling(console: Console, page: Any) -> None:
+    gated_run(console, "gated-phone")
+    _sign_in(page, console, "approver")
+    page.goto(f"{console.base}/console/#/approvals")
+    button = page.get_by_role("button", name="Approve run gated-phone")
+    button.wait_for()
+    box = button.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
 
 
 def test_a_policy_denial_is_shown_at_the_offending_line_of_the_apply_page(console: Console, page: Any) -> None:

@@ -111,7 +111,7 @@ def test_the_budgets_page_shows_spend_against_the_limit_per_period(data: Console
     page.goto(f"{data.base}/console/#/budgets")
     daily = page.locator("[data-budget=daily]")
     daily.wait_for()
-    assert "$0.80 of $2.00" in daily.inner_text()
+    assert "$0.80 of $2.00" in daily.inner_text() and "40% used" in daily.inner_text()
     meter = daily.get_by_role("meter")
     assert (meter.get_attribute("aria-valuenow"), meter.get_attribute("aria-valuemax")) == ("0.8", "2")
     assert page.locator("section[aria-label='Daily budgets']").count() == 1

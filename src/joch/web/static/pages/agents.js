@@ -37,13 +37,13 @@ async function overview(ctx) {
   const stats = (a) => summary(byAgent.get(key(meta(a, "namespace"), meta(a, "name"))) || []);
   const columns = [
     { label: "Agent", value: (a) => link(agentHash(a), meta(a, "name")), sort: (a) => meta(a, "name") },
-    { label: "Namespace", value: (a) => meta(a, "namespace") },
+    { label: "Namespace", value: (a) => meta(a, "namespace"), class: "wide" },
     { label: "Ready", value: (a) => conditionBadge(a, "Ready") },
-    { label: "Provider", value: (a) => a.spec.providerRef.name },
+    { label: "Provider", value: (a) => a.spec.providerRef.name, class: "wide" },
     { label: "Runs", value: (a) => String(stats(a).total), sort: (a) => stats(a).total },
     { label: "Success", value: (a) => rate(stats(a)), sort: (a) => stats(a).rate ?? -1 },
     { label: `Spend (${SPEND_PERIOD})`, value: (a) => money(spendOf(spend, a)), sort: (a) => spendOf(spend, a) },
-    { label: "Last run", value: (a) => lastRun(stats(a)) },
+    { label: "Last run", value: (a) => lastRun(stats(a)), class: "wide" },
   ];
   return [note(agents.note), grid(columns, agents.items, { key: (a) => meta(a, "uid"),
                                                             onRow: (a) => ctx.navigate(agentHash(a)) })]
@@ -72,7 +72,7 @@ async function detail(ctx, { namespace, name }) {
     { label: "Run", value: (r) => runLink(namespace, meta(r, "name")), sort: (r) => meta(r, "name") },
     { label: "Phase", value: (r) => badge(phaseOf(r)), sort: phaseOf },
     { label: "Age", value: (r) => age(created(r)), sort: created },
-    { label: "Duration", value: (r) => runDuration(r) },
+    { label: "Duration", value: (r) => runDuration(r), class: "wide" },
     { label: "Cost", value: (r) => money((r.status && r.status.costUsd) || 0), sort: (r) => (r.status && r.status.costUsd) || 0 },
   ];
   return [

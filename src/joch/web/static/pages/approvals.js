@@ -69,15 +69,16 @@ export async function render(root, params, ctx) {
     }
     const cells = await Promise.all(rows.map(actions));
     const decisions = new Map(rows.map((row, i) => [row, cells[i]]));
+    // The decision next to the run, so a phone shows the buttons without scrolling ("wide": not on a phone).
     const columns = [
       { label: "Phase", value: (a) => badge(phaseOf(a)), sort: phaseOf },
       { label: "Run", value: (a) => runLink(meta(a, "namespace"), a.spec.runRef.name), sort: (a) => a.spec.runRef.name },
-      { label: "Namespace", value: (a) => meta(a, "namespace") },
-      { label: "Action", value: (a) => a.spec.action || "dispatch" },
-      { label: "Why", value: why, class: "gov-wrap" },
-      { label: "Requested by", value: (a) => a.spec.requestedBy || "" },
-      { label: "Age", value: (a) => age(meta(a, "creationTimestamp")), sort: (a) => meta(a, "creationTimestamp") },
       { label: "Decision", value: (a) => decisions.get(a) },
+      { label: "Why", value: why, class: "gov-wrap" },
+      { label: "Action", value: (a) => a.spec.action || "dispatch", class: "wide" },
+      { label: "Requested by", value: (a) => a.spec.requestedBy || "", class: "wide" },
+      { label: "Namespace", value: (a) => meta(a, "namespace"), class: "wide" },
+      { label: "Age", value: (a) => age(meta(a, "creationTimestamp")), sort: (a) => meta(a, "creationTimestamp") },
     ];
     body.replaceChildren(...[note(found.note), grid(columns, rows, { key: (a) => meta(a, "uid") })].filter(Boolean));
   }

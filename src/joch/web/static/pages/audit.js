@@ -82,7 +82,7 @@ export async function render(root, params, ctx) {
       { label: "User", value: (r) => h("span", { title: (r.groups || []).join(", ") }, r.actor) },
       { label: "Verb", value: (r) => r.verb },
       { label: "Resource", value: (r) => [r.kind, r.name].filter(Boolean).join("/") },
-      { label: "Namespace", value: (r) => r.namespace || "—" },
+      { label: "Namespace", value: (r) => r.namespace || "—", class: "wide" },
       { label: "Decision", value: (r) => h("span", { class: `gov-decision gov-${r.decision}` }, r.decision) },
       { label: "Reason", value: (r) => r.reason || "" },
     ];

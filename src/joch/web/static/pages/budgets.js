@@ -2,7 +2,7 @@
 // total). The figures are the Budget's status, which the budget controller keeps: spend metered in the
 // current period, what runs in flight have reserved, and when the period started and ends.
 import { bar, empty, errorBox, h, money } from "../lib/ui.js";
-import { OPS, V, conditionBadge, heading, listScoped, meta, note, useStyles, watching } from "./shared.js";
+import { OPS, V, condition, conditionBadge, heading, listScoped, meta, note, useStyles, watching } from "./shared.js";
 
 const PERIODS = ["day", "week", "month", "total"];
 const TITLES = { day: "Daily", week: "Weekly", month: "Monthly", total: "In total" };
@@ -46,9 +46,9 @@ function row(budget) {
   const over = spend >= spec.limitUsd && spec.limitUsd > 0;
   return h("li", { class: `gov-budget${over ? " gov-over" : ""}`, "data-budget": meta(budget, "name") },
     h("div", { class: "gov-budget-head" },
-      h("strong", {}, meta(budget, "name")),
-      h("span", { class: "muted" }, ` ${meta(budget, "namespace")} · ${scope(budget)}`),
-      conditionBadge(budget, "Ready")),
+      h("div", {}, h("strong", {}, meta(budget, "name")),
+        h("span", { class: "muted" }, ` ${meta(budget, "namespace")} · ${scope(budget)}`)),
+      standing(budget)),
     bar(spend, spec.limitUsd),
     h("div", { class: "gov-budget-figures" },
       h("span", {}, `${money(spend)} of ${money(spec.limitUsd)}`),
@@ -56,6 +56,19 @@ function row(budget) {
       h("span", { class: "muted" }, `${money(status.remainingUsd ?? Math.max(0, spec.limitUsd - spend))} left`),
       h("span", { class: "muted" }, period(status)),
       h("span", { class: "muted" }, `when exceeded: ${spec.onExceed || "deny"} new runs`)));
+}
+
+// Exceeded, or how much of the limit is used; a Budget the controller does not count says why.
+function standing(budget) {
+  const ready = condition(budget, "Ready");
+  if (ready && ready.status === "False") return conditionBadge(budget, "Ready");
+  const exceeded = condition(budget, "Exceeded");
+  if (exceeded && exceeded.status === "True") {
+    return h("span", { class: "badge tone-bad", title: exceeded.message || "" }, "Exceeded");
+  }
+  const used = ratio(budget);
+  const tone = used >= 1 ? "bad" : used >= 0.8 ? "warn" : "ok";
+  return h("span", { class: `badge tone-${tone}` }, Number.isFinite(used) ? `${Math.round(used * 100)}% used` : "over");
 }
 
 function scope(budget) {

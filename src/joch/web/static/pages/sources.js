@@ -46,8 +46,8 @@ function sourceTable(sources) {
   if (!sources.length) return empty("No implementation sources: specs come from manifests only.");
   const columns = [
     { label: "Source", value: (s) => meta(s, "name"), sort: (s) => meta(s, "name") },
-    { label: "Namespace", value: (s) => meta(s, "namespace") },
-    { label: "Follows", value: follows },
+    { label: "Namespace", value: (s) => meta(s, "namespace"), class: "wide" },
+    { label: "Follows", value: follows, class: "wide" },
     { label: "Status", value: (s) => (s.spec.suspend ? badge("Suspended") : conditionBadge(s, "Ready")) },
     { label: "Last sync", value: (s) => (s.status && s.status.lastSyncedAt ? age(s.status.lastSyncedAt) : "never"),
       sort: (s) => (s.status && s.status.lastSyncedAt) || "" },
@@ -124,7 +124,7 @@ function trigger(rule) {
 function executionTable(executions) {
   const columns = [
     { label: "Decision", value: (e) => decision(e.spec.decision) },
-    { label: "Event", value: event },
+    { label: "Event", value: event, class: "wide" },
     { label: "Why", value: (e) => [e.spec.reason, e.spec.message].filter(Boolean).join(": ") || "—", class: "gov-wrap" },
     { label: "Run", value: (e) => (e.spec.runRef ? runLink(meta(e, "namespace"), e.spec.runRef.name) : "—") },
     { label: "When", value: (e) => age(e.spec.evaluatedAt), sort: (e) => e.spec.evaluatedAt },
