@@ -54,10 +54,10 @@ async function detail(ctx, { namespace, name }) {
   const path = ctx.api.resourcePath(JOCH, V, "agents", namespace, name);
   const [agent, runs, spend] = await Promise.all([
     ctx.api.get(path),
-    ctx.api.list(RUNTIME, V, "agentruns", { namespace }),
+    ctx.api.list(RUNTIME, V, "agentruns", { namespace, fieldSelector: `spec.agentRef.name=${name}` }),
     spendByAgent(ctx, namespace),
   ]);
-  const mine = (runs.items || []).filter((r) => r.spec.agentRef.name === name).sort(newestFirst(created));
+  const mine = (runs.items || []).sort(newestFirst(created));
   const stats = summary(mine);
   const status = agent.status || {};
   const facts = definitionList([
