@@ -6,25 +6,15 @@ admin did, filtered."""
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from e2e.console.conftest import Console
-from e2e.console.test_console_governance import _sign_in
+from e2e.console.test_console_governance import _sign_in, eventually
+from e2e.test_cost import AGENT as SPENDER  # reports 40k input and 75k output tokens of gpt-test
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
-SPENDER = """
-import json, os, urllib.request
-url = os.environ['JOCH_API_URL'] + '/v1/namespaces/default/agentruns/' + os.environ['JOCH_RUN_NAME'] + '/callback'
-body = {'events': [{'id': 'turn-1', 'model': 'gpt-test', 'inputTokens': 40000, 'cachedTokens': 0,
-                    'outputTokens': 75000}]}
-request = urllib.request.Request(url, data=json.dumps(body).encode(), method='POST', headers={
-    'Content-Type': 'application/json', 'Authorization': 'Bearer ' + os.environ['JOCH_RUN_TOKEN']})
-print(urllib.request.urlopen(request, timeout=10).read().decode())
-"""
 
 
 def manifests(console: Console) -> list[dict[str, Any]]:
@@ -49,14 +39,6 @@ def manifests(console: Console) -> list[dict[str, Any]]:
          "spec": {"run": {"agentRef": {"name": "demo"}, "execution": execution,
                           "implementation": {"inline": {"text": "Add a greeting to the README"}}}}},
     ]
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-    return found
 
 
 @pytest.fixture(scope="module")
