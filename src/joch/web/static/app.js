@@ -233,15 +233,16 @@ function renderLayout() {
                           "Sign out");
   const header = h("header", { class: "topbar" },
     navToggle,
-    h("a", { class: "brand", href: "#/runs" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"), "Joch"),
+    h("a", { class: "brand", href: "#/runs", "aria-label": "Joch" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"),
+      h("span", { class: "brand-name" }, "Joch")),
     h("div", { class: "topbar-ns" }, nsSelect),
     h("div", { class: "topbar-right" },
       h("span", { class: "user", id: "user", title: state.user.groups.join(", ") }, state.user.name),
       theme, signOutButton));
   const nav = h("nav", { class: "nav", id: "nav", "aria-label": "Pages" },
-    NAV.map((n) => h("a", { href: `#/${n.id}`, dataset: { nav: n.id }, title: `g ${n.key}` }, n.label)),
+    NAV.map((n) => h("a", { href: `#/${n.id}`, dataset: { nav: n.id }, title: `g ${n.key}`,
+                            onclick: () => document.getElementById("nav").classList.remove("open") }, n.label)),
     h("div", { class: "nav-foot muted" },
-      h("div", { class: "phone-only" }, `Signed in as ${state.user.name}`),
       h("button", { class: "button ghost phone-only", onclick: toggleTheme }, "Toggle theme"),
       `Joch ${state.config.version}`, h("br"), "Press ? for shortcuts"));
   app.append(header, h("div", { class: "body" }, nav, h("main", { id: "main", class: "main", tabindex: "-1" })));
