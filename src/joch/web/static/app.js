@@ -249,6 +249,7 @@ function renderLayout() {
 }
 
 async function loadNamespaces() {
+  const listAll = can("list", "agentruns", "", "runtime.joch.dev");  // asked alongside the namespaces
   try {
     const list = await api.get("/api/v1/namespaces");
     state.namespaces = (list.items || []).map((n) => n.metadata.name).sort();
@@ -256,7 +257,7 @@ async function loadNamespaces() {
     state.namespaces = ["default"];  // a user bound in one namespace may not list them
   }
   if (state.namespace !== ALL && !state.namespaces.includes(state.namespace)) state.namespace = ALL;
-  if (state.namespace === ALL && !(await can("list", "agentruns", "", "runtime.joch.dev"))) {
+  if (state.namespace === ALL && !(await listAll)) {
     state.namespace = state.namespaces.includes("default") ? "default" : state.namespaces[0] || "default";
   }
 }
@@ -321,11 +322,10 @@ document.addEventListener("keydown", (e) => {
 // --- boot -------------------------------------------------------------------------------------------
 
 async function boot() {
-  try {
-    state.config = await api.get("/console/config.json");
-  } catch {
-    // the console still works with token sign-in
-  }
+  // The config and the user are asked for at once: a first visit is a few round trips, not a chain.
+  const [config, user] = await Promise.allSettled([api.get("/console/config.json"),
+                                                   location.search ? Promise.reject(new Error("signing in")) : api.whoami()]);
+  if (config.status === "fulfilled") state.config = config.value;  // else: token sign-in still works
   try {
     const returned = await oidc.complete(state.config.oidc);  // back from the issuer with ?code=
     if (returned) {
@@ -337,7 +337,7 @@ async function boot() {
   }
   try {
     // A token from earlier in this tab, or none: a server without authentication answers anyway.
-    state.user = await api.whoami();
+    state.user = user.status === "fulfilled" ? user.value : await api.whoami();
     return start();
   } catch (err) {
     if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
