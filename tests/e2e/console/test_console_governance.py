@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from e2e.console.conftest import ARTIFACTS, Console, token_of
+from e2e.console.conftest import ARTIFACTS, Console, sign_in
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 APPROVALS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/approvals"
@@ -41,13 +41,6 @@ spec:
   binary: /bin/sh
 """
 SHELL_LINE = 14  # "  binary: /bin/sh"
-
-
-def _sign_in(page: Any, console: Console, user: str) -> None:
-    page.goto(f"{console.base}/console/")
-    page.fill("#token", token_of(user))
-    page.click("form.sign-in-form button[type=submit]")
-    page.wait_for_selector("#user", state="attached")  # hidden on a phone
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -85,7 +78,7 @@ def phase(console: Console, name: str) -> str | None:
 def test_an_approver_approves_a_waiting_run_with_a_reason_and_it_runs(console: Console, page: Any) -> None:
     approval = gated_run(console, "gated-approve")
     assert eventually(lambda: phase(console, "gated-approve") == "AwaitingApproval", "AwaitingApproval")
-    _sign_in(page, console, "approver")
+    sign_in(page, console, "approver")
     page.goto(f"{console.base}/console/#/approvals")
     row = page.locator("tr", has_text="gated-approve")
     row.locator("text=Pending").wait_for()
@@ -106,7 +99,7 @@ def test_an_approver_approves_a_waiting_run_with_a_reason_and_it_runs(console: C
 
 def test_a_viewer_sees_no_approve_button_and_the_server_refuses_the_decision(console: Console, page: Any) -> None:
     approval = gated_run(console, "gated-viewer")
-    _sign_in(page, console, "viewer")
+    sign_in(page, console, "viewer")
     page.goto(f"{console.base}/console/#/approvals")
     row = page.locator("tr", has_text="gated-viewer")
     row.locator("text=awaiting an approver").wait_for()
@@ -123,7 +116,7 @@ def test_a_viewer_sees_no_approve_button_and_the_server_refuses_the_decision(con
 @pytest.mark.phone
 def test_on_a_phone_the_approve_button_is_in_view_without_scrolling(console: Console, page: Any) -> None:
     gated_run(console, "gated-phone")
-    _sign_in(page, console, "approver")
+    sign_in(page, console, "approver")
     page.goto(f"{console.base}/console/#/approvals")
     button = page.get_by_role("button", name="Approve run gated-phone")
     button.wait_for()
@@ -134,7 +127,7 @@ def test_on_a_phone_the_approve_button_is_in_view_without_scrolling(console: Con
 def test_a_policy_denial_is_shown_at_the_offending_line_of_the_apply_page(console: Console, page: Any) -> None:
     assert console.apply(NO_SHELL).status_code == 200
     assert TWO_PROVIDERS.splitlines()[SHELL_LINE - 1] == "  binary: /bin/sh"
-    _sign_in(page, console, "editor")
+    sign_in(page, console, "editor")
     page.goto(f"{console.base}/console/#/apply")
     editor = page.get_by_label("Manifests (YAML or JSON)")
     editor.fill(TWO_PROVIDERS)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from e2e.console.conftest import Console
-from e2e.console.test_console_governance import _sign_in, eventually
+from e2e.console.conftest import Console, sign_in
+from e2e.console.test_console_governance import eventually
 from e2e.test_cost import AGENT as SPENDER  # reports 40k input and 75k output tokens of gpt-test
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
@@ -71,7 +71,7 @@ def data(console: Console) -> Console:
 
 
 def test_the_agents_page_shows_readiness_success_rate_and_spend(data: Console, page: Any) -> None:
-    _sign_in(page, data, "viewer")
+    sign_in(page, data, "viewer")
     page.goto(f"{data.base}/console/#/agents")
     row = page.locator("tr", has_text="spender")
     row.locator("text=100%").wait_for()
@@ -89,7 +89,7 @@ def test_the_agents_page_shows_readiness_success_rate_and_spend(data: Console, p
 
 
 def test_the_budgets_page_shows_spend_against_the_limit_per_period(data: Console, page: Any) -> None:
-    _sign_in(page, data, "viewer")
+    sign_in(page, data, "viewer")
     page.goto(f"{data.base}/console/#/budgets")
     daily = page.locator("[data-budget=daily]")
     daily.wait_for()
@@ -102,7 +102,7 @@ def test_the_budgets_page_shows_spend_against_the_limit_per_period(data: Console
 
 
 def test_the_sources_page_shows_sources_rules_and_their_executions(data: Console, page: Any) -> None:
-    _sign_in(page, data, "admin")
+    sign_in(page, data, "admin")
     page.goto(f"{data.base}/console/#/sources")
     source = page.locator("tr", has_text="acme-web")
     source.wait_for()
@@ -118,7 +118,7 @@ def test_the_sources_page_shows_sources_rules_and_their_executions(data: Console
 
 
 def test_the_audit_page_filters_by_user_verb_and_resource(data: Console, page: Any) -> None:
-    _sign_in(page, data, "admin")
+    sign_in(page, data, "admin")
     page.goto(f"{data.base}/console/#/audit")
     page.locator("table").wait_for()
     page.get_by_label("User").fill("admin")

@@ -233,21 +233,23 @@ function renderLayout() {
                           "Sign out");
   const header = h("header", { class: "topbar" },
     navToggle,
-    h("a", { class: "brand", href: "#/runs" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"), "Joch"),
+    h("a", { class: "brand", href: "#/runs", "aria-label": "Joch" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"),
+      h("span", { class: "brand-name" }, "Joch")),
     h("div", { class: "topbar-ns" }, nsSelect),
     h("div", { class: "topbar-right" },
       h("span", { class: "user", id: "user", title: state.user.groups.join(", ") }, state.user.name),
       theme, signOutButton));
   const nav = h("nav", { class: "nav", id: "nav", "aria-label": "Pages" },
-    NAV.map((n) => h("a", { href: `#/${n.id}`, dataset: { nav: n.id }, title: `g ${n.key}` }, n.label)),
+    NAV.map((n) => h("a", { href: `#/${n.id}`, dataset: { nav: n.id }, title: `g ${n.key}`,
+                            onclick: () => document.getElementById("nav").classList.remove("open") }, n.label)),
     h("div", { class: "nav-foot muted" },
-      h("div", { class: "phone-only" }, `Signed in as ${state.user.name}`),
       h("button", { class: "button ghost phone-only", onclick: toggleTheme }, "Toggle theme"),
       `Joch ${state.config.version}`, h("br"), "Press ? for shortcuts"));
   app.append(header, h("div", { class: "body" }, nav, h("main", { id: "main", class: "main", tabindex: "-1" })));
 }
 
 async function loadNamespaces() {
+  const listAll = can("list", "agentruns", "", "runtime.joch.dev");  // asked alongside the namespaces
   try {
     const list = await api.get("/api/v1/namespaces");
     state.namespaces = (list.items || []).map((n) => n.metadata.name).sort();
@@ -255,7 +257,7 @@ async function loadNamespaces() {
     state.namespaces = ["default"];  // a user bound in one namespace may not list them
   }
   if (state.namespace !== ALL && !state.namespaces.includes(state.namespace)) state.namespace = ALL;
-  if (state.namespace === ALL && !(await can("list", "agentruns", "", "runtime.joch.dev"))) {
+  if (state.namespace === ALL && !(await listAll)) {
     state.namespace = state.namespaces.includes("default") ? "default" : state.namespaces[0] || "default";
   }
 }
@@ -320,11 +322,10 @@ document.addEventListener("keydown", (e) => {
 // --- boot -------------------------------------------------------------------------------------------
 
 async function boot() {
-  try {
-    state.config = await api.get("/console/config.json");
-  } catch {
-    // the console still works with token sign-in
-  }
+  // The config and the user are asked for at once: a first visit is a few round trips, not a chain.
+  const [config, user] = await Promise.allSettled([api.get("/console/config.json"),
+                                                   location.search ? Promise.reject(new Error("signing in")) : api.whoami()]);
+  if (config.status === "fulfilled") state.config = config.value;  // else: token sign-in still works
   try {
     const returned = await oidc.complete(state.config.oidc);  // back from the issuer with ?code=
     if (returned) {
@@ -336,7 +337,7 @@ async function boot() {
   }
   try {
     // A token from earlier in this tab, or none: a server without authentication answers anyway.
-    state.user = await api.whoami();
+    state.user = user.status === "fulfilled" ? user.value : await api.whoami();
     return start();
   } catch (err) {
     if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
