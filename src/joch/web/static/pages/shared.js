@@ -1,5 +1,5 @@
 // What the governance pages (approvals, agents, budgets, sources, audit, apply) share: reading a
-// kind in the selected namespace, asking the server what the user may do, and a few small views.
+// kind in the selected namespace, redrawing when it changes, and a few small views.
 // Everything is built with ui.h (textContent only): no data ever goes through innerHTML.
 import { h, table } from "../lib/ui.js";
 
