@@ -64,14 +64,14 @@ class Positions:
         node = _object_node(roots[index], item)
         if node is None:
             return None
-        at, exact = node, True
-        rest = field
+        at, exact, rest, first = node, True, field, True
         while rest:
-            step = _step(node, rest, first=rest is field)
+            step = _step(node, rest, first=first)
             if step is None:
                 exact = False
                 break
             node, at, rest = step
+            first = False
         return Position(at.start_mark.line + 1, at.start_mark.column + 1, exact)
 
     def _composed(self) -> list[Node]:
