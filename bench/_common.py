@@ -213,12 +213,12 @@ class Server:
     A subprocess, not a thread, so the server has its own interpreter (and GIL): on a 2-core machine
     the benchmark client and the server each get a core instead of sharing one."""
 
-    def __init__(self, store_url: str) -> None:
+    def __init__(self, store_url: str, *extra: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         joch = VENV_BIN / "joch"
         if joch.exists():
-            cmd = [str(joch), "server", "--store", store_url, "--port", str(self.port)]
+            cmd = [str(joch), "server", "--store", store_url, "--port", str(self.port), *extra]
         else:  # no console script installed: the same entry point the CLI calls
             cmd = [sys.executable, "-c",
                    "import sys; from joch.server.serving import serve; "

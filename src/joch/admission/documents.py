@@ -297,7 +297,7 @@ def _load_yaml(text: str, source: str) -> Iterator[tuple[int, int, Any, RawScala
             yield index, node.start_mark.line + 1, data, raw
             index += 1
     except yaml.MarkedYAMLError as exc:
-        raise errors.BadRequest(_yaml_message(exc, source)) from exc
+        raise _yaml_error(exc, source) from exc
     except yaml.YAMLError as exc:
         raise errors.BadRequest(f"{_display(source)}: invalid YAML: {exc}") from exc
     except RecursionError as exc:
@@ -306,13 +306,16 @@ def _load_yaml(text: str, source: str) -> Iterator[tuple[int, int, Any, RawScala
         loader.dispose()
 
 
-def _yaml_message(exc: yaml.MarkedYAMLError, source: str) -> str:
+def _yaml_error(exc: yaml.MarkedYAMLError, source: str) -> errors.BadRequest:
+    """The message names the line and column; ``details.line`` and ``column`` repeat them for
+    an editor."""
     mark = exc.problem_mark or exc.context_mark
-    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+    at = {"line": mark.line + 1, "column": mark.column + 1} if mark is not None else {}
+    where = f"line {at['line']}, column {at['column']}" if at else "somewhere"
     problem = exc.problem or exc.context or "invalid YAML"
     context = f" ({exc.context})" if exc.context and exc.problem else ""
     hint = next((h for text, h in _YAML_HINTS if text in problem), "")
-    return f"{_display(source)}: invalid YAML at {where}: {problem}{context}{hint}"
+    return errors.BadRequest(f"{_display(source)}: invalid YAML at {where}: {problem}{context}{hint}", extra=at)
 
 
 _YAML_HINTS = (

@@ -10,9 +10,12 @@
   (uid, creationTimestamp and all); an object an apply leaves ``unchanged`` is not written and not
   evaluated.
 * **Deny** is ``errors.Invalid`` (HTTP 422, reason ``Invalid``), the status kube-apiserver gives a
-  ValidatingAdmissionPolicy denial by default; the cause is at the object (field ``""``) with
-  reason ``FieldValueForbidden`` and the message ``Policy ns/name rule "r" denied the request:
-  message``. In a batch it is one more invalid document, so nothing of the batch is written.
+  ValidatingAdmissionPolicy denial by default; the cause has reason ``FieldValueForbidden`` and the
+  message ``Policy ns/name rule "r" denied the request: message``. Its field is the most specific
+  field of ``object`` the rule reads that the object holds (``spec.binary`` for
+  ``object.spec.binary in [...]``), so an editor can show the denial at that line; a rule that
+  reads no such field denies at the object (field ``""``). In a batch it is one more invalid
+  document, so nothing of the batch is written.
   (403 Forbidden is for RBAC: who may write, not what may be written.)
 * **Warn** is an admission warning (the server sends it as a ``Warning: 299`` header, kubectl
   prints it) and a ``Warning`` Event on the object with reason ``PolicyWarning``, written in the
@@ -29,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from joch.admission.diagnostics import format_path
 from joch.api import errors, kinds
 from joch.api.audit import AuditEntry
 from joch.api.errors import Cause
@@ -73,7 +77,8 @@ def enforce(writer: Writer, source: decisions.StoreSource, kind: KindInfo, store
             entry = _entry(verb, kind, stored, "denied", outcome)
             if found is not None:
                 found.append(entry)
-        causes = [Cause("", f'Policy {o.policy.ref} rule "{o.rule.name}" denied the request: {o.message}',
+        causes = [Cause(_field_read(o.rule, stored),
+                        f'Policy {o.policy.ref} rule "{o.rule.name}" denied the request: {o.message}',
                         "FieldValueForbidden") for o in denied]
         shown = "; ".join(c.message for c in causes)
         raise errors.Invalid(f'{kind.kind}.{kind.group} "{name}" is invalid: {shown}', kind=kind.kind, name=name,
@@ -86,6 +91,25 @@ def enforce(writer: Writer, source: decisions.StoreSource, kind: KindInfo, store
                                          component=COMPONENT))
         writer.audit(_entry(verb, kind, stored, "allowed", outcome))
     return warnings
+
+
+def _field_read(rule: rules.Rule, obj: Obj) -> str:
+    """The longest path of ``object`` that ``rule`` reads and ``obj`` holds (the first in order
+    among equals), as a cause names a field; ``""`` when there is none."""
+    read = rule.expression.paths.get("object") if rule.expression is not None else None
+    held = sorted(path for path in read or () if _holds(obj, path))
+    if not held:
+        return ""
+    longest: tuple[str, ...] = max(held, key=len)
+    return format_path(longest)
+
+
+def _holds(obj: Any, path: tuple[str, ...]) -> bool:
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return False
+        obj = obj[key]
+    return True
 
 
 @contextmanager

@@ -41,6 +41,7 @@ from joch.server.auth import setup as auth
 from joch.server.options import ServerOptions
 from joch.store.base import Store
 from joch.telemetry import tracing
+from joch.web import install as install_console
 
 DESCRIPTION = (
     "Kubernetes-compatible REST and watch API for Joch resources, plus the Joch /v1 routes. "
@@ -77,6 +78,7 @@ def create_app(
     metering.install(app, store, options, kind_schemas)
     runreports.install(app, store)
     schemas.install(app, kind_schemas)
+    install_console(app, oidc=_console_oidc(options))
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     metrics.install(app, options)  # /metrics, and the middleware counting requests (outside authentication)
@@ -84,3 +86,9 @@ def create_app(
     if tracing.enabled():  # outermost, so refused requests are traced too; nothing at all when off
         app.add_middleware(tracing.RequestSpans)
     return app
+
+
+def _console_oidc(options: ServerOptions) -> dict[str, str] | None:
+    """What the console's sign-in page needs to run the OIDC flow: the issuer and the client id."""
+    oidc = options.auth.oidc
+    return {"issuer": oidc.issuer_url, "clientId": oidc.client_id} if oidc is not None else None

@@ -3,7 +3,11 @@
 * ``POST /v1/resources/apply``: a multi-document YAML (or JSON) body applied atomically through
   admission; any rejected document rejects the request with a 422 naming it and nothing is written.
   The answer is an ``ApplyResult`` with one item per document (in input order) and the
-  kubectl-style ``lines`` (``agent.joch.dev/x created``). A document carrying
+  kubectl-style ``lines`` (``agent.joch.dev/x created``). In the 422, every cause of
+  ``details.documents[].causes`` also carries the ``line`` and ``column`` (1-based) where its field
+  is written in the body (``joch.admission.positions``; ``exact: false`` when the field is not
+  written and that is its closest written ancestor); a YAML syntax error's 400 has ``details.line``
+  and ``details.column``. The console's apply page shows each problem at its line. A document carrying
   ``metadata.resourceVersion``/``uid`` (``get -o yaml`` output) is applied only over that version:
   409 ``Conflict`` naming the document otherwise.
 * ``POST /v1/resources/create``: the same body, parameters and answer (201, every item
@@ -28,6 +32,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from typing import Annotated, Any
 
@@ -35,7 +41,7 @@ from fastapi import Depends, FastAPI, Header
 from starlette.responses import Response
 
 from joch.admission import apply as admission
-from joch.admission import documents
+from joch.admission import documents, positions
 from joch.api import errors, kinds
 from joch.api.identity import ANONYMOUS, current_user
 from joch.api.registry import Registry
@@ -79,6 +85,17 @@ def apply_body(result: admission.ApplyResult, dry_run: bool) -> dict[str, Any]:
             "lines": list(result.lines())}
 
 
+@contextmanager
+def located(text: str) -> Iterator[None]:
+    """A rejected batch's causes, each with the line and column of its field in ``text``
+    (``positions``): what an editor needs to show a problem where it is written."""
+    try:
+        yield
+    except errors.Invalid as exc:
+        positions.locate(exc.extra.get("documents"), text)
+        raise
+
+
 def install(
     app: FastAPI, store: Store, options: ServerOptions, registry: Registry, schemas: KindSchemas,
     slots: limits.WatchSlots | None = None,
@@ -87,9 +104,10 @@ def install(
     read_manifests = wire.body_reader(options.max_apply_bytes, "--max-apply-bytes")
     read_body = wire.body_reader(options.max_body_bytes)
 
-    def manifests(body: bytes, content_type: str | None, verb: str) -> list[documents.Document]:
+    def manifests(body: bytes, content_type: str | None, verb: str) -> tuple[str, list[documents.Document]]:
         wire.require_manifests(content_type)
-        docs = documents.load_documents(wire.decode_text(body), wire.BODY)
+        text = wire.decode_text(body)
+        docs = documents.load_documents(text, wire.BODY)
         if not docs:
             raise errors.BadRequest(f"the request body holds no objects to {verb}")
         if len(docs) > options.max_apply_documents:
@@ -98,7 +116,7 @@ def install(
             raise errors.RequestEntityTooLarge(
                 f"the request holds {len(docs)} objects; one {verb} takes at most {options.max_apply_documents} "
                 "(joch server --max-apply-documents): split the manifests into several requests")
-        return docs
+        return text, docs
 
     def authorized(docs: list[documents.Document], namespace: str | None, *, create_only: bool) -> None:
         authorizer: rbac.Authorizer = app.state.authorizer
@@ -111,9 +129,10 @@ def install(
     ) -> Response:
         dry = params.dry_run(dry_run)
         ns = params.check_namespace(namespace)
-        docs = manifests(body, content_type, "apply")
+        text, docs = manifests(body, content_type, "apply")
         authorized(docs, ns, create_only=False)
-        result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
+        with located(text):
+            result = admission.apply_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
         _log_changes(result)
         return wire.json_response(apply_body(result, dry), warnings=result.warnings())
 
@@ -123,9 +142,10 @@ def install(
     ) -> Response:
         dry = params.dry_run(dry_run)
         ns = params.check_namespace(namespace)
-        docs = manifests(body, content_type, "create")
+        text, docs = manifests(body, content_type, "create")
         authorized(docs, ns, create_only=True)
-        result = admission.create_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
+        with located(text):
+            result = admission.create_documents(store, docs, dry_run=dry, options=options.admission, namespace=ns)
         _log_changes(result)
         return wire.json_response(apply_body(result, dry), status_code=201, warnings=result.warnings())
 

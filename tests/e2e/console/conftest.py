@@ -126,5 +126,13 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         context.close()
 
 
+def sign_in(page: Any, console: Console, user: str) -> None:
+    """Sign ``page`` in to the console as ``user`` with the user's token, as a person would."""
+    page.goto(f"{console.base}/console/")
+    page.fill("#token", token_of(user))
+    page.click("form.sign-in-form button[type=submit]")
+    page.wait_for_selector("#user")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "phone: a phone-sized viewport (390x844) for the page fixture")

@@ -257,3 +257,22 @@ def test_a_warning_about_a_cluster_scoped_object_is_an_event_in_default(store: S
     assert "an Environment without namespaces selects nothing" in result.warnings()[0]
     [event] = store.list(kinds.EVENT).items
     assert event["metadata"]["namespace"] == "default" and event["spec"]["involvedObject"]["name"] == "qa"
+
+
+@pytest.mark.parametrize(("expression", "field"), [
+    ('object.spec.binary == "/bin/sh"', "spec.binary"),
+    # the most specific field read that the object holds; a guard on the kind does not win
+    ('object.kind == "AgentProvider" && has(object.spec) && object.spec.binary.startsWith("/bin/")', "spec.binary"),
+    # read but not held: the object itself
+    ('!has(object.metadata.labels) || object.metadata.labels["x"] == ""', ""),
+    ('provider == null && object.spec.binary != ""', "spec.binary"),
+    ("object != null", ""),  # the whole object: no field
+])
+def test_a_denial_names_the_field_its_rule_reads(store: Store, expression: str, field: str) -> None:
+    apply(store, policy("p", [{"name": "r", "expression": expression, "message": "no"}],
+                        selector={"kinds": ["AgentProvider"]}))
+    with pytest.raises(errors.Invalid) as caught:
+        apply(store, doc("AgentProvider", "sh", {"binary": "/bin/sh"}), "p.yaml")
+    [cause] = caught.value.causes
+    assert cause.field == "documents[0] (AgentProvider/sh in p.yaml)" + (f".{field}" if field else "")
+    assert cause.reason == "FieldValueForbidden"

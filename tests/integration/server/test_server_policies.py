@@ -85,3 +85,28 @@ def test_teams_and_environments_are_cluster_scoped(server: LiveServer) -> None:
     dup = env.replace("[shop]", "[shop, shop]").replace("prod", "prod2")
     r = apply(server, dup)
     assert r.status_code == 422 and "duplicate namespace" in r.text
+
+
+def test_the_causes_of_a_rejected_apply_carry_the_line_of_their_field(server: LiveServer) -> None:
+    assert apply(server, POLICY).status_code == 200
+    text = provider("fine", "codex") + "---\n" + provider("bad", "/bin/sh").replace("spec: {", "spec:\n  {")
+    r = apply(server, text)
+    assert r.status_code == 422, r.text
+    [document] = r.json()["details"]["documents"]
+    [cause] = document["causes"]
+    # The denial names the field the rule reads, so the console shows it at that line.
+    assert (cause["field"], cause["line"], cause["column"], cause["exact"]) == ("spec.binary", 10, 4, True)
+    assert text.splitlines()[9] == "  {binary: /bin/sh}"
+    r = apply(server, provider("ok", "codex") + "---\n" + provider("typo", "codex").replace("binary", "binnary"))
+    [document] = r.json()["details"]["documents"]
+    # the unknown field is where it is written; the missing one at the spec that lacks it
+    assert sorted((c["field"], c["line"], c["exact"]) for c in document["causes"]) == [
+        ("spec.binary", 9, False), ("spec.binnary", 9, True)]
+
+
+def test_a_yaml_syntax_error_names_its_line_and_column_in_the_details(server: LiveServer) -> None:
+    r = apply(server, provider("fine", "codex") + "---\nkind: AgentProvider\nmetadata:\n  name: a: b\n")
+    assert r.status_code == 400
+    status = r.json()
+    assert (status["details"]["line"], status["details"]["column"]) == (8, 10)
+    assert "invalid YAML at line 8, column 10: mapping values are not allowed" in status["message"]

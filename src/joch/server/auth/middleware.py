@@ -8,7 +8,9 @@ looked at, and every handler runs with the authenticated user current. For each 
    ``/v1/webhooks/`` (webhooks verify their own signatures) and exactly
    ``POST /v1/namespaces/NS/agentruns/NAME/callback`` (a run's usage callback, which checks the
    run's own token), and the Job runner's reports, ``PUT .../agentruns/NAME/attempts/N/record``,
-   ``.../log`` and ``.../artifacts/X`` (``server.runreports``, which check it the same way).
+   ``.../log`` and ``.../artifacts/X`` (``server.runreports``, which check it the same way), and
+   reading the web console's files (``joch.web``: ``GET /console/...`` and ``GET /``, which only
+   redirects browsers there); every API call the console makes sends its token.
 2. **What the request asks** (``requests.resolve``): verb, group, resource, subresource,
    namespace, name. The verb goes to ``scope["joch.verb"]`` (``list``, ``watch``, ``update`` for an
    approval decision), which the request context and the audit log record.
@@ -44,6 +46,7 @@ from joch.server import context
 from joch.server.auth import rbac, requests
 from joch.server.errors import status_response
 from joch.store.base import Store
+from joch.web import is_console_path
 
 EXEMPT = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 WEBHOOKS = "/v1/webhooks/"
@@ -69,7 +72,7 @@ class Authenticators:
 
 
 def is_exempt(method: str, path: str) -> bool:
-    if path in EXEMPT or path.startswith(WEBHOOKS):
+    if path in EXEMPT or path.startswith(WEBHOOKS) or is_console_path(method, path):
         return True
     if method == "PUT" and "/attempts/" in path:
         return _run_report(path)
