@@ -256,13 +256,19 @@ def _namespace(ctx: typer.Context, namespace: str | None) -> Namespace:
     return namespaces.choose(namespace or _settings(ctx).namespace, context.namespace if context else None)
 
 
-@contextmanager
-def _client(ctx: typer.Context, server: str | None) -> Iterator[Client]:
+def _target(ctx: typer.Context, server: str | None) -> tuple[str, str | None]:
+    """The server URL and the token a command talks to it with (flags, environment, then context)."""
     settings = _settings(ctx)
     context = contexts.current()
     url = server_url(server or settings.server, context_server=context.server if context else None,
                      context=context.name if context else "")
-    client = Client(base_url=url, on_warning=warn, token=contexts.token(settings.token, context))
+    return url, contexts.token(settings.token, context)
+
+
+@contextmanager
+def _client(ctx: typer.Context, server: str | None) -> Iterator[Client]:
+    url, token = _target(ctx, server)
+    client = Client(base_url=url, on_warning=warn, token=token)
     try:
         yield client
     finally:
