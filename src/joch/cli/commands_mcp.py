@@ -25,9 +25,9 @@ def mcp_command(ctx: typer.Context, server: ServerOption = None) -> None:
     authorised and audited as the context's user, exactly as the same request from the CLI.
 
     Claude Code: `claude mcp add joch -- joch mcp` (or `claude mcp add joch -e JOCH_SERVER=URL
-    -e JOCH_TOKEN=TOKEN -- joch mcp` to pin a server and user). Codex, in ~/.codex/config.toml: `[mcp_servers.joch]` with
-    `command = "joch"` and `args = ["mcp"]`. `joch server` also serves MCP over streamable HTTP at
-    /mcp (bearer token auth)."""
+    -e JOCH_TOKEN=TOKEN -- joch mcp` to pin a server and user). Codex, in ~/.codex/config.toml:
+    `[mcp_servers.joch]` with `command = "joch"` and `args = ["mcp"]`. `joch server` also serves
+    MCP over streamable HTTP at /mcp (bearer token auth)."""
     import anyio
     import httpx
 
