@@ -223,6 +223,17 @@ def from_status(status: dict[str, Any]) -> JochError:
                name=details.get("name"), causes=causes, extra=extra)
 
 
+
+def from_body(body: Any, *, unauthorized_hint: str) -> JochError | None:
+    """The error a failed response's JSON body means, or None when it is not a ``Status`` (so the
+    peer is not a Joch server). A 401's message gets ``unauthorized_hint``: how to give a token."""
+    if not isinstance(body, dict) or body.get("kind") != "Status":
+        return None
+    error = from_status(body)
+    if isinstance(error, Unauthorized):
+        return Unauthorized(f"{error.message}: {unauthorized_hint}")
+    return error
+
 _LABELLED_FIELD = re.compile(r"^(documents\[\d+\](?:\.items\[\d+\])? \([^()]*\))\.")
 
 

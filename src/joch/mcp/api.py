@@ -78,12 +78,7 @@ class Api:
             body = response.json()
         except ValueError:
             body = None
-        if isinstance(body, dict) and body.get("kind") == "Status":
-            error = errors.from_status(body)
-            if isinstance(error, errors.Unauthorized):
-                return errors.Unauthorized(f"{error.message}: {UNAUTHORIZED_HINT}")
-            return error
-        return self._not_joch(response)
+        return errors.from_body(body, unauthorized_hint=UNAUTHORIZED_HINT) or self._not_joch(response)
 
     def _not_joch(self, response: httpx.Response) -> errors.JochError:
         request = response.request
