@@ -1,7 +1,7 @@
 """``/mcp`` on ``joch server``: MCP over streamable HTTP, each request acting as its bearer token's user.
 
 ``install(app)`` adds the route and runs the SDK's session manager in the app's lifespan (uvicorn
-runs it; without a lifespan the route answers 500). The route sits behind the app's own middleware
+runs it; without a lifespan the route answers 503). The route sits behind the app's own middleware
 like every other: ``guard.Guard`` refuses web pages of other origins and foreign ``Host`` names (so
 the SDK's own DNS-rebinding check, which knows nothing of ``--allowed-host``, is off), and the auth
 middleware answers 401 to a request without a valid token when authentication is configured
@@ -24,8 +24,11 @@ import httpx
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from joch.api import errors
 from joch.mcp.api import Api
 from joch.mcp.server import create
 
@@ -48,13 +51,34 @@ def install(app: Starlette) -> None:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    app.router.routes.append(Route(PATH, endpoint=StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"]))
+    endpoint = _Endpoint(StreamableHTTPASGIApp(manager))
+    app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
     outer = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(instance: Any) -> AsyncIterator[Any]:
         async with manager.run(), http, outer(instance) as state:
-            yield state
+            endpoint.running = True
+            try:
+                yield state
+            finally:
+                endpoint.running = False
 
     app.router.lifespan_context = lifespan
 
+
+class _Endpoint:
+    """The SDK's ASGI app, or while the sessions are not running (an app served without its
+    lifespan, an embedder's choice) a 503 ``Status`` saying so instead of a traceback."""
+
+    def __init__(self, app: StreamableHTTPASGIApp) -> None:
+        self.app = app
+        self.running = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.running:
+            await self.app(scope, receive, send)
+            return
+        error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its lifespan "
+                                          "(uvicorn --lifespan off), which runs the MCP sessions")
+        await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)

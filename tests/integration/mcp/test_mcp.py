@@ -31,6 +31,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
 from integration.runtime.helpers import Repo, git
+from joch.server.testing import live_server
+from joch.store import open_store
 from support import ports, stop_server, wait_ready
 
 JOCH = Path(sys.executable).with_name("joch")
@@ -258,3 +260,34 @@ def test_errors_read_as_the_cli_prints_them_and_a_dry_run_writes_nothing(server:
     assert "not found" in text_of(after), text_of(after)
     assert "name" in schema["schema"].get("properties", {}), schema
 
+
+def test_apply_list_delete_the_agent_manifest_resource_and_the_prompts(server: Server) -> None:
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "short-lived"},
+             "spec": {"providerRef": {"name": "demo-agent"}}}
+
+    async def scenario() -> tuple[list[str], dict[str, Any], list[str], str, str]:
+        async with over_stdio(server, "admin") as client:
+            await call(client, "joch_apply", manifests=json.dumps(agent))
+            listed = [row["name"] for row in (await call(client, "joch_list_resources", kind="agents"))["items"]]
+            manifest = await client.read_resource("joch://agents/default/short-lived/manifest")
+            deleted = await call(client, "joch_delete_resource", kind="agent", name="short-lived")
+            after = [row["name"] for row in (await call(client, "joch_list_resources", kind="agents"))["items"]]
+            prompt = await client.get_prompt("joch_triage_run", {"name": "broken"})
+            text = "".join(getattr(m.content, "text", "") for m in prompt.messages)
+            return listed, deleted, after, "".join(getattr(c, "text", "") for c in manifest.contents), text
+
+    listed, deleted, after, manifest, prompt = run(scenario)
+    assert "short-lived" in listed and "short-lived" not in after and "demo" in after, (listed, after)
+    assert deleted == {"deleted": "agent.joch.dev/short-lived"}
+    assert json.loads(manifest)["kind"] == "CompiledAgentManifest", manifest[:300]
+    assert '"broken"' in prompt and "joch_run_log" in prompt, prompt
+
+
+def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    try:
+        with live_server(store) as live:  # uvicorn with --lifespan off, as embedders and most tests run it
+            r = live.http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert r.status_code == 503 and "lifespan" in r.json()["message"], r.text
+    finally:
+        store.close()
