@@ -209,7 +209,7 @@ def create(connect: Connect) -> MCPServer:
         """One object, in full (spec and status), like `joch get KIND NAME -o json`."""
         return await api(ctx).object(resource_path(kind_info(kind), namespace, name))
 
-    @tool("joch_apply", WRITES)
+    @tool("joch_apply_resources", WRITES)
     async def apply(
         ctx: Context,
         manifests: Annotated[str, Field(description="One or more YAML or JSON documents (YAML separated by ---).")],
@@ -342,7 +342,7 @@ def create(connect: Connect) -> MCPServer:
                                       f"{segment(name, 'name')}/decide", body=body)
         return {**row(decided if isinstance(decided, dict) else {}), "decision": decision}
 
-    @tool("joch_audit", READ_ONLY)
+    @tool("joch_audit_query", READ_ONLY)
     async def audit(
         ctx: Context,
         namespace: Annotated[str | None, Field(description="Only this namespace (default: every one).")] = None,
@@ -414,7 +414,7 @@ def _prompts(server: MCPServer) -> None:
             f"4. joch_get_resource for its Agent (spec.agentRef) and the AgentProvider that Agent names, "
             f"and joch_list_resources events, for misconfiguration (binary, args, secrets, budget, policy).\n"
             f"Then say in a few lines: what failed, the evidence (quote the log lines), and the smallest fix "
-            f"(a manifest change to apply with joch_apply dry_run first, or a re-run with a clearer text)."
+            f"(a manifest change to apply with joch_apply_resources dry_run first, or a re-run with a clearer text)."
         )
 
     @server.prompt(name="joch_write_agent", title="Write an Agent for a CLI")
@@ -428,7 +428,7 @@ def _prompts(server: MCPServer) -> None:
             "(e.g. implementation.md from {{ implementation.text }}), spec.outputArtifacts, and env "
             "from Secrets by name (never a literal key).\n"
             "3. An Agent: spec.providerRef naming it, spec.runtime, spec.defaults (timeoutSeconds, retryLimit).\n"
-            "4. joch_apply with dry_run true; fix every diagnostic it lists; then apply for real.\n"
+            "4. joch_apply_resources with dry_run true; fix every diagnostic it lists; then apply for real.\n"
             "5. Try it: joch_create_run with a small text, joch_wait_run, joch_read_patch.\n"
             "Answer with the final YAML and what the dry run said."
         )

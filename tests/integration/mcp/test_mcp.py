@@ -38,9 +38,9 @@ from support import ports, stop_server, wait_ready
 JOCH = Path(sys.executable).with_name("joch")
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
 USERS = {"admin": "system:masters", "viewer": ""}
-TOOLS = {"joch_list_resources", "joch_get_resource", "joch_apply", "joch_delete_resource", "joch_explain",
+TOOLS = {"joch_list_resources", "joch_get_resource", "joch_apply_resources", "joch_delete_resource", "joch_explain",
          "joch_create_run", "joch_wait_run", "joch_run_status", "joch_run_log", "joch_list_artifacts",
-         "joch_read_patch", "joch_list_approvals", "joch_decide_approval", "joch_audit", "joch_cost"}
+         "joch_read_patch", "joch_list_approvals", "joch_decide_approval", "joch_audit_query", "joch_cost"}
 GATE = {"apiVersion": "joch.dev/v1alpha1", "kind": "Policy", "metadata": {"name": "gate"},
         "spec": {"selector": {"kinds": ["AgentRun"]}, "rules": [
             {"name": "main-needs-approval", "phase": "dispatch", "action": "requireApproval",
@@ -177,7 +177,7 @@ def test_over_http_mcp_runs_the_demo_agent_reads_its_log_and_the_audit_names_the
         async with over_http(server, "admin") as client:
             name = await demo_run_to_its_patch(client, server)
             log = await call(client, "joch_run_log", name=name, tail_lines=5)
-            audit = await call(client, "joch_audit", kind="AgentRun", name=name)
+            audit = await call(client, "joch_audit_query", kind="AgentRun", name=name)
             return log, audit
 
     log, audit = run(scenario)
@@ -247,7 +247,7 @@ def test_errors_read_as_the_cli_prints_them_and_a_dry_run_writes_nothing(server:
         async with over_http(server, "admin") as client:
             missing = await failure(client, "joch_get_resource", kind="agent", name="nobody")
             unknown = await failure(client, "joch_list_resources", kind="gizmos")
-            dry = await call(client, "joch_apply", manifests=agent, dry_run=True)
+            dry = await call(client, "joch_apply_resources", manifests=agent, dry_run=True)
             after = await failure(client, "joch_get_resource", kind="ag", name="dry")
             schema = await call(client, "joch_explain", kind="Agent", field="spec.providerRef")
             return missing, unknown, dry, after, schema
@@ -267,7 +267,7 @@ def test_apply_list_delete_the_agent_manifest_resource_and_the_prompts(server: S
 
     async def scenario() -> tuple[list[str], dict[str, Any], list[str], str, str]:
         async with over_stdio(server, "admin") as client:
-            await call(client, "joch_apply", manifests=json.dumps(agent))
+            await call(client, "joch_apply_resources", manifests=json.dumps(agent))
             listed = [row["name"] for row in (await call(client, "joch_list_resources", kind="agents"))["items"]]
             manifest = await client.read_resource("joch://agents/default/short-lived/manifest")
             deleted = await call(client, "joch_delete_resource", kind="agent", name="short-lived")
