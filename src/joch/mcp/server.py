@@ -30,6 +30,7 @@ from pydantic import Field
 from joch import __version__
 from joch.api import REGISTRY, errors, kinds
 from joch.api.registry import KindInfo
+from joch.api.runs import RunRequest, agent_run
 from joch.mcp.api import Api, segment
 
 Connect = Callable[[Mapping[str, str] | None], Api]
@@ -139,18 +140,8 @@ def run_object(*, agent: str, repo: str, spec: str | None, text: str | None, ref
     path on the server's machine, which is where the run executes)."""
     if (spec is None) == (text is None) or (text is not None and not text.strip()):
         raise errors.BadRequest("give exactly one of spec (an ImplementationSpec's name) or text (what to do)")
-    body: Obj = {"agentRef": {"name": agent}}
-    if spec is not None:
-        body["implementationRef"] = {"name": spec}
-    else:
-        body["implementation"] = {"inline": {"text": text}}
-    git = {"url": repo, **{k: v for k, v in (("ref", ref), ("path", path)) if v}}
-    body["execution"] = {"coordinates": {"git": git}}
-    if timeout_seconds is not None:
-        body["timeoutSeconds"] = timeout_seconds
-    metadata = {"name": name} if name else {"generateName": f"{agent}-"}
-    return {"apiVersion": kinds.AGENT_RUN.api_version, "kind": kinds.AGENT_RUN.kind, "metadata": metadata,
-            "spec": body}
+    return agent_run(RunRequest(agent=agent, repo_url=repo, spec=spec, text=text, ref=ref, path=path, name=name,
+                                timeout_seconds=timeout_seconds))
 
 
 def tail(text: str, lines: int) -> Obj:
