@@ -18,19 +18,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from joch.api import errors
 from joch.mcp.api import Api
-from joch.mcp.server import create
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 PATH = "/mcp"
 IN_PROCESS = "http://127.0.0.1"
@@ -43,40 +43,52 @@ def bearer(headers: Mapping[str, str] | None) -> str | None:
 
 
 def install(app: Starlette) -> None:
-    """Serve MCP at ``PATH`` on ``app``, calling ``app`` itself as each request's user."""
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=IN_PROCESS, timeout=TIMEOUT_SECONDS)
-    server = create(lambda headers: Api(http, bearer(headers)))
-    server.streamable_http_app(
-        streamable_http_path=PATH, stateless_http=True, json_response=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
-    manager = server.session_manager
-    endpoint = _Endpoint(StreamableHTTPASGIApp(manager))
+    """Serve MCP at ``PATH`` on ``app``, calling ``app`` itself as each request's user. The MCP server
+    is built when the app starts (its lifespan), so building an app costs nothing more (tests build
+    hundreds) and the SDK is imported only by a server that serves."""
+    endpoint = _Endpoint()
     app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
     outer = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(instance: Any) -> AsyncIterator[Any]:
+        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=IN_PROCESS,
+                                 timeout=TIMEOUT_SECONDS)
+        manager = _session_manager(http)
         async with manager.run(), http, outer(instance) as state:
-            endpoint.running = True
+            endpoint.app = StreamableHTTPASGIApp(manager)
             try:
                 yield state
             finally:
-                endpoint.running = False
+                endpoint.app = None
 
     app.router.lifespan_context = lifespan
+
+
+def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from joch.mcp.server import create
+
+    server = create(lambda headers: Api(http, bearer(headers)))
+    server.streamable_http_app(
+        streamable_http_path=PATH, stateless_http=True, json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return server.session_manager
 
 
 class _Endpoint:
     """The SDK's ASGI app, or while the sessions are not running (an app served without its
     lifespan, an embedder's choice) a 503 ``Status`` saying so instead of a traceback."""
 
-    def __init__(self, app: StreamableHTTPASGIApp) -> None:
-        self.app = app
-        self.running = False
+    def __init__(self) -> None:
+        self.app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.running:
+        if self.app is not None:
             await self.app(scope, receive, send)
             return
         error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its lifespan "
