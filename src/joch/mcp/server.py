@@ -13,7 +13,6 @@ line per cause) and whose structured content is the ``Status`` itself.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ResourceError
@@ -273,7 +273,7 @@ def create(connect: Connect) -> MCPServer:
             summary = run_summary(await caller.object(run_path(namespace, name)))
             if summary["finished"] or time.monotonic() >= deadline:
                 return summary
-            await asyncio.sleep(POLL_SECONDS)
+            await anyio.sleep(POLL_SECONDS)
 
     @tool("joch_run_status", READ_ONLY)
     async def run_status(ctx: Context, name: RunName, namespace: Namespace = "default") -> Obj:
@@ -295,10 +295,13 @@ def create(connect: Connect) -> MCPServer:
         return {"items": listing.get("items") or []}
 
     @tool("joch_read_patch", READ_ONLY)
-    async def read_patch(ctx: Context, name: RunName, namespace: Namespace = "default") -> Obj:
+    async def read_patch(
+        ctx: Context, name: RunName, namespace: Namespace = "default",
+        max_chars: Annotated[int, Field(ge=1, description="Return at most this much of the patch.")] = 200_000,
+    ) -> Obj:
         """The run's changes.patch: the diff of what the agent changed in the repository."""
         patch = await api(ctx).text(f"{run_path(namespace, name)}/artifacts/{PATCH}")
-        return {"name": PATCH, "patch": patch}
+        return {"name": PATCH, "patch": patch[:max_chars], "chars": len(patch), "truncated": len(patch) > max_chars}
 
     # --- approvals, audit, spend -------------------------------------------------------------------
 
