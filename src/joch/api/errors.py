@@ -12,6 +12,7 @@ backstop for every other echo.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -220,3 +221,50 @@ def from_status(status: dict[str, Any]) -> JochError:
     extra = {k: v for k, v in details.items() if k not in {"name", "kind", "causes"}}
     return cls(str(status.get("message") or reason), kind=details.get("kind"),
                name=details.get("name"), causes=causes, extra=extra)
+
+
+
+def from_body(body: Any, *, unauthorized_hint: str) -> JochError | None:
+    """The error a failed response's JSON body means, or None when it is not a ``Status`` (so the
+    peer is not a Joch server). A 401's message gets ``unauthorized_hint``: how to give a token."""
+    if not isinstance(body, dict) or body.get("kind") != "Status":
+        return None
+    error = from_status(body)
+    if isinstance(error, Unauthorized):
+        return Unauthorized(f"{error.message}: {unauthorized_hint}")
+    return error
+
+_LABELLED_FIELD = re.compile(r"^(documents\[\d+\](?:\.items\[\d+\])? \([^()]*\))\.")
+
+
+def readable_field(field: str) -> str:
+    """``documents[3] (Agent/x in a.yaml:4).spec.y`` → ``documents[3] (Agent/x in a.yaml:4): spec.y``."""
+    return _LABELLED_FIELD.sub(r"\1: ", field)
+
+
+def headline(exc: JochError) -> str:
+    """The message, or with causes its first line without the causes it lists (they follow)."""
+    if not exc.causes:
+        return exc.message
+    line = exc.message.strip().splitlines()[0] if exc.message.strip() else exc.reason
+    shown = [f"{c.field}: {c.message}" if c.field else c.message for c in exc.causes]
+    for listing in ("[" + ", ".join(shown) + "]", shown[0] if len(shown) == 1 else None):
+        if listing and line.endswith(f": {listing}"):
+            return line[: -len(listing) - 2]
+    head, bracket, rest = line.partition(": [")  # the listing, after documents were relabelled
+    if bracket and rest.endswith("]") and all(c.message in rest for c in exc.causes):
+        return head
+    return line
+
+
+def report_lines(exc: JochError) -> list[str]:
+    """What a user is shown for ``exc`` (the CLI on stderr, the MCP tools as their error text):
+    ``error: <headline>``, then ``  - <field>: <message>`` per cause the headline does not say."""
+    line = headline(exc)
+    lines = [f"error: {line}"]
+    for cause in exc.causes:
+        if cause.message and cause.message in line:
+            continue  # the headline already says it (e.g. a Conflict that names its document)
+        prefix = f"{readable_field(cause.field)}: " if cause.field else ""
+        lines.append(f"  - {prefix}{cause.message}")
+    return lines

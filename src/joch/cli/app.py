@@ -109,28 +109,8 @@ def reported(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def report(exc: errors.JochError) -> None:
-    line = headline(exc)
-    typer.echo(f"error: {line}", err=True)
-    for cause in exc.causes:
-        if cause.message and cause.message in line:
-            continue  # the headline already says it (e.g. a Conflict that names its document)
-        prefix = f"{manifests.readable_field(cause.field)}: " if cause.field else ""
-        typer.echo(f"  - {prefix}{cause.message}", err=True)
-
-
-def headline(exc: errors.JochError) -> str:
-    """The message, or with causes its first line without the causes it lists (they follow)."""
-    if not exc.causes:
-        return exc.message
-    line = exc.message.strip().splitlines()[0] if exc.message.strip() else exc.reason
-    shown = [f"{c.field}: {c.message}" if c.field else c.message for c in exc.causes]
-    for listing in ("[" + ", ".join(shown) + "]", shown[0] if len(shown) == 1 else None):
-        if listing and line.endswith(f": {listing}"):
-            return line[: -len(listing) - 2]
-    head, bracket, rest = line.partition(": [")  # the listing, after documents were relabelled
-    if bracket and rest.endswith("]") and all(c.message in rest for c in exc.causes):
-        return head
-    return line
+    for line in errors.report_lines(exc):
+        typer.echo(line, err=True)
 
 
 def warn(text: str) -> None:
@@ -276,13 +256,19 @@ def _namespace(ctx: typer.Context, namespace: str | None) -> Namespace:
     return namespaces.choose(namespace or _settings(ctx).namespace, context.namespace if context else None)
 
 
-@contextmanager
-def _client(ctx: typer.Context, server: str | None) -> Iterator[Client]:
+def _target(ctx: typer.Context, server: str | None) -> tuple[str, str | None]:
+    """The server URL and the token a command talks to it with (flags, environment, then context)."""
     settings = _settings(ctx)
     context = contexts.current()
     url = server_url(server or settings.server, context_server=context.server if context else None,
                      context=context.name if context else "")
-    client = Client(base_url=url, on_warning=warn, token=contexts.token(settings.token, context))
+    return url, contexts.token(settings.token, context)
+
+
+@contextmanager
+def _client(ctx: typer.Context, server: str | None) -> Iterator[Client]:
+    url, token = _target(ctx, server)
+    client = Client(base_url=url, on_warning=warn, token=token)
     try:
         yield client
     finally:

@@ -214,12 +214,10 @@ class Client:
             body = response.json()
         except ValueError:
             body = None
-        if isinstance(body, dict) and body.get("kind") == "Status":
-            error = errors.from_status(body)
-            if isinstance(error, errors.Unauthorized):
-                return errors.Unauthorized(
-                    f"{error.message}: the server at {self.base_url} needs a valid bearer token; give it with "
-                    "--token, JOCH_TOKEN or a context (joch config set-context NAME --token TOKEN)")
+        error = errors.from_body(body, unauthorized_hint=(
+            f"the server at {self.base_url} needs a valid bearer token; give it with "
+            "--token, JOCH_TOKEN or a context (joch config set-context NAME --token TOKEN)"))
+        if error is not None:
             return error
         if response.status_code in _GATEWAY_CODES:  # a proxy or gateway in front of the server
             request = response.request

@@ -783,3 +783,4 @@ def main() -> None:
 
 
 from joch.cli import commands_kubectl as commands_kubectl  # noqa: E402  (registers after the commands above)
+from joch.cli import commands_mcp as commands_mcp  # noqa: E402  (`joch mcp`, after the commands above)

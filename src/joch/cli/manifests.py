@@ -31,7 +31,6 @@ keeps the original lines, so labels still point into the file.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,14 +90,6 @@ class Document:
         """``documents[3] (Agent/coder in agents.yaml:14)``, as the server labels documents."""
         ref = f"documents[{self.index}]" + ("" if self.item is None else f".items[{self.item}]")
         return f"{ref} ({self.kind or '?'}/{self.name or '?'} in {self.source}:{self.line})"
-
-
-_LABELLED_FIELD = re.compile(r"^(documents\[\d+\](?:\.items\[\d+\])? \([^()]*\))\.")
-
-
-def readable_field(field: str) -> str:
-    """``documents[3] (Agent/x in a.yaml:4).spec.y`` → ``documents[3] (Agent/x in a.yaml:4): spec.y``."""
-    return _LABELLED_FIELD.sub(r"\1: ", field)
 
 
 def read(paths: list[str], stdin: TextIO) -> list[Source]:

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import typer
 
 from joch.api import errors
+from joch.api.runs import RunRequest, agent_run
 from joch.cli import printers, reading
 from joch.cli.client import Client
 from joch.cli.resolve import ResourceType
@@ -85,25 +86,15 @@ def run_object(new: NewRun) -> Obj:
     """The AgentRun ``joch run`` creates; usage mistakes are ``BadRequest`` (exit code 2)."""
     if (new.spec is None) == (new.text is None):
         raise errors.BadRequest("give exactly one of --spec NAME (an ImplementationSpec) or --text TEXT")
-    spec: Obj = {"agentRef": {"name": new.agent}}
-    if new.spec is not None:
-        spec["implementationRef"] = {"name": new.spec}
-    else:
+    text = None
+    if new.text is not None:
         text = sys.stdin.read() if new.text == "-" else new.text
         if not text or not text.strip():
             raise errors.BadRequest("--text is empty: say what the agent should do (or --text - to read stdin)")
-        spec["implementation"] = {"inline": {"text": text}}
-    git = {"url": repo_url(new.repo)}
-    git.update({k: v for k, v in (("ref", new.ref), ("path", new.path)) if v})
-    spec["execution"] = {"coordinates": {"git": git}}
-    if new.timeout is not None:
-        spec["timeoutSeconds"] = new.timeout
-    if new.idempotency_key:
-        spec["idempotencyKey"] = new.idempotency_key
-    if new.params:
-        spec["parameters"] = parameters(new.params)
-    metadata = {"name": new.name} if new.name else {"generateName": f"{new.agent}-"}
-    obj = {"apiVersion": RUNS.api_version, "kind": RUNS.kind, "metadata": metadata, "spec": spec}
+    obj = agent_run(RunRequest(
+        agent=new.agent, repo_url=repo_url(new.repo), spec=new.spec, text=text, ref=new.ref, path=new.path,
+        name=new.name, timeout_seconds=new.timeout, idempotency_key=new.idempotency_key,
+        parameters=parameters(new.params)))
     _check_utf8(obj, "")
     return obj
 

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from joch import __version__
 from joch.api import REGISTRY
 from joch.api.registry import Registry
+from joch.mcp import http as mcp_http
 from joch.runtime.base import Runtime
 from joch.server import (
     audit,
@@ -79,6 +80,7 @@ def create_app(
     runreports.install(app, store)
     schemas.install(app, kind_schemas)
     install_console(app, oidc=_console_oidc(options))
+    mcp_http.install(app)  # /mcp: MCP over streamable HTTP, each call made as its bearer token's user
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     metrics.install(app, options)  # /metrics, and the middleware counting requests (outside authentication)

@@ -66,6 +66,7 @@ RUN = "/apis/runtime.joch.dev/v1alpha1/namespaces/ns/agentruns"
      RequestInfo("create", "/v1/namespaces/ns/triggerrules/fix/fire", "triggerrules", "joch.dev", "fire", "ns",
                  "fix")),
     ("GET", "/apis", "", RequestInfo("get", "/apis", anyone=True)),
+    ("POST", "/mcp", "", RequestInfo("create", "/mcp", anyone=True)),  # each MCP tool call is authorized itself
     ("GET", "/apis/joch.dev/v1alpha1", "", RequestInfo("get", "/apis/joch.dev/v1alpha1", anyone=True)),
     ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "",
      RequestInfo("create", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", anyone=True)),

@@ -29,6 +29,8 @@ is not authorized as a watch of Agents and served as a watch of every kind. The 
   (``joch.server.auth.rbac.authorize_documents``).
 * ``/v1/whoami`` and the self-reviews (``selfsubjectreviews``, ``selfsubjectaccessreviews``):
   ``anyone``: every authenticated user may ask who they are and what they may do.
+* ``/mcp`` (``joch.mcp.http``): ``anyone``. Each MCP tool call is a request of its own to these
+  routes with the same token, authorized here like any other.
 * Discovery (``/version``, ``/api``, ``/apis``, ``/apis/GROUP[/VERSION]``, ``/openapi.json``, ``/openapi/v2``,
   ``/openapi/v3/...``,
   ``/docs``): ``anyone``.
@@ -51,6 +53,7 @@ METHOD_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", 
 TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
 DISCOVERY = frozenset({"/api", "/apis", "/openapi.json", "/openapi/v2", "/docs", "/docs/oauth2-redirect",
                        "/v1/whoami", "/version"})
+MCP = "/mcp"
 SELF_REVIEWS = frozenset({
     "/apis/authentication.k8s.io/v1/selfsubjectreviews",
     "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -80,7 +83,7 @@ class RequestInfo:
 def resolve(method: str, path: str, query: str = "", registry: Registry = REGISTRY) -> RequestInfo:
     method = method.upper()
     verb = METHOD_VERBS.get(method, method.lower())
-    if path in DISCOVERY or path in SELF_REVIEWS:
+    if path in DISCOVERY or path in SELF_REVIEWS or path == MCP:
         return RequestInfo(verb=verb, path=path, anyone=True)
     parts = path.removesuffix("/").split("/")[1:]
     if "" in parts:  # "//": no route has an empty segment; never read it as a shorter path

@@ -1,0 +1,293 @@
+"""Joch's MCP server driven by the MCP SDK's own client, over stdio (``joch mcp``) and over streamable
+HTTP (``/mcp`` on ``joch server``), against one real ``joch server`` process with token auth on:
+users ``admin`` (``system:masters``) and ``viewer`` (bound to the viewer role).
+
+Over each transport the client lists the tools, creates a run of the quickstart's demo agent, waits
+for Succeeded and reads its patch (tool and resource). A viewer's token cannot decide an approval
+(a tool error naming what is forbidden, word for word the CLI's), ``/mcp`` without a token is a 401
+and from a web page of another origin a 403, and errors read as the CLI prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextResourceContents
+
+from integration.runtime.helpers import Repo, git
+from joch.server.testing import live_server
+from joch.store import open_store
+from support import ports, stop_server, wait_ready
+
+JOCH = Path(sys.executable).with_name("joch")
+QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
+USERS = {"admin": "system:masters", "viewer": ""}
+TOOLS = {"joch_list_resources", "joch_get_resource", "joch_apply_resources", "joch_delete_resource", "joch_explain",
+         "joch_create_run", "joch_wait_run", "joch_run_status", "joch_run_log", "joch_list_artifacts",
+         "joch_read_patch", "joch_list_approvals", "joch_decide_approval", "joch_audit_query", "joch_cost"}
+GATE = {"apiVersion": "joch.dev/v1alpha1", "kind": "Policy", "metadata": {"name": "gate"},
+        "spec": {"selector": {"kinds": ["AgentRun"]}, "rules": [
+            {"name": "main-needs-approval", "phase": "dispatch", "action": "requireApproval",
+             "expression": 'has(run.spec.execution.coordinates.git.ref) && run.spec.execution.coordinates.git.ref '
+                           '== "main"',
+             "message": "runs on main need a second pair of eyes"}]}}
+VIEWERS = {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "RoleBinding", "metadata": {"name": "viewers"},
+           "roleRef": {"apiGroup": "ops.joch.dev", "kind": "Role", "name": "viewer"},
+           "subjects": [{"kind": "User", "name": "viewer"}]}
+T = TypeVar("T")
+
+
+def token_of(user: str) -> str:
+    return f"tok-{user}-mcp-7d2e"
+
+
+@dataclass
+class Server:
+    base: str
+    repo: Path
+    folder: Path
+    log: Path
+
+    def env(self, user: str | None) -> dict[str, str]:
+        """The environment of a ``joch`` process acting as ``user`` (no token for None)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}
+        env.update(JOCH_SERVER=self.base, JOCH_CONFIG=str(self.folder / "no-config.yaml"))
+        if user is not None:
+            env["JOCH_TOKEN"] = token_of(user)
+        return env
+
+    def cli(self, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(JOCH), *args], capture_output=True, text=True, env=self.env(user), timeout=60,
+                              check=False)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("mcp")
+    tokens = folder / "tokens.csv"
+    tokens.write_text("".join(f'{token_of(u)},{u},uid-{i},"{g}"\n' for i, (u, g) in enumerate(USERS.items())))
+    repo = Repo(folder / "repo")
+    repo.path.mkdir()
+    git(repo.path, "init", "--quiet", "--initial-branch", "main")
+    repo.commit({"README.md": "# a repository\n"}, "first")
+    port = ports.free_port()
+    s = Server(f"http://127.0.0.1:{port}", repo.path, folder, folder / "server.log")
+    env = s.env(None)
+    env["PATH"] = f"{JOCH.parent}{os.pathsep}{env.get('PATH', '')}"  # joch-demo-agent, the quickstart's agent
+    proc = subprocess.Popen(
+        [str(JOCH), "server", "--data-dir", str(folder / "data"), "--port", str(port), "--sandbox", "none",
+         "--token-file", str(tokens)],
+        stdout=s.log.open("a"), stderr=subprocess.STDOUT, text=True, cwd=folder, env=env)
+    try:
+        wait_ready(s.base, proc)
+        documents = [json.dumps(VIEWERS), json.dumps(GATE)]
+        documents += [(QUICKSTART / f"{name}.yaml").read_text() for name in ("provider", "agent", "implementation")]
+        r = httpx.post(f"{s.base}/v1/resources/apply", content="\n---\n".join(documents), timeout=30,
+                       headers={"content-type": "application/yaml", "authorization": f"Bearer {token_of('admin')}"})
+        assert r.status_code == 200, r.text
+        yield s
+    finally:
+        stop_server(proc)
+    assert "Traceback" not in s.log.read_text(), s.log.read_text()
+
+
+def over_stdio(server: Server, user: str | None) -> Client:
+    """The SDK's client running ``joch mcp`` with ``user``'s token and the server in its environment."""
+    return Client(StdioServerParameters(command=str(JOCH), args=["mcp"], env=server.env(user)))
+
+
+@asynccontextmanager
+async def over_http(server: Server, user: str | None) -> AsyncIterator[Client]:
+    """The SDK's client on ``/mcp`` with ``user``'s bearer token."""
+    headers = {"Authorization": f"Bearer {token_of(user)}"} if user else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http, \
+            Client(streamable_http_client(f"{server.base}/mcp", http_client=http)) as client:
+        yield client
+
+
+def run(fn: Callable[[], Awaitable[T]]) -> T:
+    return anyio.run(fn)
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A tool's structured content; a tool error fails the test with its text."""
+    result = await client.call_tool(tool, arguments)
+    assert isinstance(result, CallToolResult), result
+    assert not result.is_error, (tool, result.content)
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+async def failure(client: Client, tool: str, **arguments: Any) -> CallToolResult:
+    result = await client.call_tool(tool, arguments)
+    assert isinstance(result, CallToolResult) and result.is_error, result
+    return result
+
+
+def text_of(result: CallToolResult) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+async def demo_run_to_its_patch(client: Client, server: Server) -> str:
+    """List the tools, run the demo agent, wait for Succeeded, read the patch (tool and resource)."""
+    assert TOOLS <= {tool.name for tool in (await client.list_tools()).tools}
+    created = await call(client, "joch_create_run", agent="demo", spec="hello-readme", repo=str(server.repo))
+    name = created["name"]
+    assert name.startswith("demo-") and created["phase"] in ("Pending", "Queued", None), created
+    ended = await call(client, "joch_wait_run", name=name, timeout_seconds=90)
+    assert (ended["phase"], ended["finished"]) == ("Succeeded", True), (ended, server.log.read_text()[-3000:])
+    patch = (await call(client, "joch_read_patch", name=name))["patch"]
+    assert "+Hello from Joch" in patch, patch
+    read = await client.read_resource(f"joch://runs/default/{name}/patch")
+    assert [c.text for c in read.contents if isinstance(c, TextResourceContents)] == [patch]
+    names = [a["name"] for a in (await call(client, "joch_list_artifacts", name=name))["items"]]
+    assert "changes.patch" in names and "summary" in names, names
+    return str(name)
+
+
+def test_over_stdio_joch_mcp_runs_the_demo_agent_and_reads_its_patch(server: Server) -> None:
+    async def scenario() -> str:
+        async with over_stdio(server, "admin") as client:
+            return await demo_run_to_its_patch(client, server)
+
+    name = run(scenario)
+    # Made as the context's user, so audited as admin.
+    rows = json.loads(server.cli("admin", "audit", "--kind", "AgentRun", "--name", name, "-o", "json").stdout)
+    assert any(r["actor"] == "admin" and r["verb"] == "create" for r in rows["items"]), rows
+
+
+def test_over_http_mcp_runs_the_demo_agent_reads_its_log_and_the_audit_names_the_caller(server: Server) -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with over_http(server, "admin") as client:
+            name = await demo_run_to_its_patch(client, server)
+            log = await call(client, "joch_run_log", name=name, tail_lines=5)
+            audit = await call(client, "joch_audit_query", kind="AgentRun", name=name)
+            return log, audit
+
+    log, audit = run(scenario)
+    assert 0 < log["lines"] <= 5, log
+    assert any(r["actor"] == "admin" and r["verb"] == "create" for r in audit["items"]), audit
+
+
+def test_a_viewer_cannot_decide_an_approval_and_hears_what_the_cli_says(server: Server) -> None:
+    async def held_run() -> str:
+        async with over_http(server, "admin") as client:
+            created = await call(client, "joch_create_run", agent="demo", spec="hello-readme", repo=str(server.repo),
+                                 ref="main", name="gated")
+            deadline = time.monotonic() + 60
+            while (await call(client, "joch_run_status", name=created["name"]))["phase"] != "AwaitingApproval":
+                assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+                await anyio.sleep(0.2)
+            return str(created["name"])
+
+    run(held_run)
+
+    async def as_viewer() -> tuple[dict[str, Any], CallToolResult]:
+        async with over_http(server, "viewer") as client:
+            pending = await call(client, "joch_list_approvals")  # reading is what a viewer may do
+            approval = next(a["name"] for a in pending["items"] if a["run"] == "gated")
+            return pending, await failure(client, "joch_decide_approval", name=approval, decision="approve",
+                                          reason="looks fine")
+
+    pending, refused = run(as_viewer)
+    approval = next(a["name"] for a in pending["items"] if a["run"] == "gated")
+    said = server.cli("viewer", "approve", "approval", approval, "--reason", "looks fine")
+    assert said.returncode == 4 and said.stderr.startswith("error: "), said
+    assert text_of(refused) == said.stderr.rstrip("\n")
+    assert 'User "viewer" cannot update resource "approvals/decide"' in text_of(refused), text_of(refused)
+    assert refused.structured_content is not None and refused.structured_content["reason"] == "Forbidden"
+
+    async def as_admin() -> dict[str, Any]:
+        async with over_stdio(server, "admin") as client:
+            await call(client, "joch_decide_approval", name=approval, decision="approve", reason="looked")
+            return await call(client, "joch_wait_run", name="gated", timeout_seconds=90)
+
+    assert run(as_admin)["phase"] == "Succeeded"
+
+
+def test_mcp_needs_a_valid_token_and_refuses_web_pages_of_other_origins(server: Server) -> None:
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for token in (None, "not-a-token"):
+        sent = {**headers, **({"Authorization": f"Bearer {token}"} if token else {})}
+        r = httpx.post(f"{server.base}/mcp", json=hello, headers=sent, timeout=10)
+        assert r.status_code == 401 and r.json()["reason"] == "Unauthorized", r.text
+    r = httpx.post(f"{server.base}/mcp", json=hello, timeout=10,
+                   headers={**headers, "Authorization": f"Bearer {token_of('admin')}", "Origin": "https://evil.example"})
+    assert r.status_code == 403 and "cross-origin" in r.json()["message"], r.text
+
+    async def without_token() -> CallToolResult:
+        async with over_stdio(server, None) as client:
+            return await failure(client, "joch_list_resources", kind="agents")
+
+    refused = run(without_token)
+    assert text_of(refused).startswith("error: Unauthorized: ") and "JOCH_TOKEN" in text_of(refused)
+
+
+def test_errors_read_as_the_cli_prints_them_and_a_dry_run_writes_nothing(server: Server) -> None:
+    agent = "apiVersion: joch.dev/v1alpha1\nkind: Agent\nmetadata: {name: dry}\nspec: {providerRef: {name: demo-agent}}"
+
+    async def scenario() -> tuple[CallToolResult, CallToolResult, dict[str, Any], CallToolResult, dict[str, Any]]:
+        async with over_http(server, "admin") as client:
+            missing = await failure(client, "joch_get_resource", kind="agent", name="nobody")
+            unknown = await failure(client, "joch_list_resources", kind="gizmos")
+            dry = await call(client, "joch_apply_resources", manifests=agent, dry_run=True)
+            after = await failure(client, "joch_get_resource", kind="ag", name="dry")
+            schema = await call(client, "joch_explain", kind="Agent", field="spec.providerRef")
+            return missing, unknown, dry, after, schema
+
+    missing, unknown, dry, after, schema = run(scenario)
+    said = server.cli("admin", "get", "agent", "nobody")
+    assert said.returncode == 3 and text_of(missing) == said.stderr.rstrip("\n"), (text_of(missing), said.stderr)
+    assert 'resource type "gizmos"' in text_of(unknown), text_of(unknown)
+    assert dry["dryRun"] is True and len(dry["items"]) == 1, dry
+    assert "not found" in text_of(after), text_of(after)
+    assert "name" in schema["schema"].get("properties", {}), schema
+
+
+def test_apply_list_delete_the_agent_manifest_resource_and_the_prompts(server: Server) -> None:
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "short-lived"},
+             "spec": {"providerRef": {"name": "demo-agent"}}}
+
+    async def scenario() -> tuple[list[str], dict[str, Any], list[str], str, str]:
+        async with over_stdio(server, "admin") as client:
+            await call(client, "joch_apply_resources", manifests=json.dumps(agent))
+            listed = [row["name"] for row in (await call(client, "joch_list_resources", kind="agents"))["items"]]
+            manifest = await client.read_resource("joch://agents/default/short-lived/manifest")
+            deleted = await call(client, "joch_delete_resource", kind="agent", name="short-lived")
+            after = [row["name"] for row in (await call(client, "joch_list_resources", kind="agents"))["items"]]
+            prompt = await client.get_prompt("joch_triage_run", {"name": "broken"})
+            text = "".join(getattr(m.content, "text", "") for m in prompt.messages)
+            return listed, deleted, after, "".join(getattr(c, "text", "") for c in manifest.contents), text
+
+    listed, deleted, after, manifest, prompt = run(scenario)
+    assert "short-lived" in listed and "short-lived" not in after and "demo" in after, (listed, after)
+    assert deleted == {"deleted": "agent.joch.dev/short-lived"}
+    assert json.loads(manifest)["kind"] == "CompiledAgentManifest", manifest[:300]
+    assert '"broken"' in prompt and "joch_run_log" in prompt, prompt
+
+
+def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    try:
+        with live_server(store) as live:  # uvicorn with --lifespan off, as embedders and most tests run it
+            r = live.http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert r.status_code == 503 and "lifespan" in r.json()["message"], r.text
+    finally:
+        store.close()
