@@ -195,6 +195,51 @@ def test_keyboard_shortcuts_move_between_pages_and_slash_focuses_the_filter(cons
     page.wait_for_url("**/console/#/runs")
 
 
+# --- the diff ----------------------------------------------------------------------------------------
+
+PATCH = """From 0123 Mon Sep 17 00:00:00 2001
+From: joch-demo-agent <agent@joch.dev>
+Subject: [PATCH] two files
+
+---
+diff --git a/app.py b/app.py
+index 1111111..2222222 100644
+--- a/app.py
++++ b/app.py
+@@ -1,3 +1,4 @@
+ import os
+-print("old")
++print("new")
++print("more")
+ x = 1
+\\ No newline at end of file
+diff --git a/gone.txt b/gone.txt
+deleted file mode 100644
+--- a/gone.txt
++++ /dev/null
+@@ -1 +0,0 @@
+--- a line that looks like a signature
+""" + "-- \n2.39.2\n"  # format-patch's signature
+
+
+def test_the_diff_reads_a_format_patch_and_pairs_lines_side_by_side(console: Console, page: Any) -> None:
+    sign_in(page, console, "viewer")
+    files = page.evaluate("async patch => (await import('/console/lib/diff.js')).parse(patch)", PATCH)
+    assert [f["name"] for f in files] == ["app.py", "gone.txt"]
+    app = files[0]["hunks"][0]["lines"]
+    assert [(line["kind"], line["text"], line["old"], line["new"]) for line in app] == [
+        (" ", "import os", 1, 1), ("-", 'print("old")', 2, None), ("+", 'print("new")', None, 2),
+        ("+", 'print("more")', None, 3), (" ", "x = 1", 3, 4)]
+    # the deleted line starting "-- " is the hunk's; the signature after it is not
+    assert [line["text"] for line in files[1]["hunks"][0]["lines"]] == ["-- a line that looks like a signature"]
+    rows = page.evaluate("""async patch => {
+      const node = (await import('/console/lib/diff.js')).render(patch, 'split');
+      return [...node.querySelectorAll('.diff-split tr:not(.hunk)')].map(
+        tr => [...tr.querySelectorAll('td.side')].map(td => td.textContent));
+    }""", PATCH)
+    assert rows[:3] == [["import os", "import os"], ['print("old")', 'print("new")'], ["", 'print("more")']]
+
+
 # --- what the server serves ---------------------------------------------------------------------------
 
 def test_console_files_are_public_under_a_strict_csp_and_the_api_is_not(console: Console) -> None:

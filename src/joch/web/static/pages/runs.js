@@ -33,8 +33,8 @@ function columns(ctx) {
     { label: "Agent", value: (r) => (r.spec.agentRef || {}).name || "", class: "wide" },
     { label: "Phase", value: (r) => badge((r.status || {}).phase || "Pending"), sort: (r) => (r.status || {}).phase || "" },
     { label: "Age", value: (r) => age(r.metadata.creationTimestamp), sort: (r) => r.metadata.creationTimestamp },
-    { label: "Duration", value: (r) => duration(runDuration(r)), sort: (r) => runDuration(r) ?? -1, class: "num" },
-    { label: "Cost", value: (r) => money((r.status || {}).costUsd), sort: (r) => (r.status || {}).costUsd ?? -1, class: "num" },
+    { label: "Duration", value: (r) => duration(runDuration(r)), sort: (r) => runDuration(r) ?? -1, class: "num wide" },
+    { label: "Cost", value: (r) => money((r.status || {}).costUsd), sort: (r) => (r.status || {}).costUsd ?? -1, class: "num wide" },
   ];
   if (!ctx.namespace) cols.splice(1, 0, { label: "Namespace", value: (r) => r.metadata.namespace, class: "wide" });
   return cols;
