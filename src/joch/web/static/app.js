@@ -5,28 +5,17 @@ import * as api from "./lib/api.js";
 import * as oidc from "./lib/oidc.js";
 import { h, clear, errorBox, empty, select, toast } from "./lib/ui.js";
 
-const ROUTES = [
-  { pattern: "/runs", page: "runs", nav: "runs" },
-  { pattern: "/runs/:namespace/:name", page: "run", nav: "runs" },
-  { pattern: "/approvals", page: "approvals", nav: "approvals" },
-  { pattern: "/agents", page: "agents", nav: "agents" },
-  { pattern: "/agents/:namespace/:name", page: "agents", nav: "agents" },
-  { pattern: "/budgets", page: "budgets", nav: "budgets" },
-  { pattern: "/sources", page: "sources", nav: "sources" },
-  { pattern: "/audit", page: "audit", nav: "audit" },
-  { pattern: "/apply", page: "apply", nav: "apply" },
-];
-
-// Nav entries with their `g <key>` shortcut.
+// The nav, each entry with its `g <key>` shortcut and the routes (hash pattern -> page module) it covers.
 const NAV = [
-  { id: "runs", label: "Runs", key: "r" },
-  { id: "approvals", label: "Approvals", key: "a" },
-  { id: "agents", label: "Agents", key: "n" },
-  { id: "budgets", label: "Budgets", key: "b" },
-  { id: "sources", label: "Sources & triggers", key: "s" },
-  { id: "audit", label: "Audit", key: "u" },
-  { id: "apply", label: "Apply", key: "y" },
+  { id: "runs", label: "Runs", key: "r", routes: { "/runs": "runs", "/runs/:namespace/:name": "run" } },
+  { id: "approvals", label: "Approvals", key: "a", routes: { "/approvals": "approvals" } },
+  { id: "agents", label: "Agents", key: "n", routes: { "/agents": "agents", "/agents/:namespace/:name": "agents" } },
+  { id: "budgets", label: "Budgets", key: "b", routes: { "/budgets": "budgets" } },
+  { id: "sources", label: "Sources & triggers", key: "s", routes: { "/sources": "sources" } },
+  { id: "audit", label: "Audit", key: "u", routes: { "/audit": "audit" } },
+  { id: "apply", label: "Apply", key: "y", routes: { "/apply": "apply" } },
 ];
+const ROUTES = NAV.flatMap((n) => Object.entries(n.routes).map(([pattern, page]) => ({ pattern, page, nav: n.id })));
 
 const THEME_KEY = "joch.theme";
 const NAMESPACE_KEY = "joch.namespace";
