@@ -15,6 +15,8 @@ from e2e.console.conftest import Console, sign_in, token_of
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 FINISHED = ("Succeeded", "Failed", "Cancelled")
+GATED = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "gated-demo"},
+         "spec": {"providerRef": {"name": "demo-agent"}, "requiresApproval": True}}  # its runs wait for approval
 # Records, in the page, each phase the row of run `name` shows, and marks the document: a reload
 # would lose both.
 RECORD_PHASES = """name => {
@@ -116,9 +118,7 @@ def test_a_run_goes_from_queued_to_succeeded_in_the_table_without_a_reload_and_i
 
 
 def test_a_viewer_is_offered_neither_cancel_nor_rerun_and_an_editor_cancels(console: Console, page: Any) -> None:
-    gated = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "gated-demo"},
-             "spec": {"providerRef": {"name": "demo-agent"}, "requiresApproval": True}}
-    assert console.apply(gated, demo_run(console, "waits-for-approval", agent="gated-demo")).status_code == 200
+    assert console.apply(GATED, demo_run(console, "waits-for-approval", agent="gated-demo")).status_code == 200
     sign_in(page, console, "viewer")
     page.goto(f"{console.base}/console/#/runs/default/waits-for-approval")
     page.locator("#run-phase [data-phase=AwaitingApproval]").wait_for(timeout=30_000)
@@ -131,6 +131,26 @@ def test_a_viewer_is_offered_neither_cancel_nor_rerun_and_an_editor_cancels(cons
     page.locator("dialog[open]").get_by_role("button", name="Cancel run").click()
     page.locator("#run-phase [data-phase=Cancelled]").wait_for(timeout=30_000)
     assert page.locator("#cancel-run").is_hidden()
+
+
+def test_the_log_of_a_run_that_starts_after_the_page_opened_is_followed_as_it_is_written(
+        console: Console, page: Any) -> None:
+    assert console.apply(GATED, demo_run(console, "follow-me", agent="gated-demo")).status_code == 200
+    sign_in(page, console, "viewer")
+    page.goto(f"{console.base}/console/#/runs/default/follow-me")
+    page.locator("#run-phase [data-phase=AwaitingApproval]").wait_for(timeout=30_000)
+    page.get_by_text("Following the log").wait_for()
+    page.evaluate("window.__samePage = true")
+    with console.api() as client:
+        approvals = client.get("/apis/runtime.joch.dev/v1alpha1/namespaces/default/approvals").json()["items"]
+        approval = next(a for a in approvals if a["spec"]["runRef"]["name"] == "follow-me")
+        r = client.post(f"/v1/namespaces/default/approvals/{approval['metadata']['name']}/decide",
+                        json={"decision": "approve"})
+        assert r.status_code == 200, r.text
+    page.locator("#log", has_text='appending "Hello from Joch" to README.md').wait_for(timeout=90_000)
+    page.locator("#run-phase [data-phase=Succeeded]").wait_for(timeout=90_000)
+    page.locator("#diff tr.add", has_text="Hello from Joch").wait_for()
+    assert page.evaluate("window.__samePage") is True
 
 
 def test_rerun_starts_a_copy_and_opens_it(console: Console, page: Any) -> None:

@@ -218,8 +218,9 @@ function renderLayout() {
   }, { id: "namespace" });
   const theme = h("button", { class: "button ghost", id: "theme-toggle", onclick: toggleTheme },
                   currentTheme() === "dark" ? "Light theme" : "Dark theme");
-  const signOutButton = h("button", { class: "button ghost", id: "sign-out", onclick: () => signOut("Signed out.") },
-                          "Sign out");
+  // Without a token (a server without authentication) there is nothing to sign out of.
+  const signOutButton = api.token() ? h("button", { class: "button ghost", id: "sign-out",
+                                                    onclick: () => signOut("Signed out.") }, "Sign out") : null;
   const header = h("header", { class: "topbar" },
     navToggle,
     h("a", { class: "brand", href: "#/runs", "aria-label": "Joch" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"),
