@@ -4,6 +4,7 @@
 import * as api from "./lib/api.js";
 import * as oidc from "./lib/oidc.js";
 import { h, clear, errorBox, empty, select, toast } from "./lib/ui.js";
+import * as runsPage from "./pages/runs.js";  // the landing page, loaded with the shell: no import() wait
 
 // The nav, each entry with its `g <key>` shortcut and the routes (hash pattern -> page module) it covers.
 const NAV = [
@@ -109,7 +110,7 @@ async function route() {
   main.append(root);
   let module;
   try {
-    module = await import(`./pages/${found.route.page}.js`);
+    module = found.route.page === "runs" ? runsPage : await import(`./pages/${found.route.page}.js`);
   } catch (err) {
     console.warn(err);
     root.append(empty(`The ${found.route.page} page is not built yet.`));
@@ -238,23 +239,25 @@ function renderLayout() {
   app.append(header, h("div", { class: "body" }, nav, h("main", { id: "main", class: "main", tabindex: "-1" })));
 }
 
-async function loadNamespaces() {
-  const listAll = can("list", "agentruns", "", "runtime.joch.dev");  // asked alongside the namespaces
+// The namespaces the user can pick, and whether they may list runs across all of them.
+async function namespaces() {
+  const listAll = can("list", "agentruns", "", "runtime.joch.dev");
+  let names;
   try {
     const list = await api.get("/api/v1/namespaces");
-    state.namespaces = (list.items || []).map((n) => n.metadata.name).sort();
+    names = (list.items || []).map((n) => n.metadata.name).sort();
   } catch {
-    state.namespaces = ["default"];  // a user bound in one namespace may not list them
+    names = ["default"];  // a user bound in one namespace may not list them
   }
-  if (state.namespace !== ALL && !state.namespaces.includes(state.namespace)) state.namespace = ALL;
-  if (state.namespace === ALL && !(await listAll)) {
-    state.namespace = state.namespaces.includes("default") ? "default" : state.namespaces[0] || "default";
-  }
+  return { names, listAll: await listAll };
 }
 
-async function start() {
-  state.canCache.clear();
-  await loadNamespaces();
+// `early`: namespaces() asked while the user was still being looked up (one round trip less).
+async function start(early) {
+  const { names, listAll } = await (early || (state.canCache.clear(), namespaces()));
+  state.namespaces = names;
+  if (state.namespace !== ALL && !names.includes(state.namespace)) state.namespace = ALL;
+  if (state.namespace === ALL && !listAll) state.namespace = names.includes("default") ? "default" : names[0] || "default";
   renderLayout();
   if (!location.hash || location.hash === "#" || location.hash.startsWith("#/signin")) {
     history.replaceState(null, "", "#/runs");
@@ -312,28 +315,32 @@ document.addEventListener("keydown", (e) => {
 // --- boot -------------------------------------------------------------------------------------------
 
 async function boot() {
-  // The config and the user are asked for at once: a first visit is a few round trips, not a chain.
-  const [config, user] = await Promise.allSettled([api.get("/console/config.json"),
-                                                   location.search ? Promise.reject(new Error("signing in")) : api.whoami()]);
+  // A first visit is a few round trips, not a chain: the config, the user (with the tab's token, or
+  // none: a server without authentication answers anyway) and the namespaces are asked for at once.
+  const returning = new URLSearchParams(location.search);
+  const signingIn = returning.has("code") || returning.has("error");
+  const early = signingIn ? null : namespaces();  // dropped if the user turns out not to be signed in
+  const [config, user] = await Promise.allSettled([
+    api.get("/console/config.json"), signingIn ? Promise.reject(new Error("signing in")) : api.whoami()]);
   if (config.status === "fulfilled") state.config = config.value;  // else: token sign-in still works
   try {
-    const returned = await oidc.complete(state.config.oidc);  // back from the issuer with ?code=
-    if (returned) {
-      state.user = await signIn(returned);
+    const idToken = await oidc.complete(state.config.oidc);  // back from the issuer with ?code=
+    if (idToken) {
+      state.user = await signIn(idToken);
       return start();
     }
   } catch (err) {
     return renderSignIn(err.message);
   }
-  try {
-    // A token from earlier in this tab, or none: a server without authentication answers anyway.
-    state.user = user.status === "fulfilled" ? user.value : await api.whoami();
-    return start();
-  } catch (err) {
-    if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
-    clear(document.getElementById("app")).append(h("main", { class: "sign-in" }, errorBox(err)));
-    toast(err.message, "error");
+  if (user.status === "fulfilled") {
+    state.user = user.value;
+    return start(early);
   }
+  const err = user.reason;
+  if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
+  clear(document.getElementById("app")).append(h("main", { class: "sign-in" }, errorBox(err)));
+  toast(err.message, "error");
+  return undefined;
 }
 
 window.addEventListener("hashchange", route);
