@@ -153,6 +153,35 @@ def test_the_log_of_a_run_that_starts_after_the_page_opened_is_followed_as_it_is
     assert page.evaluate("window.__samePage") is True
 
 
+def test_filters_are_applied_by_the_server_kept_in_the_address_and_followed_live(
+        console: Console, page: Any) -> None:
+    gated, plain = demo_run(console, "filter-gated", agent="gated-demo"), demo_run(console, "filter-plain")
+    gated["metadata"]["labels"], plain["metadata"]["labels"] = {"team": "x"}, {"team": "y"}
+    assert console.apply(GATED, gated, plain).status_code == 200
+    sign_in(page, console, "admin")
+    names = page.locator("#main tbody tr a")
+
+    page.goto(f"{console.base}/console/#/runs?label=team%3Dy")
+    page.get_by_role("link", name="filter-plain").wait_for()
+    assert names.all_inner_texts() == ["filter-plain"]
+
+    page.goto(f"{console.base}/console/#/runs?agent=gated-demo")
+    page.get_by_role("link", name="filter-gated").wait_for()
+    assert "filter-plain" not in names.all_inner_texts()
+    page.get_by_label("Phase").select_option("AwaitingApproval")
+    page.wait_for_url("**/console/#/runs?agent=gated-demo&phase=AwaitingApproval")
+    page.locator("#live", has_text="live").wait_for()
+    page.get_by_role("link", name="filter-gated").wait_for()
+    # A new run that matches appears; one that does not stays out.
+    late, other = demo_run(console, "filter-late", agent="gated-demo"), demo_run(console, "filter-other")
+    assert console.apply(other, late).status_code == 200
+    page.get_by_role("link", name="filter-late").wait_for()
+    assert "filter-other" not in names.all_inner_texts()
+    page.keyboard.press("/")
+    page.keyboard.type("late")
+    until(lambda: names.all_inner_texts() == ["filter-late"], "the search box to narrow the rows")
+
+
 def test_rerun_starts_a_copy_and_opens_it(console: Console, page: Any) -> None:
     finished_run(console, "rerun-source")
     sign_in(page, console, "editor")
