@@ -157,20 +157,22 @@ async function signIn(tokenValue) {
   return user;
 }
 
-function signOut(message) {
+function signOut(message, options) {
   api.setToken("");
   state.user = null;
   state.canCache.clear();
   if (state.cleanup) state.cleanup();
   state.cleanup = null;
-  renderSignIn(message);
+  renderSignIn(message, options);
 }
 
-function renderSignIn(message) {
+// `message`: why the sign-in page is shown (an error, or `notice` for a plain note such as "Signed out.").
+function renderSignIn(message, { notice = false } = {}) {
   const app = clear(document.getElementById("app"));
   const input = h("input", { id: "token", class: "input", type: "password", autocomplete: "off",
                              spellcheck: "false", placeholder: "Bearer token", "aria-label": "Token", required: true });
-  const error = h("p", { class: "sign-in-error", role: "alert", id: "sign-in-error" }, message || "");
+  const error = h("p", { class: notice ? "sign-in-error muted" : "sign-in-error", role: "alert", id: "sign-in-error" },
+                  message || "");
   const submit = h("button", { class: "button primary", type: "submit" }, "Sign in");
   const form = h("form", { class: "sign-in-form", onsubmit: async (e) => {
     e.preventDefault();
@@ -195,8 +197,8 @@ function renderSignIn(message) {
   app.append(h("main", { class: "sign-in" },
     h("div", { class: "sign-in-card card" },
       h("div", { class: "brand big" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"), "Joch"),
-      h("p", { class: "muted" }, "Sign in with the bearer token you use for the CLI (joch config view shows "
-                                 + "it), or with your organisation's single sign-on."),
+      h("p", { class: "muted" }, "Sign in with a bearer token, the one the CLI sends (--token, JOCH_TOKEN or "
+                                 + "your context's)", state.config.oidc ? ", or with your organisation's single sign-on." : "."),
       form,
       oidcButton ? h("div", { class: "or" }, "or") : null,
       oidcButton,
@@ -221,7 +223,7 @@ function renderLayout() {
                   currentTheme() === "dark" ? "Light theme" : "Dark theme");
   // Without a token (a server without authentication) there is nothing to sign out of.
   const signOutButton = api.token() ? h("button", { class: "button ghost", id: "sign-out",
-                                                    onclick: () => signOut("Signed out.") }, "Sign out") : null;
+                                                    onclick: () => signOut("Signed out.", { notice: true }) }, "Sign out") : null;
   const header = h("header", { class: "topbar" },
     navToggle,
     h("a", { class: "brand", href: "#/runs", "aria-label": "Joch" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"),
