@@ -28,19 +28,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from joch import __version__
+from joch.api import errors
 
 STATIC = Path(__file__).parent / "static"
 PREFIX = "/console"
 CONFIG_PATH = f"{PREFIX}/config.json"
-NOT_FOUND = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-             "message": 'the server could not find the requested resource (get "/"): the API is under /apis, '
-                        "/api and /v1; the web console is at /console/", "reason": "NotFound", "code": 404}
+NOT_FOUND = errors.NotFound('the server could not find the requested resource (get "/"): the API is under '
+                           "/apis, /api and /v1; the web console is at /console/")
 
 
 def content_security_policy(oidc: dict[str, Any] | None) -> str:
@@ -55,14 +56,16 @@ def content_security_policy(oidc: dict[str, Any] | None) -> str:
 
 
 class _Console:
-    """The static files, with the CSP (and no caching of ``index.html``, which names the modules)."""
+    """The static files, with the CSP. Browsers revalidate each file on every load (``no-cache``; the
+    ETag makes that a 304): the files are not versioned by name, so an upgraded package is seen at once
+    instead of a mix of old and new modules."""
 
     def __init__(self, csp: str) -> None:
         self.files = StaticFiles(directory=STATIC, html=True)
         self.headers = [(b"content-security-policy", csp.encode()), (b"referrer-policy", b"no-referrer")]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_with_headers(message: Any) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *self.headers,
                                       (b"cache-control", b"no-cache")]
@@ -71,8 +74,8 @@ class _Console:
         await self.files(scope, receive, send_with_headers)
 
 
-def install(app: Any, *, oidc: dict[str, Any] | None) -> None:
-    """Mount the console on ``app`` (a FastAPI app). ``oidc``: ``{"issuer", "clientId"}`` when the
+def install(app: Starlette, *, oidc: dict[str, Any] | None) -> None:
+    """Mount the console on ``app`` (the server's FastAPI app). ``oidc``: ``{"issuer", "clientId"}`` when the
     server verifies OIDC ID tokens, else None (token sign-in only)."""
     config = {"version": __version__, "oidc": dict(oidc) if oidc else None}
     csp = content_security_policy(oidc)
@@ -85,7 +88,7 @@ def install(app: Any, *, oidc: dict[str, Any] | None) -> None:
     async def root(request: Request) -> Response:
         if "text/html" in request.headers.get("accept", ""):
             return RedirectResponse(f"{PREFIX}/", status_code=302)
-        return JSONResponse(NOT_FOUND, status_code=404)
+        return JSONResponse(NOT_FOUND.to_status(), status_code=NOT_FOUND.code)
 
     async def bare(request: Request) -> Response:
         return RedirectResponse(f"{PREFIX}/", status_code=301)

@@ -121,6 +121,7 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     yield p
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
+        p.evaluate("window.scrollTo(0, 0)")  # else a sticky header lands mid-page in a full-page shot
         p.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     finally:
         context.close()

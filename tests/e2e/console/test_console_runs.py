@@ -15,6 +15,8 @@ from e2e.console.conftest import Console, sign_in, token_of
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 FINISHED = ("Succeeded", "Failed", "Cancelled")
+GATED = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "gated-demo"},
+         "spec": {"providerRef": {"name": "demo-agent"}, "requiresApproval": True}}  # its runs wait for approval
 # Records, in the page, each phase the row of run `name` shows, and marks the document: a reload
 # would lose both.
 RECORD_PHASES = """name => {
@@ -116,9 +118,7 @@ def test_a_run_goes_from_queued_to_succeeded_in_the_table_without_a_reload_and_i
 
 
 def test_a_viewer_is_offered_neither_cancel_nor_rerun_and_an_editor_cancels(console: Console, page: Any) -> None:
-    gated = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "gated-demo"},
-             "spec": {"providerRef": {"name": "demo-agent"}, "requiresApproval": True}}
-    assert console.apply(gated, demo_run(console, "waits-for-approval", agent="gated-demo")).status_code == 200
+    assert console.apply(GATED, demo_run(console, "waits-for-approval", agent="gated-demo")).status_code == 200
     sign_in(page, console, "viewer")
     page.goto(f"{console.base}/console/#/runs/default/waits-for-approval")
     page.locator("#run-phase [data-phase=AwaitingApproval]").wait_for(timeout=30_000)
@@ -131,6 +131,55 @@ def test_a_viewer_is_offered_neither_cancel_nor_rerun_and_an_editor_cancels(cons
     page.locator("dialog[open]").get_by_role("button", name="Cancel run").click()
     page.locator("#run-phase [data-phase=Cancelled]").wait_for(timeout=30_000)
     assert page.locator("#cancel-run").is_hidden()
+
+
+def test_the_log_of_a_run_that_starts_after_the_page_opened_is_followed_as_it_is_written(
+        console: Console, page: Any) -> None:
+    assert console.apply(GATED, demo_run(console, "follow-me", agent="gated-demo")).status_code == 200
+    sign_in(page, console, "viewer")
+    page.goto(f"{console.base}/console/#/runs/default/follow-me")
+    page.locator("#run-phase [data-phase=AwaitingApproval]").wait_for(timeout=30_000)
+    page.get_by_text("Following the log").wait_for()
+    page.evaluate("window.__samePage = true")
+    with console.api() as client:
+        approvals = client.get("/apis/runtime.joch.dev/v1alpha1/namespaces/default/approvals").json()["items"]
+        approval = next(a for a in approvals if a["spec"]["runRef"]["name"] == "follow-me")
+        r = client.post(f"/v1/namespaces/default/approvals/{approval['metadata']['name']}/decide",
+                        json={"decision": "approve"})
+        assert r.status_code == 200, r.text
+    page.locator("#log", has_text='appending "Hello from Joch" to README.md').wait_for(timeout=90_000)
+    page.locator("#run-phase [data-phase=Succeeded]").wait_for(timeout=90_000)
+    page.locator("#diff tr.add", has_text="Hello from Joch").wait_for()
+    assert page.evaluate("window.__samePage") is True
+
+
+def test_filters_are_applied_by_the_server_kept_in_the_address_and_followed_live(
+        console: Console, page: Any) -> None:
+    gated, plain = demo_run(console, "filter-gated", agent="gated-demo"), demo_run(console, "filter-plain")
+    gated["metadata"]["labels"], plain["metadata"]["labels"] = {"team": "x"}, {"team": "y"}
+    assert console.apply(GATED, gated, plain).status_code == 200
+    sign_in(page, console, "admin")
+    names = page.locator("#main tbody tr a")
+
+    page.goto(f"{console.base}/console/#/runs?label=team%3Dy")
+    page.get_by_role("link", name="filter-plain").wait_for()
+    assert names.all_inner_texts() == ["filter-plain"]
+
+    page.goto(f"{console.base}/console/#/runs?agent=gated-demo")
+    page.get_by_role("link", name="filter-gated").wait_for()
+    assert "filter-plain" not in names.all_inner_texts()
+    page.get_by_label("Phase").select_option("AwaitingApproval")
+    page.wait_for_url("**/console/#/runs?agent=gated-demo&phase=AwaitingApproval")
+    page.locator("#live", has_text="live").wait_for()
+    page.get_by_role("link", name="filter-gated").wait_for()
+    # A new run that matches appears; one that does not stays out.
+    late, other = demo_run(console, "filter-late", agent="gated-demo"), demo_run(console, "filter-other")
+    assert console.apply(other, late).status_code == 200
+    page.get_by_role("link", name="filter-late").wait_for()
+    assert "filter-other" not in names.all_inner_texts()
+    page.keyboard.press("/")
+    page.keyboard.type("late")
+    until(lambda: names.all_inner_texts() == ["filter-late"], "the search box to narrow the rows")
 
 
 def test_rerun_starts_a_copy_and_opens_it(console: Console, page: Any) -> None:
@@ -193,6 +242,51 @@ def test_keyboard_shortcuts_move_between_pages_and_slash_focuses_the_filter(cons
     page.keyboard.press("g")
     page.keyboard.press("r")
     page.wait_for_url("**/console/#/runs")
+
+
+# --- the diff ----------------------------------------------------------------------------------------
+
+PATCH = """From 0123 Mon Sep 17 00:00:00 2001
+From: joch-demo-agent <agent@joch.dev>
+Subject: [PATCH] two files
+
+---
+diff --git a/app.py b/app.py
+index 1111111..2222222 100644
+--- a/app.py
++++ b/app.py
+@@ -1,3 +1,4 @@
+ import os
+-print("old")
++print("new")
++print("more")
+ x = 1
+\\ No newline at end of file
+diff --git a/gone.txt b/gone.txt
+deleted file mode 100644
+--- a/gone.txt
++++ /dev/null
+@@ -1 +0,0 @@
+--- a line that looks like a signature
+""" + "-- \n2.39.2\n"  # format-patch's signature
+
+
+def test_the_diff_reads_a_format_patch_and_pairs_lines_side_by_side(console: Console, page: Any) -> None:
+    sign_in(page, console, "viewer")
+    files = page.evaluate("async patch => (await import('/console/lib/diff.js')).parse(patch)", PATCH)
+    assert [f["name"] for f in files] == ["app.py", "gone.txt"]
+    app = files[0]["hunks"][0]["lines"]
+    assert [(line["kind"], line["text"], line["old"], line["new"]) for line in app] == [
+        (" ", "import os", 1, 1), ("-", 'print("old")', 2, None), ("+", 'print("new")', None, 2),
+        ("+", 'print("more")', None, 3), (" ", "x = 1", 3, 4)]
+    # the deleted line starting "-- " is the hunk's; the signature after it is not
+    assert [line["text"] for line in files[1]["hunks"][0]["lines"]] == ["-- a line that looks like a signature"]
+    rows = page.evaluate("""async patch => {
+      const node = (await import('/console/lib/diff.js')).render(patch, 'split');
+      return [...node.querySelectorAll('.diff-split tr:not(.hunk)')].map(
+        tr => [...tr.querySelectorAll('td.side')].map(td => td.textContent));
+    }""", PATCH)
+    assert rows[:3] == [["import os", "import os"], ['print("old")', 'print("new")'], ["", 'print("more")']]
 
 
 # --- what the server serves ---------------------------------------------------------------------------

@@ -89,6 +89,15 @@ def test_only_health_version_webhooks_and_the_run_callback_are_exempt() -> None:
     assert not is_exempt("GET", "/v1/webhooks")
 
 
+def test_reading_the_consoles_files_is_exempt_and_nothing_else_under_it() -> None:
+    assert all(is_exempt("GET", p) for p in ("/", "/console", "/console/", "/console/app.js", "/console/config.json"))
+    assert is_exempt("HEAD", "/console/style.css")
+    assert not is_exempt("POST", "/console/config.json")
+    assert not is_exempt("POST", "/")
+    assert not is_exempt("GET", "/consoles")
+    assert not is_exempt("GET", "/v1/console/")
+
+
 def bound(*roles: str, namespace: str = "ns") -> rbac.Index:
     return rbac.Index.of(1, [
         {"metadata": {"name": role, "namespace": namespace},

@@ -4,29 +4,19 @@
 import * as api from "./lib/api.js";
 import * as oidc from "./lib/oidc.js";
 import { h, clear, errorBox, empty, select, toast } from "./lib/ui.js";
+import * as runsPage from "./pages/runs.js";  // the landing page, loaded with the shell: no import() wait
 
-const ROUTES = [
-  { pattern: "/runs", page: "runs", nav: "runs" },
-  { pattern: "/runs/:namespace/:name", page: "run", nav: "runs" },
-  { pattern: "/approvals", page: "approvals", nav: "approvals" },
-  { pattern: "/agents", page: "agents", nav: "agents" },
-  { pattern: "/agents/:namespace/:name", page: "agents", nav: "agents" },
-  { pattern: "/budgets", page: "budgets", nav: "budgets" },
-  { pattern: "/sources", page: "sources", nav: "sources" },
-  { pattern: "/audit", page: "audit", nav: "audit" },
-  { pattern: "/apply", page: "apply", nav: "apply" },
-];
-
-// Nav entries with their `g <key>` shortcut.
+// The nav, each entry with its `g <key>` shortcut and the routes (hash pattern -> page module) it covers.
 const NAV = [
-  { id: "runs", label: "Runs", key: "r" },
-  { id: "approvals", label: "Approvals", key: "a" },
-  { id: "agents", label: "Agents", key: "n" },
-  { id: "budgets", label: "Budgets", key: "b" },
-  { id: "sources", label: "Sources & triggers", key: "s" },
-  { id: "audit", label: "Audit", key: "u" },
-  { id: "apply", label: "Apply", key: "y" },
+  { id: "runs", label: "Runs", key: "r", routes: { "/runs": "runs", "/runs/:namespace/:name": "run" } },
+  { id: "approvals", label: "Approvals", key: "a", routes: { "/approvals": "approvals" } },
+  { id: "agents", label: "Agents", key: "n", routes: { "/agents": "agents", "/agents/:namespace/:name": "agents" } },
+  { id: "budgets", label: "Budgets", key: "b", routes: { "/budgets": "budgets" } },
+  { id: "sources", label: "Sources & triggers", key: "s", routes: { "/sources": "sources" } },
+  { id: "audit", label: "Audit", key: "u", routes: { "/audit": "audit" } },
+  { id: "apply", label: "Apply", key: "y", routes: { "/apply": "apply" } },
 ];
+const ROUTES = NAV.flatMap((n) => Object.entries(n.routes).map(([pattern, page]) => ({ pattern, page, nav: n.id })));
 
 const THEME_KEY = "joch.theme";
 const NAMESPACE_KEY = "joch.namespace";
@@ -120,7 +110,7 @@ async function route() {
   main.append(root);
   let module;
   try {
-    module = await import(`./pages/${found.route.page}.js`);
+    module = found.route.page === "runs" ? runsPage : await import(`./pages/${found.route.page}.js`);
   } catch (err) {
     console.warn(err);
     root.append(empty(`The ${found.route.page} page is not built yet.`));
@@ -167,20 +157,22 @@ async function signIn(tokenValue) {
   return user;
 }
 
-function signOut(message) {
+function signOut(message, options) {
   api.setToken("");
   state.user = null;
   state.canCache.clear();
   if (state.cleanup) state.cleanup();
   state.cleanup = null;
-  renderSignIn(message);
+  renderSignIn(message, options);
 }
 
-function renderSignIn(message) {
+// `message`: why the sign-in page is shown (an error, or `notice` for a plain note such as "Signed out.").
+function renderSignIn(message, { notice = false } = {}) {
   const app = clear(document.getElementById("app"));
   const input = h("input", { id: "token", class: "input", type: "password", autocomplete: "off",
                              spellcheck: "false", placeholder: "Bearer token", "aria-label": "Token", required: true });
-  const error = h("p", { class: "sign-in-error", role: "alert", id: "sign-in-error" }, message || "");
+  const error = h("p", { class: notice ? "sign-in-error muted" : "sign-in-error", role: "alert", id: "sign-in-error" },
+                  message || "");
   const submit = h("button", { class: "button primary", type: "submit" }, "Sign in");
   const form = h("form", { class: "sign-in-form", onsubmit: async (e) => {
     e.preventDefault();
@@ -205,8 +197,8 @@ function renderSignIn(message) {
   app.append(h("main", { class: "sign-in" },
     h("div", { class: "sign-in-card card" },
       h("div", { class: "brand big" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"), "Joch"),
-      h("p", { class: "muted" }, "Sign in with the bearer token you use for the CLI (joch config view shows "
-                                 + "it), or with your organisation's single sign-on."),
+      h("p", { class: "muted" }, "Sign in with a bearer token, the one the CLI sends (--token, JOCH_TOKEN or "
+                                 + "your context's)", state.config.oidc ? ", or with your organisation's single sign-on." : "."),
       form,
       oidcButton ? h("div", { class: "or" }, "or") : null,
       oidcButton,
@@ -229,8 +221,9 @@ function renderLayout() {
   }, { id: "namespace" });
   const theme = h("button", { class: "button ghost", id: "theme-toggle", onclick: toggleTheme },
                   currentTheme() === "dark" ? "Light theme" : "Dark theme");
-  const signOutButton = h("button", { class: "button ghost", id: "sign-out", onclick: () => signOut("Signed out.") },
-                          "Sign out");
+  // Without a token (a server without authentication) there is nothing to sign out of.
+  const signOutButton = api.token() ? h("button", { class: "button ghost", id: "sign-out",
+                                                    onclick: () => signOut("Signed out.", { notice: true }) }, "Sign out") : null;
   const header = h("header", { class: "topbar" },
     navToggle,
     h("a", { class: "brand", href: "#/runs", "aria-label": "Joch" }, h("span", { class: "logo", "aria-hidden": "true" }, "J"),
@@ -248,23 +241,25 @@ function renderLayout() {
   app.append(header, h("div", { class: "body" }, nav, h("main", { id: "main", class: "main", tabindex: "-1" })));
 }
 
-async function loadNamespaces() {
-  const listAll = can("list", "agentruns", "", "runtime.joch.dev");  // asked alongside the namespaces
+// The namespaces the user can pick, and whether they may list runs across all of them.
+async function namespaces() {
+  const listAll = can("list", "agentruns", "", "runtime.joch.dev");
+  let names;
   try {
     const list = await api.get("/api/v1/namespaces");
-    state.namespaces = (list.items || []).map((n) => n.metadata.name).sort();
+    names = (list.items || []).map((n) => n.metadata.name).sort();
   } catch {
-    state.namespaces = ["default"];  // a user bound in one namespace may not list them
+    names = ["default"];  // a user bound in one namespace may not list them
   }
-  if (state.namespace !== ALL && !state.namespaces.includes(state.namespace)) state.namespace = ALL;
-  if (state.namespace === ALL && !(await listAll)) {
-    state.namespace = state.namespaces.includes("default") ? "default" : state.namespaces[0] || "default";
-  }
+  return { names, listAll: await listAll };
 }
 
-async function start() {
-  state.canCache.clear();
-  await loadNamespaces();
+// `early`: namespaces() asked while the user was still being looked up (one round trip less).
+async function start(early) {
+  const { names, listAll } = await (early || (state.canCache.clear(), namespaces()));
+  state.namespaces = names;
+  if (state.namespace !== ALL && !names.includes(state.namespace)) state.namespace = ALL;
+  if (state.namespace === ALL && !listAll) state.namespace = names.includes("default") ? "default" : names[0] || "default";
   renderLayout();
   if (!location.hash || location.hash === "#" || location.hash.startsWith("#/signin")) {
     history.replaceState(null, "", "#/runs");
@@ -322,28 +317,32 @@ document.addEventListener("keydown", (e) => {
 // --- boot -------------------------------------------------------------------------------------------
 
 async function boot() {
-  // The config and the user are asked for at once: a first visit is a few round trips, not a chain.
-  const [config, user] = await Promise.allSettled([api.get("/console/config.json"),
-                                                   location.search ? Promise.reject(new Error("signing in")) : api.whoami()]);
+  // A first visit is a few round trips, not a chain: the config, the user (with the tab's token, or
+  // none: a server without authentication answers anyway) and the namespaces are asked for at once.
+  const returning = new URLSearchParams(location.search);
+  const signingIn = returning.has("code") || returning.has("error");
+  const early = signingIn ? null : namespaces();  // dropped if the user turns out not to be signed in
+  const [config, user] = await Promise.allSettled([
+    api.get("/console/config.json"), signingIn ? Promise.reject(new Error("signing in")) : api.whoami()]);
   if (config.status === "fulfilled") state.config = config.value;  // else: token sign-in still works
   try {
-    const returned = await oidc.complete(state.config.oidc);  // back from the issuer with ?code=
-    if (returned) {
-      state.user = await signIn(returned);
+    const idToken = await oidc.complete(state.config.oidc);  // back from the issuer with ?code=
+    if (idToken) {
+      state.user = await signIn(idToken);
       return start();
     }
   } catch (err) {
     return renderSignIn(err.message);
   }
-  try {
-    // A token from earlier in this tab, or none: a server without authentication answers anyway.
-    state.user = user.status === "fulfilled" ? user.value : await api.whoami();
-    return start();
-  } catch (err) {
-    if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
-    clear(document.getElementById("app")).append(h("main", { class: "sign-in" }, errorBox(err)));
-    toast(err.message, "error");
+  if (user.status === "fulfilled") {
+    state.user = user.value;
+    return start(early);
   }
+  const err = user.reason;
+  if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
+  clear(document.getElementById("app")).append(h("main", { class: "sign-in" }, errorBox(err)));
+  toast(err.message, "error");
+  return undefined;
 }
 
 window.addEventListener("hashchange", route);

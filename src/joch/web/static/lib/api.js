@@ -139,9 +139,10 @@ const RETRY_MS = [500, 1000, 2000, 5000, 10000];
 // A watch (`?watch=1`) that stays open: when the stream ends it is opened again from the last
 // resourceVersion seen (bookmarks included), so nothing is missed. When that version is too old
 // (410 Expired) it starts over from the current state: onEvent gets {type: "RESYNC"} first, then
-// every object as ADDED. onEvent({type, object}) sees ADDED, MODIFIED and DELETED; onError(err)
-// hears of a failure before each retry.
-export function watch(path, query, onEvent, { onError } = {}) {
+// every object as ADDED — or, given onExpired, the watch ends and onExpired() is called (a paged
+// page lists its first page again rather than receive every object). onEvent({type, object}) sees
+// ADDED, MODIFIED and DELETED; onError(err) hears of a failure before each retry.
+export function watch(path, query, onEvent, { onError, onExpired } = {}) {
   const controller = new AbortController();
   let resourceVersion = (query && query.resourceVersion) || "";
   let failures = 0;
@@ -170,6 +171,11 @@ export function watch(path, query, onEvent, { onError } = {}) {
     while (!controller.signal.aborted) {
       try {
         if ((await once()) === "expired") {
+          if (onExpired) {
+            controller.abort();
+            onExpired();
+            return;
+          }
           resourceVersion = "";
           onEvent({ type: "RESYNC", object: null });
         }

@@ -71,6 +71,7 @@ function facts(run) {
     ["Tokens", usage(run)],
     ["Exit code", s.exitCode],
     ["Reason", s.reason ? `${s.reason}${s.message ? `: ${s.message}` : ""}` : ""],
+    ["Approval", phaseOf(run) === "AwaitingApproval" ? h("a", { href: "#/approvals" }, "waiting: open the approvals inbox") : ""],
     ["Compiled manifest", s.compiledManifestHash ? h("code", { id: "manifest-hash" }, s.compiledManifestHash) : ""],
     ["Base commit", s.baseCommit ? h("code", {}, s.baseCommit.slice(0, 12)) : ""],
     ["Created by", (run.metadata.annotations || {})["joch.dev/created-by"]],

@@ -33,8 +33,8 @@ function columns(ctx) {
     { label: "Agent", value: (r) => (r.spec.agentRef || {}).name || "", class: "wide" },
     { label: "Phase", value: (r) => badge((r.status || {}).phase || "Pending"), sort: (r) => (r.status || {}).phase || "" },
     { label: "Age", value: (r) => age(r.metadata.creationTimestamp), sort: (r) => r.metadata.creationTimestamp },
-    { label: "Duration", value: (r) => duration(runDuration(r)), sort: (r) => runDuration(r) ?? -1, class: "num" },
-    { label: "Cost", value: (r) => money((r.status || {}).costUsd), sort: (r) => (r.status || {}).costUsd ?? -1, class: "num" },
+    { label: "Duration", value: (r) => duration(runDuration(r)), sort: (r) => runDuration(r) ?? -1, class: "num wide" },
+    { label: "Cost", value: (r) => money((r.status || {}).costUsd), sort: (r) => (r.status || {}).costUsd ?? -1, class: "num wide" },
   ];
   if (!ctx.namespace) cols.splice(1, 0, { label: "Namespace", value: (r) => r.metadata.namespace, class: "wide" });
   return cols;
@@ -51,10 +51,12 @@ export async function render(root, params, ctx) {
   const filters = { agent: query.get("agent") || "", phase: query.get("phase") || "", label: query.get("label") || "",
                     search: query.get("q") || "" };
   const runs = new Map();  // uid -> run
+  const deleted = new Set();  // uids the watch saw deleted
   let continueToken = "";
   let watcher = null;
   let tick = null;
   let frame = 0;
+  let closed = false;
 
   function setFilter(key, value) {
     filters[key] = value.trim();
@@ -125,18 +127,20 @@ export async function render(root, params, ctx) {
   async function loadPage() {
     const list = await ctx.api.list(GROUP, VERSION, "agentruns", { namespace: ctx.namespace, limit: PAGE,
                                                                     continueToken, ...base });
-    for (const run of list.items || []) runs.set(run.metadata.uid, run);
+    // A later page is the first page's snapshot: what the watch brought since is newer, and what it
+    // deleted stays deleted.
+    for (const run of list.items || []) {
+      if (!runs.has(run.metadata.uid) && !deleted.has(run.metadata.uid)) runs.set(run.metadata.uid, run);
+    }
     continueToken = (list.metadata || {}).continue || "";
     schedule();
     return list;
   }
 
   function onEvent(event) {
-    if (event.type === "RESYNC") {
-      runs.clear();
-      continueToken = "";
-    } else if (event.type === "DELETED") {
+    if (event.type === "DELETED") {
       runs.delete(event.object.metadata.uid);
+      deleted.add(event.object.metadata.uid);
     } else if (event.type === "ADDED" || event.type === "MODIFIED") {
       const uid = event.object.metadata.uid;
       const before = runs.get(uid);
@@ -148,7 +152,11 @@ export async function render(root, params, ctx) {
     schedule();
   }
 
-  try {
+  // List the first page, then watch from its resourceVersion; again from the start if that expires.
+  async function begin() {
+    runs.clear();
+    deleted.clear();
+    continueToken = "";
     const first = await loadPage();
     draw();
     performance.mark("joch:runs-rendered");  // bench/console_bench.py reads it: navigation to the first rows
@@ -158,18 +166,28 @@ export async function render(root, params, ctx) {
         live.textContent = err.status === 403 ? "not live" : "reconnecting";
         live.className = "badge tone-warn";
       },
+      onExpired: () => closed || begin().catch(failed),
     });
     live.textContent = "live";
     live.className = "badge tone-ok";
-  } catch (err) {
-    if (err.status === 401) throw err;
+  }
+
+  function failed(err) {
     messages.append(errorBox(err));
     wrap.hidden = true;
     none.hidden = true;
   }
+
+  try {
+    await begin();
+  } catch (err) {
+    if (err.status === 401) throw err;
+    failed(err);
+  }
   tick = setInterval(schedule, TICK_MS);  // ages and running durations move on
 
   return () => {
+    closed = true;
     if (watcher) watcher.close();
     clearInterval(tick);
     if (frame) cancelAnimationFrame(frame);
