@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -84,6 +85,7 @@ def setup(*, service_name: str, environ: Mapping[str, str] | None = None) -> boo
     if not chosen or _tracer is not None:
         return _tracer is not None
     _check_protocol(environ)
+    _check_settings(environ)
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -121,6 +123,56 @@ def _check_protocol(environ: Mapping[str, str]) -> None:
                 raise ValueError(f"{variable}={protocol} is not supported: Joch exports OTLP over HTTP "
                                  "(http/protobuf, a collector's port 4318); unset it or set http/protobuf")
             return
+
+
+# variable -> (least value, whole numbers only, what it must be)
+_NUMBERS = {
+    "OTEL_BSP_SCHEDULE_DELAY": (1, True, "a positive number of milliseconds"),
+    "OTEL_BSP_EXPORT_TIMEOUT": (0, True, "a number of milliseconds"),
+    "OTEL_BSP_MAX_QUEUE_SIZE": (1, True, "a positive whole number"),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": (1, True, "a positive whole number"),
+    "OTEL_EXPORTER_OTLP_TIMEOUT": (0, False, "a number of seconds"),
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": (0, False, "a number of seconds"),
+}
+_COMPRESSIONS = ("gzip", "deflate", "none")
+
+
+def _check_settings(environ: Mapping[str, str]) -> None:
+    """The values the SDK would otherwise half-ignore: an endpoint that is no URL (it logs a failed
+    export every few seconds, forever), a number that is none (a traceback, then its default), an
+    unknown compression (a warning, then none). An endpoint's value is not repeated: it may hold a
+    password."""
+    for variable in ENDPOINT_VARIABLES:
+        value = environ.get(variable, "").strip()
+        if value and not _http_url(value):
+            raise ValueError(f"{variable} must be an http:// or https:// URL with a host, such as "
+                             "http://localhost:4318")
+    for variable, (least, whole, what) in _NUMBERS.items():
+        value = environ.get(variable, "").strip()
+        if value and not _number(value, least, whole=whole):
+            raise ValueError(f"{variable} must be {what} (got {value!r})")
+    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
+        value = environ.get(variable, "").strip().lower()
+        if value and value not in _COMPRESSIONS:
+            raise ValueError(f"{variable} must be {', '.join(_COMPRESSIONS[:-1])} or {_COMPRESSIONS[-1]} "
+                             f"(got {value!r})")
+
+
+def _http_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  # raises on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _number(value: str, least: int, *, whole: bool) -> bool:
+    try:
+        number = int(value) if whole else float(value)
+    except ValueError:
+        return False
+    return number >= least
 
 
 # --- spans ---------------------------------------------------------------------------------------

@@ -45,6 +45,25 @@ def test_an_exporter_or_protocol_joch_lacks_is_refused_with_what_to_do(traced: N
     assert not tracing.enabled()
 
 
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "not a url"}, "OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "ftp://collector/v1/traces"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT must"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://u:hunter2@collector:43x8"}, "must be an http:// or https:// URL"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_BSP_SCHEDULE_DELAY": "5s"}, "OTEL_BSP_SCHEDULE_DELAY must be a positive"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_BSP_MAX_QUEUE_SIZE": "-5"}, "OTEL_BSP_MAX_QUEUE_SIZE must be a positive"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TIMEOUT": "abc"}, "OTEL_EXPORTER_OTLP_TIMEOUT must be"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, "must be gzip, deflate or none"),
+])
+def test_a_value_the_sdk_would_half_ignore_stops_the_start(environ: dict[str, str], message: str,
+                                                            traced: None) -> None:
+    """The SDK logs and carries on (a failed export every few seconds, a traceback, a default):
+    the user learns of the typo only when the traces are missing."""
+    with pytest.raises(ValueError, match=message) as raised:
+        tracing.setup(service_name="t", environ=environ)
+    assert "hunter2" not in str(raised.value)
+    assert not tracing.enabled()
+
+
 def test_off_is_a_shared_null_context_and_no_middleware(tmp_path: object) -> None:
     assert tracing.setup(service_name="t", environ={}) is False
     assert tracing.span("a", kind="Agent") is tracing.span("b") is tracing.object_span("c", {"kind": "Agent"})
