@@ -15,6 +15,9 @@ into a message anyway — a store URL with a password, an ``Authorization`` valu
 (``scrub``); secret *values* never reach the server's log in the first place (the runner redacts
 the agents' output, ``joch.runtime.redaction``, before it is stored).
 
+An exception nothing caught (``sys.excepthook``, ``threading.excepthook``) is one JSON line too,
+its traceback in ``exception``; so is the ``error: ...`` a command stops with (``joch.cli.app``).
+
 Text stays as it was (``%(asctime)s %(levelname)s %(name)s: %(message)s``, uvicorn's own lines in
 its own format). With JSON, ``joch.server.serving`` leaves uvicorn's loggers unconfigured, so their
 lines go through the same JSON handler.
@@ -28,8 +31,10 @@ import json
 import logging
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import TracebackType
 from typing import Any
 
 from joch.api.identity import current_request
@@ -65,8 +70,22 @@ def configure(log_format: str, level: str = "info") -> None:
             root.removeHandler(old)
         root.addHandler(handler)
         root.setLevel(level.upper())
+        sys.excepthook = _log_uncaught
+        threading.excepthook = _log_uncaught_in_thread
     elif not root.handlers:
         logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """An exception nothing caught (a bug) as one JSON line, its traceback inside, not as bare lines."""
+    logging.getLogger("joch").critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is not None:
+        thread = args.thread.name if args.thread is not None else "?"
+        logging.getLogger("joch").critical("uncaught %s in thread %s", args.exc_type.__name__, thread,
+                                           exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def current_format() -> str:

@@ -3,9 +3,12 @@ credentials in them."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
+import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -46,3 +49,37 @@ def test_a_format_other_than_text_or_json_is_refused() -> None:
     with pytest.raises(ValueError, match='--log-format must be text or json \\(JOCH_LOG_FORMAT; got "xml"\\)'):
         logs.check_format("xml")
     assert logs.check_format(" JSON ") == "json"
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """``configure("json")``, its handler writing to the buffer yielded; what was there, back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    written = io.StringIO()
+    try:
+        logs.configure("json")
+        for handler in root.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(written)
+        yield written
+    finally:
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+        sys.excepthook, threading.excepthook = sys.__excepthook__, threading.__excepthook__
+        logs.configure("text")
+
+
+def test_with_json_an_exception_nothing_caught_is_one_line_with_its_traceback(json_logs: io.StringIO) -> None:
+    def fail() -> None:
+        raise RuntimeError("boom at postgresql://joch:s3cret@db/joch")
+
+    thread = threading.Thread(target=fail, name="worker")
+    thread.start()
+    thread.join()
+    (said,) = [json.loads(text) for text in json_logs.getvalue().splitlines()]
+    assert said["level"] == "CRITICAL" and said["message"] == "uncaught RuntimeError in thread worker"
+    assert "Traceback" in said["exception"] and "s3cret" not in said["exception"]
