@@ -29,6 +29,7 @@ where they are used, not with the CLI: the web stack in ``serving``, httpx in ``
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -110,12 +111,24 @@ def reported(fn: Callable[P, R]) -> Callable[P, R]:
 
 def report(exc: errors.JochError) -> None:
     line = headline(exc)
-    typer.echo(f"error: {line}", err=True)
+    lines = [f"error: {line}"]
     for cause in exc.causes:
         if cause.message and cause.message in line:
             continue  # the headline already says it (e.g. a Conflict that names its document)
         prefix = f"{manifests.readable_field(cause.field)}: " if cause.field else ""
-        typer.echo(f"  - {prefix}{cause.message}", err=True)
+        lines.append(f"  - {prefix}{cause.message}")
+    if _json_logs():
+        logging.getLogger("joch").error("%s", "\n".join(lines))
+    else:
+        typer.echo("\n".join(lines), err=True)
+
+
+def _json_logs() -> bool:
+    """``joch server`` or ``joch controller`` writing JSON log lines (``--log-format json``): an error
+    that stops it is one more of them, or a collector would take each line for a record of its own.
+    Only those commands import ``joch.telemetry.logs``; the others do not load it to ask."""
+    logs = sys.modules.get("joch.telemetry.logs")
+    return logs is not None and logs.current_format() == "json"
 
 
 def headline(exc: errors.JochError) -> str:
