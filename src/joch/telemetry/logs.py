@@ -12,7 +12,7 @@ server makes current for every request (``joch.api.identity.current_request``, t
 rows read), ``run_uid`` from ``running``. Nothing else of a record goes out: not its ``args``, not
 ``extra`` fields a library may attach (a header dict, a request body). A credential that made it
 into a message anyway — a store URL with a password, an ``Authorization`` value — is masked
-(``scrub``); secret *values* never reach the server's log in the first place (the runner redacts
+(``scrubbing.scrub``); secret *values* never reach the server's log in the first place (the runner redacts
 the agents' output, ``joch.runtime.redaction``, before it is stored).
 
 An exception nothing caught (``sys.excepthook``, ``threading.excepthook``) is one JSON line too,
@@ -29,7 +29,6 @@ import contextvars
 import datetime as dt
 import json
 import logging
-import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -39,11 +38,10 @@ from typing import Any
 
 from joch.api.identity import current_request
 from joch.telemetry import tracing
+from joch.telemetry.scrubbing import scrub
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@/?#\s]*(?=@)")
-_AUTHORIZATION = re.compile(r"(?i)\b(?P<head>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+")
 
 _format = "text"
 _run_uid: contextvars.ContextVar[str | None] = contextvars.ContextVar("joch_run_uid", default=None)
@@ -113,13 +111,6 @@ def running(uid: str | None) -> Iterator[None]:
 
 def run_uid() -> str | None:
     return _run_uid.get()
-
-
-def scrub(text: str) -> str:
-    """``text`` with URL passwords and ``Authorization`` credentials replaced by ``***``."""
-    if "://" in text:
-        text = _URL_PASSWORD.sub(r"\g<head>***", text)
-    return _AUTHORIZATION.sub(r"\g<head>***", text)
 
 
 class JsonFormatter(logging.Formatter):

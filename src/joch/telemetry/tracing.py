@@ -29,9 +29,10 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import os
+import traceback
 import uuid
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -39,6 +40,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from joch.telemetry.scrubbing import scrub
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -189,7 +192,28 @@ def span(
     attrs = _attributes(kind, namespace, name, run_uid, attributes)
     if action:
         attrs["joch.action"] = action
-    return _tracer.start_as_current_span(span_name, attributes=attrs)
+    return _current_span(span_name, attributes=attrs)
+
+
+@contextmanager
+def _current_span(span_name: str, **given: Any) -> Iterator[trace.Span]:
+    """``start_as_current_span``, but an exception escaping the block is recorded scrubbed: its
+    message and stack trace go to the collector, and a message can quote a URL with a password
+    (a failed clone of ``https://x-access-token:…@github.com/…``) that the logs would have masked."""
+    assert _tracer is not None
+    with _tracer.start_as_current_span(span_name, record_exception=False, set_status_on_exception=False,
+                                       **given) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            message = scrub(str(exc))
+            current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
+            current.add_event("exception", {
+                "exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                "exception.message": message,
+                "exception.stacktrace": scrub("".join(traceback.format_exception(exc))),
+            })
+            raise
 
 
 def object_span(span_name: str, /, obj: object) -> AbstractContextManager[Any]:
@@ -258,7 +282,7 @@ def run_span(
     """A live span in the run's trace (a reconcile of it), child of the run's root span."""
     if _tracer is None:
         return _OFF
-    return _tracer.start_as_current_span(
+    return _current_span(
         span_name, context=_run_parent(uid), attributes=_attributes("AgentRun", namespace, name, uid, None))
 
 
@@ -282,7 +306,7 @@ def record_span(
     else:
         recorded = _tracer.start_span(span_name, context=_run_parent(uid), attributes=attrs, start_time=start_ns)
     if error:
-        recorded.set_status(Status(StatusCode.ERROR, error))
+        recorded.set_status(Status(StatusCode.ERROR, scrub(error)))
     recorded.end(end_time=end_ns)
 
 
@@ -319,7 +343,7 @@ class RequestSpans:
             return
         method = scope.get("method", "")
         parent = extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()})
-        with _tracer.start_as_current_span(
+        with _current_span(
             method, context=parent, kind=SpanKind.SERVER,
             attributes={"http.request.method": method, "url.path": scope.get("path", "")},
         ) as current:

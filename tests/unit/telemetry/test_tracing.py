@@ -14,6 +14,7 @@ import pytest
 from joch.server.app import create_app
 from joch.store import open_store
 from joch.telemetry import tracing
+from support.otlp import otlp_receiver
 
 
 @pytest.fixture
@@ -94,6 +95,24 @@ def test_on_starts_the_exporter_thread_and_shutdown_stops_it(traced: None) -> No
     tracing.shutdown()
     assert not tracing.enabled()
     assert not any(t.name.startswith("OtelBatchSpan") for t in threading.enumerate())
+
+
+def test_an_exception_leaving_a_span_reaches_the_collector_without_the_credentials_it_quotes(
+        traced: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the logs mask (``logs.JsonFormatter``) must not go out in a span's status and exception event."""
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)  # the SDK reads it from os.environ
+        assert tracing.setup(service_name="t")
+        with pytest.raises(RuntimeError), tracing.run_span("joch.run.reconcile", uid=str(uuid.uuid4())):
+            raise RuntimeError("git clone https://x-access-token:ghp_s3cret@github.com/o/r failed")
+        tracing.shutdown()
+        (failed,) = receiver.wait_for(lambda spans: len(spans) == 1)
+    assert failed.status_code == 2  # ERROR
+    assert failed.status_message == "RuntimeError: git clone https://x-access-token:***@github.com/o/r failed"
+    ((name, attributes),) = failed.events
+    assert name == "exception" and attributes["exception.type"] == "builtins.RuntimeError"
+    assert "Traceback" in attributes["exception.stacktrace"]
+    assert "ghp_s3cret" not in repr(failed)
 
 
 def test_a_runs_trace_id_is_its_uid_and_its_root_span_id_follows_from_it() -> None:
