@@ -16,7 +16,8 @@ into a message anyway — a store URL with a password, an ``Authorization`` valu
 the agents' output, ``joch.runtime.redaction``, before it is stored).
 
 An exception nothing caught (``sys.excepthook``, ``threading.excepthook``) is one JSON line too,
-its traceback in ``exception``; so is the ``error: ...`` a command stops with (``joch.cli.app``).
+its traceback in ``exception``; so are a library's ``warnings.warn`` (``logging.captureWarnings``)
+and the ``error: ...`` a command stops with (``joch.cli.app``).
 
 Text stays as it was (``%(asctime)s %(levelname)s %(name)s: %(message)s``, uvicorn's own lines in
 its own format). With JSON, ``joch.server.serving`` leaves uvicorn's loggers unconfigured, so their
@@ -70,6 +71,7 @@ def configure(log_format: str, level: str = "info") -> None:
         root.setLevel(level.upper())
         sys.excepthook = _log_uncaught
         threading.excepthook = _log_uncaught_in_thread
+        logging.captureWarnings(True)  # a library's warning is a WARNING line of logger py.warnings
     elif not root.handlers:
         logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
 

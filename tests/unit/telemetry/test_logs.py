@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -70,6 +71,7 @@ def json_logs() -> Iterator[io.StringIO]:
             root.addHandler(handler)
         root.setLevel(level)
         sys.excepthook, threading.excepthook = sys.__excepthook__, threading.__excepthook__
+        logging.captureWarnings(False)
         logs.configure("text")
 
 
@@ -83,3 +85,11 @@ def test_with_json_an_exception_nothing_caught_is_one_line_with_its_traceback(js
     (said,) = [json.loads(text) for text in json_logs.getvalue().splitlines()]
     assert said["level"] == "CRITICAL" and said["message"] == "uncaught RuntimeError in thread worker"
     assert "Traceback" in said["exception"] and "s3cret" not in said["exception"]
+
+
+def test_with_json_a_library_warning_is_a_json_line(json_logs: io.StringIO) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)
+    (said,) = [json.loads(text) for text in json_logs.getvalue().splitlines()]
+    assert said["level"] == "WARNING" and said["logger"] == "py.warnings" and "deprecated thing" in said["message"]
