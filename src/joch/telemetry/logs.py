@@ -20,8 +20,8 @@ its traceback in ``exception``; so are a library's ``warnings.warn`` (``logging.
 and the ``error: ...`` a command stops with (``joch.cli.app``).
 
 Text stays as it was (``%(asctime)s %(levelname)s %(name)s: %(message)s``, uvicorn's own lines in
-its own format). With JSON, ``joch.server.serving`` leaves uvicorn's loggers unconfigured, so their
-lines go through the same JSON handler.
+its own format), credentials masked the same way. With JSON, ``joch.server.serving`` leaves
+uvicorn's loggers unconfigured, so their lines go through the same JSON handler.
 """
 
 from __future__ import annotations
@@ -73,7 +73,10 @@ def configure(log_format: str, level: str = "info") -> None:
         threading.excepthook = _log_uncaught_in_thread
         logging.captureWarnings(True)  # a library's warning is a WARNING line of logger py.warnings
     elif not root.handlers:
-        logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TextFormatter(TEXT_FORMAT))
+        root.addHandler(handler)
+        root.setLevel(level.upper())
 
 
 def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
@@ -113,6 +116,13 @@ def running(uid: str | None) -> Iterator[None]:
 
 def run_uid() -> str | None:
     return _run_uid.get()
+
+
+class TextFormatter(logging.Formatter):
+    """The text lines, credentials masked as in the JSON ones."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):

@@ -93,3 +93,21 @@ def test_with_json_a_library_warning_is_a_json_line(json_logs: io.StringIO) -> N
         warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)
     (said,) = [json.loads(text) for text in json_logs.getvalue().splitlines()]
     assert said["level"] == "WARNING" and said["logger"] == "py.warnings" and "deprecated thing" in said["message"]
+
+
+def test_with_text_credentials_are_masked_too(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    for handler in handlers:
+        root.removeHandler(handler)
+    try:
+        logs.configure("text")
+        logging.getLogger("joch.test").warning("cannot clone https://x-access-token:ghp_s3cret@github.com/o/r")
+    finally:
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    said = capsys.readouterr().err
+    assert said.endswith("WARNING joch.test: cannot clone https://x-access-token:***@github.com/o/r\n")
