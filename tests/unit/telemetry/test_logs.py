@@ -10,6 +10,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -52,19 +53,18 @@ def test_a_format_other_than_text_or_json_is_refused() -> None:
     assert logs.check_format(" JSON ") == "json"
 
 
-@pytest.fixture
-def json_logs() -> Iterator[io.StringIO]:
-    """``configure("json")``, its handler writing to the buffer yielded; what was there, back after."""
+@contextmanager
+def root_logging() -> Iterator[None]:
+    """The root logger without its handlers for the block; its handlers, level and the hooks
+    ``configure`` sets, back after (and the format text again)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    written = io.StringIO()
+    for handler in handlers:
+        root.removeHandler(handler)
     try:
-        logs.configure("json")
-        for handler in root.handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.setStream(written)
-        yield written
+        yield
     finally:
+        logs.configure("text")  # the format back to text; the root has a handler, so none is added
         for handler in root.handlers[:]:
             root.removeHandler(handler)
         for handler in handlers:
@@ -72,7 +72,18 @@ def json_logs() -> Iterator[io.StringIO]:
         root.setLevel(level)
         sys.excepthook, threading.excepthook = sys.__excepthook__, threading.__excepthook__
         logging.captureWarnings(False)
-        logs.configure("text")
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """``configure("json")``, its handler writing to the buffer yielded."""
+    written = io.StringIO()
+    with root_logging():
+        logs.configure("json")
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(written)
+        yield written
 
 
 def test_with_json_an_exception_nothing_caught_is_one_line_with_its_traceback(json_logs: io.StringIO) -> None:
@@ -96,18 +107,8 @@ def test_with_json_a_library_warning_is_a_json_line(json_logs: io.StringIO) -> N
 
 
 def test_with_text_credentials_are_masked_too(capsys: pytest.CaptureFixture[str]) -> None:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    for handler in handlers:
-        root.removeHandler(handler)
-    try:
+    with root_logging():
         logs.configure("text")
         logging.getLogger("joch.test").warning("cannot clone https://x-access-token:ghp_s3cret@github.com/o/r")
-    finally:
-        for handler in root.handlers[:]:
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
     said = capsys.readouterr().err
     assert said.endswith("WARNING joch.test: cannot clone https://x-access-token:***@github.com/o/r\n")
