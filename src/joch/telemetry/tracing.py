@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 EXPORTERS = ("otlp", "console", "none")
 RUN_UID = "joch.run.uid"
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "WATCH"})
 
 _OFF: AbstractContextManager[None] = nullcontext()
 _tracer: trace.Tracer | None = None
@@ -342,6 +343,8 @@ class RequestSpans:
             await self.app(scope, receive, send)
             return
         method = scope.get("method", "")
+        if method not in HTTP_METHODS:  # a span's name must not be whatever a client sends (semantic conventions)
+            method = "_OTHER"
         parent = extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()})
         with _current_span(
             method, context=parent, kind=SpanKind.SERVER,

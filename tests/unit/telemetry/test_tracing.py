@@ -3,6 +3,7 @@ and no middleware, and the ids of a run's trace."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from joch.server.app import create_app
 from joch.store import open_store
@@ -113,6 +115,30 @@ def test_an_exception_leaving_a_span_reaches_the_collector_without_the_credentia
     assert name == "exception" and attributes["exception.type"] == "builtins.RuntimeError"
     assert "Traceback" in attributes["exception.stacktrace"]
     assert "ghp_s3cret" not in repr(failed)
+
+
+def test_a_request_span_is_named_after_a_method_joch_serves_or_other(
+        traced: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client choosing the method must not choose the span's name (a tracing UI's list of operations)."""
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 405, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def nothing() -> Message:
+        return {"type": "http.request", "body": b""}
+
+    async def drop(message: Message) -> None:
+        pass
+
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        assert tracing.setup(service_name="t")
+        for method in ("GET", "X-RANDOM-1234"):
+            scope = {"type": "http", "method": method, "path": "/x", "headers": []}
+            asyncio.run(tracing.RequestSpans(refuse)(scope, nothing, drop))
+        tracing.shutdown()
+        spans = receiver.wait_for(lambda spans: len(spans) == 2)
+    assert sorted(s.name for s in spans) == ["GET", "_OTHER"]
 
 
 def test_a_runs_trace_id_is_its_uid_and_its_root_span_id_follows_from_it() -> None:
