@@ -34,6 +34,8 @@ class Span:
     attributes: dict[str, Any]
     service: str
     status_code: int
+    status_message: str = ""
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()  # (name, attributes)
 
 
 @dataclass
@@ -72,7 +74,9 @@ def _spans(body: bytes) -> Iterator[Span]:
                 yield Span(name=s.name, trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
                            parent_id=s.parent_span_id.hex(), start_ns=s.start_time_unix_nano,
                            end_ns=s.end_time_unix_nano, attributes={a.key: _value(a.value) for a in s.attributes},
-                           service=str(resource.get("service.name", "")), status_code=s.status.code)
+                           service=str(resource.get("service.name", "")), status_code=s.status.code,
+                           status_message=s.status.message,
+                           events=tuple((e.name, {a.key: _value(a.value) for a in e.attributes}) for e in s.events))
 
 
 @contextmanager

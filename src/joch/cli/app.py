@@ -29,6 +29,7 @@ where they are used, not with the CLI: the web stack in ``serving``, httpx in ``
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -109,8 +110,19 @@ def reported(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def report(exc: errors.JochError) -> None:
-    for line in errors.report_lines(exc):
-        typer.echo(line, err=True)
+    lines = errors.report_lines(exc)
+    if _json_logs():
+        logging.getLogger("joch").error("%s", "\n".join(lines))
+    else:
+        typer.echo("\n".join(lines), err=True)
+
+
+def _json_logs() -> bool:
+    """``joch server`` or ``joch controller`` writing JSON log lines (``--log-format json``): an error
+    that stops it is one more of them, or a collector would take each line for a record of its own.
+    Only those commands import ``joch.telemetry.logs``; the others do not load it to ask."""
+    logs = sys.modules.get("joch.telemetry.logs")
+    return logs is not None and logs.current_format() == "json"
 
 
 def warn(text: str) -> None:

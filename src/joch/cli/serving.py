@@ -114,7 +114,8 @@ def check_port(host: str, port: int, flag: str = "--port") -> None:
             probe.bind((host, port))
         except (OSError, UnicodeError) as exc:  # UnicodeError: a --host that is not a valid name
             taken = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
-            why = "the address is already in use (is another `joch server` running?)" if taken else (
+            hint = "is another `joch server` running?" if flag == "--port" else f"choose another {flag}"
+            why = f"the address is already in use ({hint})" if taken else (
                 getattr(exc, "strerror", None))
             raise errors.BadRequest(f"cannot listen on {host}:{port}: {why or exc}") from None
 

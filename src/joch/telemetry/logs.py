@@ -12,12 +12,16 @@ server makes current for every request (``joch.api.identity.current_request``, t
 rows read), ``run_uid`` from ``running``. Nothing else of a record goes out: not its ``args``, not
 ``extra`` fields a library may attach (a header dict, a request body). A credential that made it
 into a message anyway — a store URL with a password, an ``Authorization`` value — is masked
-(``scrub``); secret *values* never reach the server's log in the first place (the runner redacts
+(``scrubbing.scrub``); secret *values* never reach the server's log in the first place (the runner redacts
 the agents' output, ``joch.runtime.redaction``, before it is stored).
 
+An exception nothing caught (``sys.excepthook``, ``threading.excepthook``) is one JSON line too,
+its traceback in ``exception``; so are a library's ``warnings.warn`` (``logging.captureWarnings``)
+and the ``error: ...`` a command stops with (``joch.cli.app``).
+
 Text stays as it was (``%(asctime)s %(levelname)s %(name)s: %(message)s``, uvicorn's own lines in
-its own format). With JSON, ``joch.server.serving`` leaves uvicorn's loggers unconfigured, so their
-lines go through the same JSON handler.
+its own format), credentials masked the same way. With JSON, ``joch.server.serving`` leaves
+uvicorn's loggers unconfigured, so their lines go through the same JSON handler.
 """
 
 from __future__ import annotations
@@ -26,19 +30,19 @@ import contextvars
 import datetime as dt
 import json
 import logging
-import re
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import TracebackType
 from typing import Any
 
 from joch.api.identity import current_request
 from joch.telemetry import tracing
+from joch.telemetry.scrubbing import scrub
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@/?#\s]*(?=@)")
-_AUTHORIZATION = re.compile(r"(?i)\b(?P<head>(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+")
 
 _format = "text"
 _run_uid: contextvars.ContextVar[str | None] = contextvars.ContextVar("joch_run_uid", default=None)
@@ -65,8 +69,26 @@ def configure(log_format: str, level: str = "info") -> None:
             root.removeHandler(old)
         root.addHandler(handler)
         root.setLevel(level.upper())
+        sys.excepthook = _log_uncaught
+        threading.excepthook = _log_uncaught_in_thread
+        logging.captureWarnings(True)  # a library's warning is a WARNING line of logger py.warnings
     elif not root.handlers:
-        logging.basicConfig(level=level.upper(), format=TEXT_FORMAT)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TextFormatter(TEXT_FORMAT))
+        root.addHandler(handler)
+        root.setLevel(level.upper())
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """An exception nothing caught (a bug) as one JSON line, its traceback inside, not as bare lines."""
+    logging.getLogger("joch").critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is not None:
+        thread = args.thread.name if args.thread is not None else "?"
+        logging.getLogger("joch").critical("uncaught %s in thread %s", args.exc_type.__name__, thread,
+                                           exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def current_format() -> str:
@@ -96,11 +118,11 @@ def run_uid() -> str | None:
     return _run_uid.get()
 
 
-def scrub(text: str) -> str:
-    """``text`` with URL passwords and ``Authorization`` credentials replaced by ``***``."""
-    if "://" in text:
-        text = _URL_PASSWORD.sub(r"\g<head>***", text)
-    return _AUTHORIZATION.sub(r"\g<head>***", text)
+class TextFormatter(logging.Formatter):
+    """The text lines, credentials masked as in the JSON ones."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):

@@ -36,6 +36,7 @@ from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from joch.api.kinds import RunPhase
+from joch.telemetry import tracing
 
 log = logging.getLogger("joch.telemetry")
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``_created`` series: they double a scrape and no dashboard reads them
@@ -193,7 +194,7 @@ def count_phases(phases: Iterable[object]) -> dict[tuple[str, ...], float]:
 
 # --- HTTP ------------------------------------------------------------------------------------------
 
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "WATCH"})
+METHODS = tracing.HTTP_METHODS
 
 
 class HTTP:

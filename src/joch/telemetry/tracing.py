@@ -29,15 +29,19 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import os
+import traceback
 import uuid
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from joch.telemetry.scrubbing import scrub
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 EXPORTERS = ("otlp", "console", "none")
 RUN_UID = "joch.run.uid"
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "WATCH"})
 
 _OFF: AbstractContextManager[None] = nullcontext()
 _tracer: trace.Tracer | None = None
@@ -84,6 +89,7 @@ def setup(*, service_name: str, environ: Mapping[str, str] | None = None) -> boo
     if not chosen or _tracer is not None:
         return _tracer is not None
     _check_protocol(environ)
+    _check_settings(environ)
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -123,6 +129,56 @@ def _check_protocol(environ: Mapping[str, str]) -> None:
             return
 
 
+# variable -> (least value, whole numbers only, what it must be)
+_NUMBERS = {
+    "OTEL_BSP_SCHEDULE_DELAY": (1, True, "a positive number of milliseconds"),
+    "OTEL_BSP_EXPORT_TIMEOUT": (0, True, "a number of milliseconds"),
+    "OTEL_BSP_MAX_QUEUE_SIZE": (1, True, "a positive whole number"),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": (1, True, "a positive whole number"),
+    "OTEL_EXPORTER_OTLP_TIMEOUT": (0, False, "a number of seconds"),
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": (0, False, "a number of seconds"),
+}
+_COMPRESSIONS = ("gzip", "deflate", "none")
+
+
+def _check_settings(environ: Mapping[str, str]) -> None:
+    """The values the SDK would otherwise half-ignore: an endpoint that is no URL (it logs a failed
+    export every few seconds, forever), a number that is none (a traceback, then its default), an
+    unknown compression (a warning, then none). An endpoint's value is not repeated: it may hold a
+    password."""
+    for variable in ENDPOINT_VARIABLES:
+        value = environ.get(variable, "").strip()
+        if value and not _http_url(value):
+            raise ValueError(f"{variable} must be an http:// or https:// URL with a host, such as "
+                             "http://localhost:4318")
+    for variable, (least, whole, what) in _NUMBERS.items():
+        value = environ.get(variable, "").strip()
+        if value and not _number(value, least, whole=whole):
+            raise ValueError(f"{variable} must be {what} (got {value!r})")
+    for variable in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
+        value = environ.get(variable, "").strip().lower()
+        if value and value not in _COMPRESSIONS:
+            raise ValueError(f"{variable} must be {', '.join(_COMPRESSIONS[:-1])} or {_COMPRESSIONS[-1]} "
+                             f"(got {value!r})")
+
+
+def _http_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  # raises on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _number(value: str, least: int, *, whole: bool) -> bool:
+    try:
+        number = int(value) if whole else float(value)
+    except ValueError:
+        return False
+    return number >= least
+
+
 # --- spans ---------------------------------------------------------------------------------------
 
 def span(
@@ -137,7 +193,28 @@ def span(
     attrs = _attributes(kind, namespace, name, run_uid, attributes)
     if action:
         attrs["joch.action"] = action
-    return _tracer.start_as_current_span(span_name, attributes=attrs)
+    return _current_span(span_name, attributes=attrs)
+
+
+@contextmanager
+def _current_span(span_name: str, **given: Any) -> Iterator[trace.Span]:
+    """``start_as_current_span``, but an exception escaping the block is recorded scrubbed: its
+    message and stack trace go to the collector, and a message can quote a URL with a password
+    (a failed clone of ``https://x-access-token:…@github.com/…``) that the logs would have masked."""
+    assert _tracer is not None
+    with _tracer.start_as_current_span(span_name, record_exception=False, set_status_on_exception=False,
+                                       **given) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            message = scrub(str(exc))
+            current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
+            current.add_event("exception", {
+                "exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                "exception.message": message,
+                "exception.stacktrace": scrub("".join(traceback.format_exception(exc))),
+            })
+            raise
 
 
 def object_span(span_name: str, /, obj: object) -> AbstractContextManager[Any]:
@@ -206,7 +283,7 @@ def run_span(
     """A live span in the run's trace (a reconcile of it), child of the run's root span."""
     if _tracer is None:
         return _OFF
-    return _tracer.start_as_current_span(
+    return _current_span(
         span_name, context=_run_parent(uid), attributes=_attributes("AgentRun", namespace, name, uid, None))
 
 
@@ -230,7 +307,7 @@ def record_span(
     else:
         recorded = _tracer.start_span(span_name, context=_run_parent(uid), attributes=attrs, start_time=start_ns)
     if error:
-        recorded.set_status(Status(StatusCode.ERROR, error))
+        recorded.set_status(Status(StatusCode.ERROR, scrub(error)))
     recorded.end(end_time=end_ns)
 
 
@@ -266,8 +343,10 @@ class RequestSpans:
             await self.app(scope, receive, send)
             return
         method = scope.get("method", "")
+        if method not in HTTP_METHODS:  # a span's name must not be whatever a client sends (semantic conventions)
+            method = "_OTHER"
         parent = extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()})
-        with _tracer.start_as_current_span(
+        with _current_span(
             method, context=parent, kind=SpanKind.SERVER,
             attributes={"http.request.method": method, "url.path": scope.get("path", "")},
         ) as current:

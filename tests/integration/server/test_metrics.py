@@ -7,6 +7,7 @@ template (fifty names, one series), and who may scrape follows authentication (`
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -243,3 +244,12 @@ def test_a_bad_metrics_port_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "--metrics-port must be between 1 and 65535 (got 70000)" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports.free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([str(JOCH), "controller", "--data-dir", str(tmp_path / "data"), "--metrics-port",
+                               str(port)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr == (f"error: cannot listen on 127.0.0.1:{port}: the address is already in use "
+                           "(choose another --metrics-port)\n")

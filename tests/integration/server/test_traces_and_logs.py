@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -194,3 +195,17 @@ def test_a_configuration_joch_cannot_honour_stops_the_start(tmp_path: Path) -> N
     done = subprocess.run([str(JOCH), "server", "--data-dir", str(tmp_path), "--log-format", "xml"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "--log-format must be text or json" in done.stderr
+
+
+def test_with_json_logs_an_error_that_stops_the_start_is_a_json_line_too(tmp_path: Path) -> None:
+    """A collector reading the server's stderr gets the reason it stopped as a record, not stray text."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports.free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([str(JOCH), "server", "--data-dir", str(tmp_path), "--port", str(port),
+                               "--log-format", "json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    lines = [json.loads(line) for line in done.stderr.splitlines()]  # every line a JSON object
+    error = lines[-1]
+    assert error["level"] == "ERROR" and error["message"].startswith(f"error: cannot listen on 127.0.0.1:{port}")
