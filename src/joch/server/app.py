@@ -75,6 +75,7 @@ def create_app(
     metering.install(app, store, options, kind_schemas)
     runreports.install(app, store)
     schemas.install(app, kind_schemas)
+    app.add_middleware(resources.FastCreates, routes=app, max_body_bytes=options.max_body_bytes)  # innermost
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     app.add_middleware(guard.Guard, options=options)
