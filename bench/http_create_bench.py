@@ -26,11 +26,15 @@ Rounds alternate raw and HTTP (``--rounds``, ``--seconds`` each) so that foreign
 machine hits both alike; each figure is its median round and the ratio is HTTP / raw. CPU per
 object is the server subprocess's and the clients' own (``/proc``), steadier than objects/s.
 
+``--compare COMMIT`` serves that commit's code as well (``git archive`` of its ``src``, imported
+through ``PYTHONPATH``, as ``governance_bench`` does), in the same rounds, the order alternating: a
+before/after of a change on a machine whose load moves.
+
 ``--profile OUT.prof`` runs the server under cProfile (``_profiled_server.py``) and prints its top
 functions; figures under the profiler are not the ones to quote.
 
 Run: ``.venv/bin/python bench/http_create_bench.py [--rounds N] [--seconds S] [--clients N]
-[--profile OUT.prof] [--json OUT.json]`` (``make bench-http``; about 40 s).
+[--compare COMMIT] [--profile OUT.prof] [--json OUT.json]`` (``make bench-http``; about 40 s).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import CpuMeter, log, machine_busy, machine_facts, sqlite_url, workdir
-from governance_bench import AGENTS_PATH, EDITOR_TOKEN, Config, GovServer, agent, audit_rows
+from governance_bench import AGENTS_PATH, EDITOR_TOKEN, Config, GovServer, agent, audit_rows, extract_source
 from store_bench import RawSqlite
 
 TARGET_RATE = 1000.0
@@ -200,18 +204,33 @@ def raw_round(url: str, first: int, writers: int, seconds: float) -> Round:
 # --- the run ----------------------------------------------------------------------------------------------
 
 @dataclass
-class Result:
-    raw: list[Round] = field(default_factory=list)
+class Served:
+    """One server's rounds and its audit check."""
+
+    label: str
     http: list[Round] = field(default_factory=list)
     audit_rows: int = 0
     created: int = 0
 
-    def summary(self) -> dict[str, float]:
-        raw = statistics.median(r.rate for r in self.raw)
-        http = statistics.median(r.rate for r in self.http)
-        return {"raw_per_s": raw, "http_per_s": http, "ratio": http / raw,
-                "server_ms_per_obj": statistics.median(r.server_ms for r in self.http),
-                "client_ms_per_obj": statistics.median(r.client_ms for r in self.http)}
+    def median(self) -> Round:
+        return Round(rate=statistics.median(r.rate for r in self.http), objects=sum(r.objects for r in self.http),
+                     server_ms=statistics.median(r.server_ms for r in self.http),
+                     client_ms=statistics.median(r.client_ms for r in self.http), cores="")
+
+
+@dataclass
+class Result:
+    raw: list[Round] = field(default_factory=list)
+    servers: list[Served] = field(default_factory=list)
+
+    def raw_rate(self) -> float:
+        return statistics.median(r.rate for r in self.raw)
+
+    def summary(self) -> dict[str, Any]:
+        raw = self.raw_rate()
+        return {"raw_per_s": raw, "servers": {
+            s.label: {"http_per_s": (m := s.median()).rate, "ratio": m.rate / raw, "server_ms_per_obj": m.server_ms,
+                      "client_ms_per_obj": m.client_ms} for s in self.servers}}
 
 
 def unauthenticated_status(server: GovServer) -> int:
@@ -219,50 +238,70 @@ def unauthenticated_status(server: GovServer) -> int:
     return response.status_code
 
 
+def start_server(config: Config, url: str, data_dir: Path, profile: str | None) -> GovServer:
+    server = GovServer(config, url, data_dir, Path(profile) if profile else None)
+    try:
+        server.wait_ready()
+        server.setup()
+        if (code := unauthenticated_status(server)) != 401:
+            raise RuntimeError(f"{config.label}: a POST without a token answered {code}, not 401: is auth on?")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 def run(args: argparse.Namespace, work: Path) -> Result:
-    result = Result()
-    with sqlite_url(work, "raw") as raw_url, sqlite_url(work, "server") as server_url:
+    configs = [Config("this checkout", None, auth=True, policies=False)]
+    if args.compare:
+        configs.append(Config(args.compare, extract_source(work, args.compare), auth=True, policies=False))
+    result = Result(servers=[Served(c.label) for c in configs])
+    with contextlib.ExitStack() as stack:
+        raw_url = stack.enter_context(sqlite_url(work, "raw"))
         RawSqlite(raw_url).close()  # the store's migrations, once
-        server = GovServer(Config("server", None, auth=True, policies=False), server_url, work / "server",
-                           Path(args.profile) if args.profile else None)
-        try:
-            server.wait_ready()
-            server.setup()
-            if (code := unauthenticated_status(server)) != 401:
-                raise RuntimeError(f"a POST without a token answered {code}, not 401: is auth on?")
-            log("warm-up")
-            raw_round(raw_url, 90_000_000, args.clients, 1.0)
-            warm = http_round(server, "warm", args.clients, 2.0)
-            result.created += warm.objects
-            for r in range(args.rounds):
-                raw = raw_round(raw_url, r * 10_000_000, args.clients, args.seconds)
-                result.raw.append(raw)
+        servers = []
+        for i, config in enumerate(configs):
+            url = stack.enter_context(sqlite_url(work, f"server{i}"))
+            server = start_server(config, url, work / f"server{i}", args.profile if i == 0 else None)
+            stack.callback(server.stop)
+            servers.append(server)
+        log("warm-up")
+        raw_round(raw_url, 90_000_000, args.clients, 1.0)
+        for served, server in zip(result.servers, servers, strict=True):
+            served.created += http_round(server, "warm", args.clients, 2.0).objects
+        for r in range(args.rounds):
+            raw = raw_round(raw_url, r * 10_000_000, args.clients, args.seconds)
+            result.raw.append(raw)
+            line = f"round {r + 1}: raw {raw.rate:,.0f}/s"
+            order = list(zip(result.servers, servers, strict=True))
+            for served, server in order if r % 2 == 0 else order[::-1]:  # who goes first alternates
                 http = http_round(server, f"r{r}", args.clients, args.seconds)
-                result.http.append(http)
-                result.created += http.objects
-                log(f"round {r + 1}: raw {raw.rate:,.0f}/s, http {http.rate:,.0f}/s "
-                    f"(srv {http.server_ms:.2f} + cli {http.client_ms:.2f} ms CPU/obj; {http.cores})")
-            result.audit_rows = audit_rows(server)
-        finally:
-            server.stop()
-    if result.audit_rows != result.created:
-        raise RuntimeError(f"{result.created} Agents created but {result.audit_rows} audit rows")
+                served.http.append(http)
+                served.created += http.objects
+                line += (f"; {served.label}: {http.rate:,.0f}/s (srv {http.server_ms:.2f} + cli "
+                         f"{http.client_ms:.2f} ms CPU/obj; {http.cores})")
+            log(line)
+        for served, server in zip(result.servers, servers, strict=True):
+            served.audit_rows = audit_rows(server)
+            if served.audit_rows != served.created:
+                raise RuntimeError(f"{served.label}: {served.created} Agents created, {served.audit_rows} audit rows")
     return result
 
 
 def report(result: Result, args: argparse.Namespace) -> None:
-    s = result.summary()
+    raw = result.raw_rate()
     print(f"\n== HTTP single-object create, SQLite, {args.clients} client processes, "
           f"{args.rounds} rounds of {args.seconds:.0f} s (medians) ==")
-    print(f"raw SQLite txn (1 obj, {args.clients} procs)    {s['raw_per_s']:>8,.0f} obj/s   "
+    print(f"{'raw SQLite txn, 1 obj, ' + str(args.clients) + ' writer procs':<44} {raw:>8,.0f} obj/s   "
           f"rounds {', '.join(f'{r.rate:,.0f}' for r in result.raw)}")
-    verdict = "PASS" if s["http_per_s"] >= TARGET_RATE else "MISS"
-    print(f"HTTP POST one Agent (auth, audit)    {s['http_per_s']:>8,.0f} obj/s   "
-          f"rounds {', '.join(f'{r.rate:,.0f}' for r in result.http)}   target >= {TARGET_RATE:,.0f}: {verdict}")
-    print(f"ratio HTTP / raw                     {s['ratio']:>8.0%}")
-    print(f"CPU per object                       server {s['server_ms_per_obj']:.2f} ms, "
-          f"clients {s['client_ms_per_obj']:.2f} ms")
-    print(f"audit rows = Agents created          {result.audit_rows:,} = {result.created:,}")
+    for served in result.servers:
+        m = served.median()
+        verdict = "PASS" if m.rate >= TARGET_RATE else "MISS"
+        print(f"{'HTTP POST one Agent, ' + served.label:<44} {m.rate:>8,.0f} obj/s   "
+              f"rounds {', '.join(f'{r.rate:,.0f}' for r in served.http)}   target >= {TARGET_RATE:,.0f}: {verdict}")
+        print(f"{'  ratio to raw':<44} {m.rate / raw:>8.1%}")
+        print(f"{'  CPU per object':<44} server {m.server_ms:.2f} ms, clients {m.client_ms:.2f} ms")
+        print(f"{'  audit rows = Agents created':<44} {served.audit_rows:,} = {served.created:,}")
 
 
 def print_profile(path: str) -> None:
@@ -278,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0, help="per round and writer")
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--compare", metavar="COMMIT", help="also serve this commit's code (git archive), same rounds")
     parser.add_argument("--profile", metavar="OUT.prof", help="serve under cProfile and print its top functions")
     parser.add_argument("--json", metavar="OUT.json", help="also save the figures")
     args = parser.parse_args(argv)
@@ -288,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args, Path(tmp))
     report(result, args)
     if args.json:
-        Path(args.json).write_text(json.dumps({**result.summary(), "rounds": [asdict(r) for r in result.http],
+        rounds = {s.label: [asdict(r) for r in s.http] for s in result.servers}
+        Path(args.json).write_text(json.dumps({**result.summary(), "rounds": rounds,
                                                "raw_rounds": [asdict(r) for r in result.raw]}, indent=2))
     if args.profile:
         with contextlib.suppress(OSError):
