@@ -32,6 +32,7 @@ prints Joch's columns.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any
 
@@ -467,8 +468,12 @@ class FastCreates:
             path: str = scope["path"]
             found = _target(self.targets, path) if "\x00" not in path else None
             if found is not None:
-                handlers, namespace = found
-                response = await self._create(scope, receive, handlers, namespace)
+                target, namespace = found
+                # What the router would have put in the scope, for middleware that reads it after
+                # the call (a route template as a metrics label, a span name).
+                scope["route"], scope["endpoint"] = target.route, target.route.endpoint
+                scope["path_params"] = {"namespace": namespace} if namespace is not None else {}
+                response = await self._create(scope, receive, target.handlers, namespace)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -491,24 +496,30 @@ class FastCreates:
 NAMESPACE_SLOT = "*"
 
 
-def _target(targets: dict[str, KindHandlers], path: str) -> tuple[KindHandlers, str | None] | None:
-    """The handlers and namespace of a collection path: ``/apis/G/V/namespaces/NS/PLURAL`` is
+@dataclass(frozen=True)
+class _Target:
+    handlers: KindHandlers
+    route: APIRoute
+
+
+def _target(targets: dict[str, _Target], path: str) -> tuple[_Target, str | None] | None:
+    """The create route and namespace of a collection path: ``/apis/G/V/namespaces/NS/PLURAL`` is
     looked up as ``/apis/G/V/namespaces/*/PLURAL``, any other path as itself (cluster-scoped)."""
     parts = path.split("/")
     if len(parts) > 3 and parts[-3] == "namespaces" and parts[-2]:
         namespace = parts[-2]
         parts[-2] = NAMESPACE_SLOT
-        h = targets.get("/".join(parts))
-        if h is not None and h.kind.namespaced:
-            return h, namespace
-    h = targets.get(path)
-    return (h, None) if h is not None and not h.kind.namespaced else None
+        found = targets.get("/".join(parts))
+        if found is not None and found.handlers.kind.namespaced:
+            return found, namespace
+    found = targets.get(path)
+    return (found, None) if found is not None and not found.handlers.kind.namespaced else None
 
 
-def _fast_targets(app: FastAPI) -> dict[str, KindHandlers]:
-    """Collection path (namespace as ``*``) -> handlers, for the create routes ``install`` made
-    that a POST to their path reaches first."""
-    targets: dict[str, KindHandlers] = {}
+def _fast_targets(app: FastAPI) -> dict[str, _Target]:
+    """Collection path (namespace as ``*``) -> its create route, for the create routes ``install``
+    made that a POST to their path reaches first."""
+    targets: dict[str, _Target] = {}
     creates = creates_of(app)
     routes = app.router.routes
     for route in routes:
@@ -518,5 +529,5 @@ def _fast_targets(app: FastAPI) -> dict[str, KindHandlers]:
         scope = {"type": "http", "method": "POST", "path": probe, "root_path": ""}
         first = next((r for r in routes if r.matches(scope)[0] == Match.FULL), None)
         if first is route:
-            targets[route.path.replace("{namespace}", NAMESPACE_SLOT)] = h
+            targets[route.path.replace("{namespace}", NAMESPACE_SLOT)] = _Target(h, route)
     return targets

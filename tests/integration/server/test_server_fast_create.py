@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from starlette.testclient import TestClient
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from joch.server import resources
 from joch.server.app import create_app
@@ -78,7 +80,8 @@ def test_the_fast_path_serves_the_kinds_whose_create_route_it_is(store: Store) -
     assert "/apis/joch.dev/v1alpha1/namespaces/*/agents" in targets
     assert "/api/v1/namespaces" not in targets  # Namespaces are created by corev1's own route
     found = resources._target(targets, "/apis/joch.dev/v1alpha1/namespaces/team-a/agents")
-    assert found is not None and found[0].kind.kind == "Agent" and found[1] == "team-a"
+    assert found is not None and found[0].handlers.kind.kind == "Agent" and found[1] == "team-a"
+    assert found[0].route.path == "/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"
     assert resources._target(targets, "/apis/joch.dev/v1alpha1/namespaces/team-a/agents/x") is None
     assert resources._target(targets, "/apis/joch.dev/v1alpha1/namespaces//agents") is None
 
@@ -89,3 +92,28 @@ def test_other_paths_go_to_the_routes(server: LiveServer) -> None:
     assert slash.headers["location"].endswith("/apis/joch.dev/v1alpha1/namespaces/default/agents")
     nul = server.http.post("/apis/joch.dev/v1alpha1/namespaces/def%00ault/agents", json=agent("x"))
     assert nul.status_code == 404 and is_status(nul.json(), 404, "NotFound")  # StatusRoute's NUL rule
+
+
+def test_the_fast_path_leaves_the_route_in_the_scope_as_the_router_does(namespaces: Store) -> None:
+    """Middleware outside (metrics by route template, spans) reads ``scope["route"]`` after the call."""
+    seen: list[tuple[str | None, dict[str, str]]] = []
+
+    class Recorder:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            await self.app(scope, receive, send)
+            if scope["type"] != "http":
+                return
+            route = scope.get("route")
+            seen.append((getattr(route, "path", None), scope.get("path_params", {})))
+
+    app = create_app(namespaces)
+    app.add_middleware(Recorder)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        path = "/apis/joch.dev/v1alpha1/namespaces/default/agents"
+        assert client.post(path, json=agent("a")).status_code == 201
+        assert client.post(path, params=ROUTE, json=agent("b")).status_code == 201
+    template = "/apis/joch.dev/v1alpha1/namespaces/{namespace}/agents"
+    assert seen == [(template, {"namespace": "default"})] * 2
