@@ -191,8 +191,15 @@ class _HttpProtocol(HttpToolsProtocol):
         self._in_message = False
         super().on_message_complete()
 
+    _head = b""  # the start of a request line too short to tell whether it is a WATCH
+
     def data_received(self, data: bytes) -> None:
-        if data.startswith(WATCH) and self._between_requests():
+        if self._head:
+            data, self._head = self._head + data, b""
+        if data[:len(WATCH)] == WATCH[:len(data)] and self._between_requests():
+            if len(data) < len(WATCH):
+                self._head = data
+                return
             self._hand_to_h11(data)
             return
         super().data_received(data)

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -151,8 +152,11 @@ def test_watch_is_served_on_a_connection_that_other_requests_use_too(store_url: 
                 assert http.get("/apis/joch.dev/v1alpha1/namespaces/default/agentproviders/codex").status_code == 200
                 watched = http.request("WATCH", "/v1/resources", params={"timeoutSeconds": "1"})
                 assert watched.status_code == 200 and "codex" in watched.text
-        with socket.create_connection(("127.0.0.1", port)) as raw:  # WATCH as the first request
-            raw.sendall(b"WATCH /v1/resources?timeoutSeconds=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        with socket.create_connection(("127.0.0.1", port)) as raw:  # WATCH first, its method in two pieces
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raw.sendall(b"WA")
+            time.sleep(0.2)
+            raw.sendall(b"TCH /v1/resources?timeoutSeconds=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                         b"Connection: close\r\n\r\n")
             answer = b""
             while chunk := raw.recv(65536):
