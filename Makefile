@@ -9,7 +9,7 @@ PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs bench-watch-memory \
-	bench-policy bench-governance agent-clis browser-tools clean
+	bench-policy bench-governance bench-http agent-clis browser-tools clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -89,6 +89,11 @@ bench-policy: venv-dev
 # issue 8 (87397d6), SQLite and Postgres, alternating rounds (target >= 0.70); and policy evaluation per object.
 bench-governance: venv-dev postgres-up
 	$(BIN)/python bench/governance_bench.py
+
+# Single-object creates over HTTP (4 client processes, token auth, audit, admission) vs the raw SQLite
+# transaction from 4 writer processes, alternating rounds (target >= 1,000/s).
+bench-http: venv-dev
+	$(BIN)/python bench/http_create_bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)

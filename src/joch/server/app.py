@@ -81,6 +81,7 @@ def create_app(
     schemas.install(app, kind_schemas)
     install_console(app, oidc=_console_oidc(options))
     mcp_http.install(app)  # /mcp: MCP over streamable HTTP, each call made as its bearer token's user
+    app.add_middleware(resources.FastCreates, routes=app, max_body_bytes=options.max_body_bytes)  # innermost
     app.add_middleware(context.RequestContextMiddleware)
     auth.install(app, store, options)  # routes, and the middleware between the context and the guard
     metrics.install(app, options)  # /metrics, and the middleware counting requests (outside authentication)

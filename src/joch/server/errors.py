@@ -134,18 +134,24 @@ class StatusRoute(APIRoute):
                 return await handler(request)
             except _MAPPED:
                 raise
-            except ClientDisconnect:
-                return Response(status_code=499)  # the client left mid-request; nobody reads this
-            except Exception as exc:
-                full = _disk_full(request, exc)
-                if full is not None:
-                    return full
-                if exhaustion.is_exhausted(exc):  # out of descriptors: 503, Retry-After, logged once
-                    return status_response(exhaustion.unavailable(f"{request.method} {request.url.path}"))
-                logger.exception("unhandled error in %s %s", request.method, request.url.path)
-                return _internal(request)
+            except Exception as exc:  # noqa: BLE001 - a Status for any failure, the traceback logged (unexpected)
+                return unexpected(request, exc)
 
         return guarded
+
+
+def unexpected(request: Request, exc: Exception) -> Response:
+    """The answer to an exception a handler did not map: a client gone (499, nobody reads it), a
+    full disk (507), no descriptors left (503), anything else a 500 with the traceback logged."""
+    if isinstance(exc, ClientDisconnect):
+        return Response(status_code=499)
+    full = _disk_full(request, exc)
+    if full is not None:
+        return full
+    if exhaustion.is_exhausted(exc):  # out of descriptors: 503, Retry-After, logged once
+        return status_response(exhaustion.unavailable(f"{request.method} {request.url.path}"))
+    logger.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+    return _internal(request)
 
 
 def install(app: FastAPI) -> None:

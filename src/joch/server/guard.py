@@ -75,6 +75,7 @@ CORS_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE"
 CORS_MAX_AGE = "600"
 ACCEPTED = "application/json, application/merge-patch+json or application/yaml"
 TOP_LEVEL = frozenset({"document", None})  # None: a browser from before Sec-Fetch-Dest (Chrome 76-79)
+ACCEPTED_HOSTS_KEPT = 64  # bounded: a client sending a new good Host each time only loses the shortcut
 SECURITY_HEADERS = (("X-Frame-Options", "DENY"), ("Content-Security-Policy", "frame-ancestors 'none'"),
                     ("X-Content-Type-Options", "nosniff"))
 
@@ -199,6 +200,7 @@ class Guard:
         self.any_host = ANY_HOST in options.allowed_hosts
         self.names = self._names(options.bind_host, options.allowed_hosts)
         self.origins = frozenset(normalize_origin(origin) for origin in options.allowed_origins)
+        self.accepted_hosts: set[str] = set()  # Host values found good, as sent (parsing one is ~10 µs)
 
     @staticmethod
     def _names(bind_host: str, allowed: Iterable[str]) -> frozenset[str]:
@@ -238,11 +240,15 @@ class Guard:
             return
         if len(request.hosts) > 1:
             raise errors.BadRequest("the request has more than one Host header")
+        if request.hosts[0] in self.accepted_hosts:  # every request of a client names the same Host
+            return
         host = split_host(request.hosts[0])
         if host is None:
             raise errors.BadRequest(f"the Host header {request.hosts[0]!r} is not a host name and port")
         name = host[0]
         if name in self.names or _is_ip(name):
+            if len(self.accepted_hosts) < ACCEPTED_HOSTS_KEPT:
+                self.accepted_hosts.add(request.hosts[0])
             return
         raise errors.BadRequest(
             f"the Host header names {name!r}, which this server does not answer to (a web page using "

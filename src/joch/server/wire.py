@@ -33,9 +33,11 @@ than ``documents.MAX_DEPTH`` is a 400 naming the line (Python's JSON parser recu
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import orjson
 from fastapi import Request
 from starlette.responses import Response
 
@@ -53,9 +55,15 @@ LEFT_OUT_ROOM = 64  # for the last warning saying how many were left out
 
 
 def dumps(body: Any) -> bytes:
-    # A lone surrogate quoted back in an error message cannot be UTF-8: as ``\\udXXX`` it is the
-    # JSON escape of itself, where a strict encode would fail the response.
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
+    """Compact UTF-8 JSON, by orjson (a hundred times quicker than ``json`` on a stored object).
+    What orjson refuses goes through ``json``: a lone surrogate quoted back in an error message
+    cannot be UTF-8, and as ``\\udXXX`` it is the JSON escape of itself, where a strict encode
+    would fail the response; an integer beyond 64 bits; a key that is not a string. A NaN or
+    infinite number (which JSON has no notation for) is answered as ``null``."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
 def json_response(body: Any, *, status_code: int = 200, warnings: Iterable[str] = ()) -> Response:
@@ -177,9 +185,17 @@ def unsupported(kind: str, accepted: str) -> errors.UnsupportedMediaType:
     )
 
 
+_LONG_NUMBER = re.compile(r"\d{19}")  # orjson reads an integer beyond 64 bits as a float; json keeps it exact
+
+
 def _load_json(text: str) -> Any:
     text = text.removeprefix("\ufeff")
     documents.check_nesting(text, BODY)
+    if not _LONG_NUMBER.search(text):
+        try:  # orjson refuses lone surrogates, NaN and Infinity: json below reads or names them
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

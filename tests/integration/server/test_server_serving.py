@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -135,6 +136,34 @@ def test_serve_applies_manifests_then_serves_until_interrupted(store_url: str, t
         _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
     assert "agentprovider.joch.dev/codex created" in stderr and "agent.joch.dev/fixer created" in stderr
+
+
+def test_watch_is_served_on_a_connection_that_other_requests_use_too(store_url: str, tmp_path: Path) -> None:
+    """The server parses with httptools, which refuses the seed's custom ``WATCH`` method: such a
+    request is handed to h11 between requests, first on a connection or after others on it."""
+    (tmp_path / "a-provider.yaml").write_text(PROVIDER)
+    port = free_port()
+    proc = launch(store_url, port, tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base, proc)
+        with httpx.Client(base_url=base) as http:
+            for _ in range(2):  # GET, WATCH, GET, WATCH on one keep-alive connection
+                assert http.get("/apis/joch.dev/v1alpha1/namespaces/default/agentproviders/codex").status_code == 200
+                watched = http.request("WATCH", "/v1/resources", params={"timeoutSeconds": "1"})
+                assert watched.status_code == 200 and "codex" in watched.text
+        with socket.create_connection(("127.0.0.1", port)) as raw:  # WATCH first, its method in two pieces
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raw.sendall(b"WA")
+            time.sleep(0.2)
+            raw.sendall(b"TCH /v1/resources?timeoutSeconds=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Connection: close\r\n\r\n")
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200") and b"codex" in answer
+    finally:
+        stop(proc)
 
 
 def test_serve_refuses_to_start_when_a_manifest_is_invalid(store_url: str, tmp_path: Path) -> None:

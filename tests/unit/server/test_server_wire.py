@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from joch.api import errors
@@ -130,3 +132,21 @@ def test_list_options_treat_zero_limit_as_none() -> None:
     opts = params.list_options(None, "a=b", "metadata.name=x", 10, "tok")
     assert (opts.label_selector, opts.field_selector, opts.limit, opts.continue_token) == (
         "a=b", "metadata.name=x", 10, "tok")
+
+
+def test_json_bodies_decode_exactly_whichever_parser_reads_them() -> None:
+    """orjson reads most bodies; what it would read differently (an integer beyond 64 bits, which
+    it makes a float) or refuses (NaN) is read by ``json``, as before."""
+    head = '{"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}, '
+    assert wire.decode_object(f'{head}"n": 123456789012345678901234567890}}'.encode(), wire.JSON)["n"] \
+        == 123456789012345678901234567890
+    assert wire.decode_object(f'{head}"n": 18446744073709551616}}'.encode(), wire.JSON)["n"] == 2**64
+    assert math.isnan(wire.decode_object(f'{head}"n": NaN}}'.encode(), wire.JSON)["n"])
+    assert wire.decode_object(f'{head}"s": "\u00e9", "f": 1.5}}'.encode(), wire.JSON) == {
+        "apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}, "s": "\u00e9", "f": 1.5}
+
+
+def test_dumps_answers_what_orjson_refuses_as_json_did() -> None:
+    assert wire.dumps({"a": "\u00e9", "n": [1, 2.5, None, True]}) == '{"a":"\u00e9","n":[1,2.5,null,true]}'.encode()
+    assert wire.dumps({"n": 2**70}) == f'{{"n":{2**70}}}'.encode()
+    assert wire.dumps({"m": "bad \ud800"}) == b'{"m":"bad \\ud800"}'
