@@ -349,11 +349,11 @@ def test_the_time_budget_cannot_be_swallowed_by_jinjas_own_exception_handlers(pa
 
     assert not issubclass(rendering._TooSlow, Exception)  # what `except Exception` in Jinja cannot catch
     body = "{% set a = 1 %}" * pad + "{% if j is sequence %}{% endif %}"
-    started = _time.monotonic()
-    with pytest.raises(rendering.TemplateError, match="longer than"):
+    started = _time.thread_time()  # the budget counts this thread's CPU, so does the check: a loaded
+    with pytest.raises(rendering.TemplateError, match="longer than"):  # machine stretches wall time only
         rendering._render("p", "{% for i in range(12000) %}{% for j in range(3000) %}" + body
                           + "{% endfor %}{% endfor %}x", {}, rendering.MAX_ARGUMENT_BYTES)
-    assert _time.monotonic() - started < rendering.MAX_RENDER_SECONDS + 2
+    assert _time.thread_time() - started < rendering.MAX_RENDER_SECONDS + 2
 
 
 def test_the_time_budget_counts_the_renderings_cpu_not_a_busy_machines_waiting(
