@@ -372,28 +372,30 @@ def create(connect: Connect) -> MCPServer:
 
 
 def _resources(server: MCPServer, api: Callable[[Context], Api]) -> None:
-    async def read(ctx: Context, path: str) -> str:
+    async def read(ctx: Context, path: Callable[[], str]) -> str:
+        """The text at ``path()``; a bad name in the URI (the SDK decodes ``%2F`` to ``/``) is a
+        ``ResourceError`` in the CLI's words like any refusal, not an unexpected exception."""
         try:
-            return await api(ctx).text(path)
+            return await api(ctx).text(path())
         except errors.JochError as exc:
             raise ResourceError("\n".join(errors.report_lines(exc))) from None
 
     @server.resource("joch://runs/{namespace}/{name}/log", name="run-log", mime_type="text/plain",
                      description="A run's log: what the agent printed.")
     async def run_log(namespace: str, name: str, ctx: Context) -> str:
-        return await read(ctx, run_path(namespace, name) + "/log")
+        return await read(ctx, lambda: run_path(namespace, name) + "/log")
 
     @server.resource("joch://runs/{namespace}/{name}/patch", name="run-patch", mime_type="text/x-diff",
                      description="A run's changes.patch: the diff of what the agent changed.")
     async def run_patch(namespace: str, name: str, ctx: Context) -> str:
-        return await read(ctx, f"{run_path(namespace, name)}/artifacts/{PATCH}")
+        return await read(ctx, lambda: f"{run_path(namespace, name)}/artifacts/{PATCH}")
 
     @server.resource("joch://agents/{namespace}/{name}/manifest", name="agent-manifest",
                      mime_type="application/json",
                      description="An Agent's compiled manifest: provider, defaults and policies resolved.")
     async def agent_manifest(namespace: str, name: str, ctx: Context) -> str:
-        return await read(ctx, f"/v1/namespaces/{segment(namespace, 'namespace')}/agents/"
-                               f"{segment(name, 'name')}/manifest")
+        return await read(ctx, lambda: f"/v1/namespaces/{segment(namespace, 'namespace')}/agents/"
+                                       f"{segment(name, 'name')}/manifest")
 
 
 def _prompts(server: MCPServer) -> None:

@@ -25,7 +25,7 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
@@ -281,6 +281,22 @@ def test_apply_list_delete_the_agent_manifest_resource_and_the_prompts(server: S
     assert deleted == {"deleted": "agent.joch.dev/short-lived"}
     assert json.loads(manifest)["kind"] == "CompiledAgentManifest", manifest[:300]
     assert '"broken"' in prompt and "joch_run_log" in prompt, prompt
+
+
+def test_a_resource_uri_naming_no_object_is_refused_in_the_cli_words_not_an_unexpected_error(server: Server) -> None:
+    async def scenario() -> list[str]:
+        said = []
+        async with over_http(server, "admin") as client:
+            for uri in ("joch://runs/default/a%2Fb/log", "joch://agents/default/x%2Fy/manifest"):
+                with pytest.raises(MCPError) as refused:
+                    await client.read_resource(uri)
+                said.append(str(refused.value))
+        return said
+
+    slash, dots = run(scenario)
+    assert 'invalid name "a/b"' in slash and "error: " in slash, slash
+    assert 'invalid name "x/y"' in dots, dots
+    assert "Traceback" not in server.log.read_text()
 
 
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
