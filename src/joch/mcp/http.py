@@ -81,13 +81,25 @@ def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
 
 
 class _Endpoint:
-    """The SDK's ASGI app, or while the sessions are not running (an app served without its
-    lifespan, an embedder's choice) a 503 ``Status`` saying so instead of a traceback."""
+    """The SDK's ASGI app for a POST, or a ``Status`` instead: 405 for GET and DELETE, and while
+    the sessions are not running (an app served without its lifespan, an embedder's choice) 503.
+
+    Stateless, the server has no stream to offer a GET and no session for a DELETE to end: the
+    SDK would answer a GET with an event stream that never carries an event and stays open as
+    long as the client likes (a connection and a task each, however many a caller opens). The
+    spec's answer for a server without that stream is 405, which clients take in their stride."""
 
     def __init__(self) -> None:
         self.app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            error: errors.JochError = errors.MethodNotAllowed(
+                f"{PATH} takes POST only: each MCP message is a request of its own (stateless), so there is "
+                "no stream to GET and no session to DELETE")
+            await JSONResponse(error.to_status(), status_code=error.code, headers={"Allow": "POST"})(
+                scope, receive, send)
+            return
         if self.app is not None:
             await self.app(scope, receive, send)
             return

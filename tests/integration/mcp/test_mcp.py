@@ -299,6 +299,14 @@ def test_a_resource_uri_naming_no_object_is_refused_in_the_cli_words_not_an_unex
     assert "Traceback" not in server.log.read_text()
 
 
+def test_mcp_takes_post_only_so_a_get_holds_no_idle_stream_open(server: Server) -> None:
+    auth = {"Authorization": f"Bearer {token_of('admin')}"}
+    for method, accept in (("GET", "text/event-stream"), ("DELETE", "application/json")):
+        r = httpx.request(method, f"{server.base}/mcp", headers={**auth, "Accept": accept}, timeout=5)
+        assert r.status_code == 405 and r.headers["allow"] == "POST", (method, r.status_code, r.text)
+        assert r.json()["reason"] == "MethodNotAllowed" and "POST only" in r.json()["message"], r.text
+
+
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
