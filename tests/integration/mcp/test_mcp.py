@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -305,6 +306,29 @@ def test_mcp_takes_post_only_so_a_get_holds_no_idle_stream_open(server: Server) 
         r = httpx.request(method, f"{server.base}/mcp", headers={**auth, "Accept": accept}, timeout=5)
         assert r.status_code == 405 and r.headers["allow"] == "POST", (method, r.status_code, r.text)
         assert r.json()["reason"] == "MethodNotAllowed" and "POST only" in r.json()["message"], r.text
+
+
+def test_joch_mcp_ends_at_once_on_ctrl_c_and_on_eof(server: Server) -> None:
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    for ending in ("ctrl-c", "eof"):
+        proc = subprocess.Popen([str(JOCH), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=server.env("admin"))
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(hello).encode() + b"\n")
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["result"]["serverInfo"]["name"] == "joch"
+            if ending == "ctrl-c":
+                proc.send_signal(signal.SIGINT)  # stdin stays open, as in a terminal
+            else:
+                proc.stdin.close()
+            code = proc.wait(timeout=10)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert code == (-signal.SIGINT if ending == "ctrl-c" else 0), (ending, code)
+        assert proc.stderr is not None and b"Traceback" not in proc.stderr.read(), ending
 
 
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
