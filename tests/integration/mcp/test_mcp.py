@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
 from integration.runtime.helpers import Repo, git
+from joch.mcp.server import MAX_TEXT_BYTES
 from joch.server.testing import live_server
 from joch.store import open_store
 from support import ports, stop_server, wait_ready
@@ -329,6 +330,42 @@ def test_joch_mcp_ends_at_once_on_ctrl_c_and_on_eof(server: Server) -> None:
             proc.wait()
         assert code == (-signal.SIGINT if ending == "ctrl-c" else 0), (ending, code)
         assert proc.stderr is not None and b"Traceback" not in proc.stderr.read(), ending
+
+
+NOISY = ("for i in range(30000): print(f'line {i} ' + 'x' * 60)\n"
+         "open('big.txt', 'w').writelines(f'{i} ' + 'y' * 60 + '\\n' for i in range(30000))\n"
+         "print('the end')")
+"""An agent printing ~2 MB and writing a ~2 MB file into the repository (so into changes.patch)."""
+
+
+def test_a_log_and_a_patch_of_megabytes_come_back_cut_to_a_bounded_size(server: Server) -> None:
+    """A run printing ~2 MB and writing a ~2 MB file: the tools and resources answer at most
+    MAX_TEXT_BYTES of either, the log's end and the patch's start, and say so."""
+    provider = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "noisy"},
+                "spec": {"binary": sys.executable, "argsTemplate": ["-c", NOISY]}}
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "noisy"},
+             "spec": {"providerRef": {"name": "noisy"}}}
+
+    async def scenario() -> tuple[dict[str, Any], str, str, CallToolResult]:
+        async with over_http(server, "admin") as client:
+            await call(client, "joch_apply_resources", manifests=json.dumps(provider) + "\n---\n" + json.dumps(agent))
+            name = (await call(client, "joch_create_run", agent="noisy", text="be loud", repo=str(server.repo)))["name"]
+            assert (await call(client, "joch_wait_run", name=name, timeout_seconds=90))["phase"] == "Succeeded"
+            log = await call(client, "joch_run_log", name=name, tail_lines=0)
+            resources = []
+            for part in ("log", "patch"):
+                read = await client.read_resource(f"joch://runs/default/{name}/{part}")
+                resources.append("".join(c.text for c in read.contents if isinstance(c, TextResourceContents)))
+            too_much = await failure(client, "joch_read_patch", name=name, max_chars=MAX_TEXT_BYTES + 1)
+            return log, resources[0], resources[1], too_much
+
+    log, log_text, patch_text, too_much = run(scenario)
+    assert log["truncated"] and len(log["log"]) <= MAX_TEXT_BYTES and log["log"].endswith("the end"), log["lines"]
+    assert log["log"].startswith("line "), log["log"][:100]  # the partial first line is left out
+    assert len(log_text) <= MAX_TEXT_BYTES + 100 and log_text.startswith("[joch: the log is larger"), log_text[:100]
+    assert len(patch_text) <= MAX_TEXT_BYTES + 100 and patch_text.startswith("diff --git"), patch_text[:100]
+    assert patch_text.endswith("this is its first part]"), patch_text[-100:]
+    assert "less than or equal to 1000000" in text_of(too_much), text_of(too_much)
 
 
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
