@@ -20,11 +20,12 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from joch.api import errors
 from joch.mcp.api import Api
@@ -101,8 +102,43 @@ class _Endpoint:
                 scope, receive, send)
             return
         if self.app is not None:
-            await self.app(scope, receive, send)
+            await _until_disconnected(self.app, scope, receive, send)
             return
         error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its lifespan "
                                           "(uvicorn --lifespan off), which runs the MCP sessions")
         await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)
+
+
+async def _until_disconnected(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """``app`` answering the request, cancelled when the client goes away.
+
+    Stateless with JSON answers, the SDK reads the body and then never looks at the connection
+    again: a ``joch_wait_run`` whose client hung up would poll the run for up to half an hour, and
+    a caller opening and dropping many would make the server poll itself many times a second. Once
+    the body is read, this waits on the connection for ``http.disconnect`` and cancels ``app``
+    (which ends the tool: the SDK terminates the request's transport even when cancelled); a
+    ``receive`` of ``app`` after its body gets the same disconnect, without reading the socket twice."""
+    body_read, gone = anyio.Event(), anyio.Event()
+
+    async def app_receive() -> Message:
+        if body_read.is_set():
+            await gone.wait()
+            return {"type": "http.disconnect"}
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+        elif not message.get("more_body", False):
+            body_read.set()
+        return message
+
+    async with anyio.create_task_group() as group:
+        async def watch() -> None:
+            await body_read.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await app(scope, app_receive, send)
+        group.cancel_scope.cancel()

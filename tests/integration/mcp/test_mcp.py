@@ -368,6 +368,45 @@ def test_a_log_and_a_patch_of_megabytes_come_back_cut_to_a_bounded_size(server: 
     assert "less than or equal to 1000000" in text_of(too_much), text_of(too_much)
 
 
+RUN_GETS = ('joch_http_requests_total{code="200",method="GET",'
+            'route="/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}"} ')
+
+
+def test_a_wait_whose_client_hung_up_stops_polling(server: Server) -> None:
+    """Stateless, nothing told the tool its client had gone: it polled the run for the whole timeout."""
+    admin = {"Authorization": f"Bearer {token_of('admin')}"}
+    sleepy = [{"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "sleepy"},
+               "spec": {"binary": sys.executable, "argsTemplate": ["-c", "import time; time.sleep(120)"]}},
+              {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "sleepy"},
+               "spec": {"providerRef": {"name": "sleepy"}}}]
+    r = httpx.post(f"{server.base}/v1/resources/apply", content="\n---\n".join(map(json.dumps, sleepy)), timeout=30,
+                   headers={**admin, "content-type": "application/yaml"})
+    assert r.status_code == 200, r.text
+
+    def run_gets() -> float:
+        text = httpx.get(f"{server.base}/metrics", headers=admin, timeout=10).text
+        return sum(float(line.removeprefix(RUN_GETS)) for line in text.splitlines() if line.startswith(RUN_GETS))
+
+    async def start() -> str:
+        async with over_http(server, "admin") as client:
+            created = await call(client, "joch_create_run", agent="sleepy", text="wait", repo=str(server.repo))
+            return str(created["name"])
+
+    name = run(start)
+    wait = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "joch_wait_run", "arguments": {"name": name, "timeout_seconds": 60}}}
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.base}/mcp", json=wait, timeout=1.5, headers={
+                **admin, "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"})
+        time.sleep(0.5)
+        before = run_gets()
+        time.sleep(2)  # four polls, were it still waiting
+        assert run_gets() - before == 0
+    finally:
+        server.cli("admin", "delete", "run", name)
+
+
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
