@@ -325,6 +325,7 @@ def create(connect: Connect) -> MCPServer:
     async def list_approvals(
         ctx: Context, namespace: Namespace = "default",
         pending_only: Annotated[bool, Field(description="Only approvals not decided yet.")] = True,
+        limit: Annotated[int, Field(ge=1, le=1000, description="At most this many, pending first.")] = 100,
     ) -> Obj:
         """Approvals (which run each holds back, its phase and who decided), pending first."""
         listing = await api(ctx).object(resource_path(kinds.APPROVAL, namespace))
@@ -336,7 +337,7 @@ def create(connect: Connect) -> MCPServer:
             items.append({**row(obj), "phase": phase, "run": ((obj.get("spec") or {}).get("runRef") or {}).get("name"),
                           **{k: v for k, v in (obj.get("status") or {}).items() if k in ("decidedBy", "reason")}})
         items.sort(key=lambda item: (item["phase"] != "Pending", str(item.get("name"))))
-        return {"items": items}
+        return {"items": items[:limit], "more": len(items) > limit}
 
     @tool("joch_decide_approval", WRITES)
     async def decide_approval(

@@ -407,6 +407,21 @@ def test_a_wait_whose_client_hung_up_stops_polling(server: Server) -> None:
         server.cli("admin", "delete", "run", name)
 
 
+def test_approvals_are_listed_up_to_a_limit(server: Server) -> None:
+    async def scenario() -> dict[str, Any]:
+        async with over_http(server, "admin") as client:
+            many = []
+            for i in range(3):  # one Approval per run
+                held = await call(client, "joch_create_run", agent="demo", text="x", repo=str(server.repo))
+                many.append({"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "Approval",
+                             "metadata": {"name": f"many-{i}"}, "spec": {"runRef": {"name": held["name"]}}})
+            await call(client, "joch_apply_resources", manifests="\n---\n".join(map(json.dumps, many)))
+            return await call(client, "joch_list_approvals", limit=2)
+
+    listed = run(scenario)
+    assert len(listed["items"]) == 2 and listed["more"] is True, listed
+
+
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
