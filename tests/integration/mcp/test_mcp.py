@@ -422,6 +422,21 @@ def test_approvals_are_listed_up_to_a_limit(server: Server) -> None:
     assert len(listed["items"]) == 2 and listed["more"] is True, listed
 
 
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-06-18"])
+def test_a_client_of_an_older_protocol_version_is_answered_in_it(server: Server, version: str) -> None:
+    """What an SDK 1.x client sends by hand: initialize with its version, then a call carrying it."""
+    headers = {"Authorization": f"Bearer {token_of('viewer')}", "Accept": "application/json, text/event-stream"}
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}}
+    r = httpx.post(f"{server.base}/mcp", json=hello, headers=headers, timeout=10)
+    assert r.status_code == 200 and r.json()["result"]["protocolVersion"] == version, r.text
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "joch_list_resources", "arguments": {"kind": "agents"}}}
+    r = httpx.post(f"{server.base}/mcp", json=listing, headers={**headers, "MCP-Protocol-Version": version}, timeout=10)
+    assert r.status_code == 200 and not r.json()["result"].get("isError"), r.text
+    assert "demo" in {row["name"] for row in r.json()["result"]["structuredContent"]["items"]}, r.text
+
+
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
