@@ -67,7 +67,7 @@ class Api:
     async def excerpt(self, path: str, limit: int, *, last: bool = False) -> Excerpt:
         """At most ``limit`` bytes of the text at ``path``: its first, or with ``last`` its last. Read
         as a stream and cut as it comes, so a log of 64 MiB or a patch of a gigabyte is never held
-        whole here (over stdio; in-process, ``httpx.ASGITransport`` gathers the answer first)."""
+        whole here (over stdio as on ``/mcp``, whose in-process client streams too)."""
         kept = bytearray()
         seen = 0
         async with self._stream(path) as response:
