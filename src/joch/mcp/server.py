@@ -23,9 +23,9 @@ from typing import Annotated, Any, Literal
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
-from mcp.server.mcpserver.exceptions import ResourceError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
 
 from joch import __version__
 from joch.api import REGISTRY, errors, kinds
@@ -66,6 +66,23 @@ def tool_error(exc: errors.JochError) -> CallToolResult:
     text = "\n".join(errors.report_lines(exc))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=exc.to_status(),
                           is_error=True)
+
+
+class _Server(MCPServer):
+    """The SDK's server, with arguments that do not fit a tool's schema refused as the API refuses
+    a body that does not fit: ``error: invalid arguments ...`` and a line per field, not pydantic's
+    report (the argument model's name and a link to pydantic's documentation)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None,
+                        ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            causes = [errors.Cause(".".join(str(part) for part in problem["loc"]), problem["msg"])
+                      for problem in exc.__cause__.errors(include_url=False)]
+            return tool_error(errors.BadRequest(f"invalid arguments to {name}", causes=causes))
 
 
 def _answering_errors(fn: ToolFn) -> ToolFn:
@@ -181,7 +198,7 @@ def field_schema(schema: Obj, path: list[str], kind: str) -> Obj:
 def create(connect: Connect) -> MCPServer:
     """The MCP server; ``connect(headers)`` is the caller's ``Api`` (``headers`` None over stdio)."""
     with _root_logging_left_alone():
-        server: MCPServer = MCPServer("joch", version=__version__, instructions=INSTRUCTIONS)
+        server: MCPServer = _Server("joch", version=__version__, instructions=INSTRUCTIONS)
 
     def api(ctx: Context) -> Api:
         return connect(ctx.headers)

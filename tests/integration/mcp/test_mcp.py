@@ -437,6 +437,19 @@ def test_a_client_of_an_older_protocol_version_is_answered_in_it(server: Server,
     assert "demo" in {row["name"] for row in r.json()["result"]["structuredContent"]["items"]}, r.text
 
 
+def test_arguments_that_do_not_fit_a_tool_are_refused_field_by_field(server: Server) -> None:
+    async def scenario() -> CallToolResult:
+        async with over_http(server, "admin") as client:
+            return await failure(client, "joch_list_resources", limit=-1, all_namespaces="maybe")
+
+    refused = run(scenario)
+    assert text_of(refused) == ("error: invalid arguments to joch_list_resources\n"
+                                "  - kind: Field required\n"
+                                "  - all_namespaces: Input should be a valid boolean, unable to interpret input\n"
+                                "  - limit: Input should be greater than or equal to 1"), text_of(refused)
+    assert refused.structured_content is not None and refused.structured_content["reason"] == "BadRequest"
+
+
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
