@@ -9,9 +9,10 @@ middleware answers 401 to a request without a valid token when authentication is
 decided per tool call).
 
 A tool call is a request to the same app in-process (``in_process_client``, Host ``127.0.0.1``)
-carrying the MCP request's ``Authorization`` header, so it is authenticated, authorised, admitted
-and audited as that user, exactly as if they had called the API. The transport is stateless with
-JSON answers: no session outlives its request, so no session can be borrowed by another token.
+carrying the MCP request's ``Authorization`` header and coming from its client's address, so it is
+authenticated, authorised, admitted and audited as that user, exactly as if they had called the API.
+The transport is stateless with JSON answers: no session outlives its request, so no session can be
+borrowed by another token.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 logger = logging.getLogger(__name__)
+_peer: ContextVar[tuple[str, int] | None] = ContextVar("joch_mcp_peer", default=None)
+"""The address of the MCP request's client, for the in-process requests its tools make (the audit
+log's source IP): set by the endpoint, it reaches them through the tasks the SDK and
+``_InProcess`` start, which copy the context they are started from."""
 
 PATH = "/mcp"
 IN_PROCESS = "http://127.0.0.1"
@@ -149,13 +155,13 @@ class _Body(httpx.AsyncByteStream):
 
 
 def _scope(request: httpx.Request) -> Scope:
-    """The ASGI scope of ``request``, as ``httpx.ASGITransport`` builds it."""
+    """The ASGI scope of ``request``, as ``httpx.ASGITransport`` builds it, from the MCP client's address."""
     return {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
         "headers": [(k.lower(), v) for (k, v) in request.headers.raw], "scheme": request.url.scheme,
         "path": request.url.path, "raw_path": request.url.raw_path.split(b"?")[0],
         "query_string": request.url.query, "server": (request.url.host, request.url.port),
-        "client": ("127.0.0.1", 123), "root_path": "",
+        "client": _peer.get() or ("127.0.0.1", 0), "root_path": "",
     }
 
 
@@ -185,6 +191,7 @@ class _Endpoint:
         self.app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        _peer.set(scope.get("client"))
         if scope["method"] != "POST":
             error: errors.JochError = errors.MethodNotAllowed(
                 f"{PATH} takes POST only: each MCP message is a request of its own (stateless), so there is "

@@ -450,6 +450,22 @@ def test_arguments_that_do_not_fit_a_tool_are_refused_field_by_field(server: Ser
     assert refused.structured_content is not None and refused.structured_content["reason"] == "BadRequest"
 
 
+def test_a_write_through_mcp_is_audited_with_the_mcp_client_address(server: Server) -> None:
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "from-afar"},
+             "spec": {"providerRef": {"name": "demo-agent"}}}
+
+    async def scenario() -> dict[str, Any]:
+        transport = httpx2.AsyncHTTPTransport(local_address="127.0.0.7")  # another loopback address
+        async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(60.0),
+                                      headers={"Authorization": f"Bearer {token_of('admin')}"}) as http, \
+                Client(streamable_http_client(f"{server.base}/mcp", http_client=http)) as client:
+            await call(client, "joch_apply_resources", manifests=json.dumps(agent))
+            return await call(client, "joch_audit_query", kind="Agent", name="from-afar")
+
+    rows = run(scenario)["items"]
+    assert [(r["actor"], r["sourceIP"]) for r in rows] == [("admin", "127.0.0.7")], rows
+
+
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     try:
