@@ -133,7 +133,11 @@ class _InProcess(httpx.AsyncBaseTransport):
                 started.set()
 
         self.tasks.start_soon(serve)
-        await started.wait()
+        try:
+            await started.wait()
+        except BaseException:  # the caller gave up (cancelled) before the answer began: nobody will read it
+            await _Body(chunks_out, gone).aclose()
+            raise
         if "status" not in head:
             chunks_out.close()
             raise httpx.RemoteProtocolError(f"{request.method} {request.url.path} ended without an answer")

@@ -11,6 +11,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from joch.mcp.api import Api
 from joch.mcp.http import in_process_client
@@ -59,3 +60,35 @@ def test_an_answer_read_to_its_end_is_whole() -> None:
         return text
 
     assert anyio.run(scenario) == "a\nb\n"
+
+
+def test_a_caller_that_gives_up_before_the_answer_begins_stops_the_app_too() -> None:
+    """Else the app would wait forever to hand its next chunk to a reader that is gone."""
+    ended = anyio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(CHUNKS):
+            yield CHUNK
+
+    async def slow(_: Request) -> StreamingResponse:
+        await anyio.sleep(0.3)  # the caller's patience ends before the answer begins
+        return StreamingResponse(chunks(), media_type="application/octet-stream")
+
+    routes = Starlette(routes=[Route("/slow", slow)])
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await routes(scope, receive, send)
+        finally:
+            ended.set()
+
+    async def scenario() -> bool:
+        async with anyio.create_task_group() as tasks, in_process_client(app, tasks) as http:
+            with anyio.move_on_after(0.1):
+                await Api(http, None).excerpt("/slow", 1_000_000)
+            with anyio.move_on_after(3):
+                await ended.wait()
+            tasks.cancel_scope.cancel()
+            return ended.is_set()
+
+    assert anyio.run(scenario), "the app was still waiting to send its answer"
