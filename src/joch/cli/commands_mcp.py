@@ -8,6 +8,8 @@ every other command starts without it.
 
 from __future__ import annotations
 
+import signal
+
 import typer
 
 from joch.cli import client as clients
@@ -34,6 +36,10 @@ def mcp_command(ctx: typer.Context, server: ServerOption = None) -> None:
     from joch.mcp import serve_stdio
 
     url, token = _target(ctx, server)
+    # The SDK reads stdin in a worker thread that no cancellation interrupts, so the usual
+    # KeyboardInterrupt would wait for the next line or EOF: Ctrl-C ends the process at once, as it
+    # ends `cat` (nothing is lost: every answer is written whole before the next is read).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     http = httpx.AsyncClient(base_url=url, timeout=60.0, verify=clients._tls_context(url))
 
     async def serve() -> None:

@@ -12,7 +12,8 @@ rebuilds it, so a tool's error text is the CLI's (``errors.report_lines``).
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,14 @@ from joch.api import errors
 Params = Mapping[str, str]
 UNAUTHORIZED_HINT = ("the server needs a valid bearer token; give `joch mcp` one with JOCH_TOKEN or a context "
                      "(joch config set-context NAME --token TOKEN)")
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """Part of a text: ``truncated`` when there was more than ``text``."""
+
+    text: str
+    truncated: bool
 
 
 @dataclass(frozen=True)
@@ -55,23 +64,56 @@ class Api:
         response = await self._send("GET", path, params=params)
         return response.text
 
+    async def excerpt(self, path: str, limit: int, *, last: bool = False) -> Excerpt:
+        """At most ``limit`` bytes of the text at ``path``: its first, or with ``last`` its last. Read
+        as a stream and cut as it comes, so a log of 64 MiB or a patch of a gigabyte is never held
+        whole here (over stdio as on ``/mcp``, whose in-process client streams too)."""
+        kept = bytearray()
+        seen = 0
+        async with self._stream(path) as response:
+            async for chunk in response.aiter_bytes():
+                seen += len(chunk)
+                kept += chunk
+                if not last and len(kept) > limit:
+                    break
+                if last and len(kept) > 2 * limit:
+                    del kept[:-limit]
+        body = bytes(kept[-limit:] if last else kept[:limit])
+        return Excerpt(body.decode("utf-8", "replace"), truncated=seen > limit)
+
+    @asynccontextmanager
+    async def _stream(self, path: str) -> AsyncIterator[httpx.Response]:
+        try:
+            async with self.http.stream("GET", path, headers=self._headers(None)) as response:
+                if response.status_code >= 300:
+                    await response.aread()
+                    raise self._error(response)
+                yield response
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+
     async def _send(
         self, method: str, path: str, *, params: Params | None = None, body: Any = None,
         content: str | None = None, content_type: str | None = None,
     ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        if content_type:
-            headers["Content-Type"] = content_type
         try:
             response = await self.http.request(method, path, params=params, json=body, content=content,
-                                               headers=headers)
+                                               headers=self._headers(content_type))
         except httpx.HTTPError as exc:
-            raise errors.ServiceUnavailable(
-                f"cannot reach the Joch server at {self.http.base_url} ({exc or type(exc).__name__}); "
-                "is `joch server` running?") from None
+            raise self._unreachable(exc) from None
         if response.status_code >= 300:
             raise self._error(response)
         return response
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def _unreachable(self, exc: httpx.HTTPError) -> errors.JochError:
+        return errors.ServiceUnavailable(f"cannot reach the Joch server at {self.http.base_url} "
+                                         f"({exc or type(exc).__name__}); is `joch server` running?")
 
     def _error(self, response: httpx.Response) -> errors.JochError:
         try:

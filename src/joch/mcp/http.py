@@ -8,29 +8,42 @@ middleware answers 401 to a request without a valid token when authentication is
 (``joch.server.auth.requests`` lets every authenticated user reach ``/mcp``: what they may do is
 decided per tool call).
 
-A tool call is a request to the same app in-process (``httpx.ASGITransport``, Host ``127.0.0.1``)
-carrying the MCP request's ``Authorization`` header, so it is authenticated, authorised, admitted
-and audited as that user, exactly as if they had called the API. The transport is stateless with
-JSON answers: no session outlives its request, so no session can be borrowed by another token.
+A tool call is a request to the same app in-process (``in_process_client``, Host ``127.0.0.1``)
+carrying the MCP request's ``Authorization`` header and coming from its client's address, so it is
+authenticated, authorised, admitted and audited as that user, exactly as if they had called the API.
+The transport is stateless with JSON answers: no session outlives its request, so no session can be
+borrowed by another token.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from joch.api import errors
 from joch.mcp.api import Api
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+logger = logging.getLogger(__name__)
+_peer: ContextVar[tuple[str, int] | None] = ContextVar("joch_mcp_peer", default=None)
+"""The address of the MCP request's client, for the in-process requests its tools make (the audit
+log's source IP): set by the endpoint, it reaches them through the tasks the SDK and
+``_InProcess`` start, which copy the context they are started from."""
 
 PATH = "/mcp"
 IN_PROCESS = "http://127.0.0.1"
@@ -54,17 +67,106 @@ def install(app: Starlette) -> None:
     async def lifespan(instance: Any) -> AsyncIterator[Any]:
         from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 
-        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=IN_PROCESS,
-                                 timeout=TIMEOUT_SECONDS)
-        manager = _session_manager(http)
-        async with manager.run(), http, outer(instance) as state:
-            endpoint.app = StreamableHTTPASGIApp(manager)
-            try:
-                yield state
-            finally:
-                endpoint.app = None
+        async with anyio.create_task_group() as tasks:
+            http = in_process_client(app, tasks)
+            manager = _session_manager(http)
+            async with manager.run(), http, outer(instance) as state:
+                endpoint.app = StreamableHTTPASGIApp(manager)
+                try:
+                    yield state
+                finally:
+                    endpoint.app = None
+            tasks.cancel_scope.cancel()
 
     app.router.lifespan_context = lifespan
+
+
+def in_process_client(app: ASGIApp, tasks: TaskGroup) -> httpx.AsyncClient:
+    """An HTTP client calling ``app`` in this process, each answer a stream (the app runs in ``tasks``)."""
+    return httpx.AsyncClient(transport=_InProcess(app, tasks), base_url=IN_PROCESS, timeout=TIMEOUT_SECONDS)
+
+
+class _InProcess(httpx.AsyncBaseTransport):
+    """Requests to an ASGI app in this process, its answer read as it is sent.
+
+    ``httpx.ASGITransport`` runs the app to its end and gathers the whole body first, so reading
+    the first megabyte of a 1 GiB ``changes.patch`` (``Api.excerpt``) would hold the gigabyte,
+    once per concurrent call. Here the body passes through a small buffer as the reader takes it,
+    and a reader that closes the answer early is a client that hung up: the app's ``receive``
+    says ``http.disconnect`` and a streaming response stops (as Starlette's does)."""
+
+    def __init__(self, app: ASGIApp, tasks: TaskGroup) -> None:
+        self.app = app
+        self.tasks = tasks
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        started, gone = anyio.Event(), anyio.Event()
+        head: dict[str, Any] = {}
+        chunks_in, chunks_out = anyio.create_memory_object_stream[bytes](4)
+        unread = [body]
+
+        async def receive() -> Message:
+            if unread:
+                return {"type": "http.request", "body": unread.pop(), "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                head.update(status=message["status"], headers=message.get("headers", []))
+                started.set()
+            elif message["type"] == "http.response.body":
+                if message.get("body"):
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await chunks_in.send(bytes(message["body"]))
+                if not message.get("more_body", False):
+                    chunks_in.close()
+
+        async def serve() -> None:
+            try:
+                await self.app(_scope(request), receive, send)
+            except Exception:  # the app's own error handling failed; not a reason to end every other request
+                logger.exception("%s %s in process failed", request.method, request.url.path)
+            finally:
+                chunks_in.close()
+                started.set()
+
+        self.tasks.start_soon(serve)
+        try:
+            await started.wait()
+        except BaseException:  # the caller gave up (cancelled) before the answer began: nobody will read it
+            await _Body(chunks_out, gone).aclose()
+            raise
+        if "status" not in head:
+            chunks_out.close()
+            raise httpx.RemoteProtocolError(f"{request.method} {request.url.path} ended without an answer")
+        return httpx.Response(head["status"], headers=head["headers"], stream=_Body(chunks_out, gone))
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, chunks: MemoryObjectReceiveStream[bytes], gone: anyio.Event) -> None:
+        self.chunks = chunks
+        self.gone = gone
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.chunks:
+            yield chunk
+
+    async def aclose(self) -> None:
+        self.gone.set()
+        self.chunks.close()
+
+
+def _scope(request: httpx.Request) -> Scope:
+    """The ASGI scope of ``request``, as ``httpx.ASGITransport`` builds it, from the MCP client's address."""
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
+        "headers": [(k.lower(), v) for (k, v) in request.headers.raw], "scheme": request.url.scheme,
+        "path": request.url.path, "raw_path": request.url.raw_path.split(b"?")[0],
+        "query_string": request.url.query, "server": (request.url.host, request.url.port),
+        "client": _peer.get() or ("127.0.0.1", 0), "root_path": "",
+    }
 
 
 def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
@@ -81,16 +183,64 @@ def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
 
 
 class _Endpoint:
-    """The SDK's ASGI app, or while the sessions are not running (an app served without its
-    lifespan, an embedder's choice) a 503 ``Status`` saying so instead of a traceback."""
+    """The SDK's ASGI app for a POST, or a ``Status`` instead: 405 for GET and DELETE, and while
+    the sessions are not running (an app served without its lifespan, an embedder's choice) 503.
+
+    Stateless, the server has no stream to offer a GET and no session for a DELETE to end: the
+    SDK would answer a GET with an event stream that never carries an event and stays open as
+    long as the client likes (a connection and a task each, however many a caller opens). The
+    spec's answer for a server without that stream is 405, which clients take in their stride."""
 
     def __init__(self) -> None:
         self.app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        _peer.set(scope.get("client"))
+        if scope["method"] != "POST":
+            error: errors.JochError = errors.MethodNotAllowed(
+                f"{PATH} takes POST only: each MCP message is a request of its own (stateless), so there is "
+                "no stream to GET and no session to DELETE")
+            await JSONResponse(error.to_status(), status_code=error.code, headers={"Allow": "POST"})(
+                scope, receive, send)
+            return
         if self.app is not None:
-            await self.app(scope, receive, send)
+            await _until_disconnected(self.app, scope, receive, send)
             return
         error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its lifespan "
                                           "(uvicorn --lifespan off), which runs the MCP sessions")
         await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)
+
+
+async def _until_disconnected(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """``app`` answering the request, cancelled when the client goes away.
+
+    Stateless with JSON answers, the SDK reads the body and then never looks at the connection
+    again: a ``joch_wait_run`` whose client hung up would poll the run for up to half an hour, and
+    a caller opening and dropping many would make the server poll itself many times a second. Once
+    the body is read, this waits on the connection for ``http.disconnect`` and cancels ``app``
+    (which ends the tool: the SDK terminates the request's transport even when cancelled); a
+    ``receive`` of ``app`` after its body gets the same disconnect, without reading the socket twice."""
+    body_read, gone = anyio.Event(), anyio.Event()
+
+    async def app_receive() -> Message:
+        if body_read.is_set():
+            await gone.wait()
+            return {"type": "http.disconnect"}
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+        elif not message.get("more_body", False):
+            body_read.set()
+        return message
+
+    async with anyio.create_task_group() as group:
+        async def watch() -> None:
+            await body_read.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await app(scope, app_receive, send)
+        group.cancel_scope.cancel()

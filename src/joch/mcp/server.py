@@ -23,15 +23,15 @@ from typing import Annotated, Any, Literal
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.context import Context
-from mcp.server.mcpserver.exceptions import ResourceError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
 
 from joch import __version__
 from joch.api import REGISTRY, errors, kinds
 from joch.api.registry import KindInfo
 from joch.api.runs import RunRequest, agent_run
-from joch.mcp.api import Api, segment
+from joch.mcp.api import Api, Excerpt, segment
 
 Connect = Callable[[Mapping[str, str] | None], Api]
 Obj = dict[str, Any]
@@ -41,6 +41,9 @@ FINISHED = ("Succeeded", "Failed", "Cancelled")
 PATCH = "changes.patch"
 GVK = "x-kubernetes-group-version-kind"
 MAX_WAIT_SECONDS = 1800
+MAX_TEXT_BYTES = 1_000_000
+"""The most of a log or patch a tool or resource answers: more would swamp an MCP client (and the
+model reading it), and reading a whole 64 MiB log to answer its end would cost this process as much."""
 POLL_SECONDS = 0.5
 INSTRUCTIONS = (
     "Joch runs AI coding agents as Kubernetes-style resources. Each tool acts as the user whose "
@@ -63,6 +66,23 @@ def tool_error(exc: errors.JochError) -> CallToolResult:
     text = "\n".join(errors.report_lines(exc))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=exc.to_status(),
                           is_error=True)
+
+
+class _Server(MCPServer):
+    """The SDK's server, with arguments that do not fit a tool's schema refused as the API refuses
+    a body that does not fit: ``error: invalid arguments ...`` and a line per field, not pydantic's
+    report (the argument model's name and a link to pydantic's documentation)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None,
+                        ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            causes = [errors.Cause(".".join(str(part) for part in problem["loc"]), problem["msg"])
+                      for problem in exc.__cause__.errors(include_url=False)]
+            return tool_error(errors.BadRequest(f"invalid arguments to {name}", causes=causes))
 
 
 def _answering_errors(fn: ToolFn) -> ToolFn:
@@ -144,10 +164,22 @@ def run_object(*, agent: str, repo: str, spec: str | None, text: str | None, ref
                                 timeout_seconds=timeout_seconds))
 
 
-def tail(text: str, lines: int) -> Obj:
-    kept = text.splitlines()
+def tail(end: Excerpt, lines: int) -> Obj:
+    """The last ``lines`` lines (0: all) of a log's ``end``; its first line is a partial one when the
+    end is not the whole log, and is left out."""
+    kept = end.text.splitlines()
+    if end.truncated:
+        kept = kept[1:]
     shown = kept[-lines:] if lines > 0 else kept
-    return {"log": "\n".join(shown), "lines": len(shown), "truncated": len(shown) < len(kept)}
+    return {"log": "\n".join(shown), "lines": len(shown), "truncated": end.truncated or len(shown) < len(kept)}
+
+
+def cut_note(excerpt: Excerpt, what: str, *, last: bool) -> str:
+    """``excerpt`` (the ``last`` or first part of ``what``) as a resource's text, saying where it was cut."""
+    if not excerpt.truncated:
+        return excerpt.text
+    note = f"[joch: {what} is larger than {MAX_TEXT_BYTES} bytes; this is its {'last' if last else 'first'} part]"
+    return f"{note}\n{excerpt.text}" if last else f"{excerpt.text}\n{note}"
 
 
 def field_schema(schema: Obj, path: list[str], kind: str) -> Obj:
@@ -166,7 +198,7 @@ def field_schema(schema: Obj, path: list[str], kind: str) -> Obj:
 def create(connect: Connect) -> MCPServer:
     """The MCP server; ``connect(headers)`` is the caller's ``Api`` (``headers`` None over stdio)."""
     with _root_logging_left_alone():
-        server: MCPServer = MCPServer("joch", version=__version__, instructions=INSTRUCTIONS)
+        server: MCPServer = _Server("joch", version=__version__, instructions=INSTRUCTIONS)
 
     def api(ctx: Context) -> Api:
         return connect(ctx.headers)
@@ -283,10 +315,10 @@ def create(connect: Connect) -> MCPServer:
     @tool("joch_run_log", READ_ONLY)
     async def run_log(
         ctx: Context, name: RunName, namespace: Namespace = "default",
-        tail_lines: Annotated[int, Field(ge=0, description="The last N lines; 0: all of it.")] = 200,
+        tail_lines: Annotated[int, Field(ge=0, description="The last N lines; 0: as many as fit in 1 MB.")] = 200,
     ) -> Obj:
         """The end of a run's log (what the agent printed), like `joch logs run NAME --tail N`."""
-        return tail(await api(ctx).text(run_path(namespace, name) + "/log"), tail_lines)
+        return tail(await api(ctx).excerpt(run_path(namespace, name) + "/log", MAX_TEXT_BYTES, last=True), tail_lines)
 
     @tool("joch_list_artifacts", READ_ONLY)
     async def list_artifacts(ctx: Context, name: RunName, namespace: Namespace = "default") -> Obj:
@@ -297,11 +329,12 @@ def create(connect: Connect) -> MCPServer:
     @tool("joch_read_patch", READ_ONLY)
     async def read_patch(
         ctx: Context, name: RunName, namespace: Namespace = "default",
-        max_chars: Annotated[int, Field(ge=1, description="Return at most this much of the patch.")] = 200_000,
+        max_chars: Annotated[int, Field(ge=1, le=MAX_TEXT_BYTES, description="Return at most this much of the "
+                                        "patch (bytes of UTF-8).")] = 200_000,
     ) -> Obj:
         """The run's changes.patch: the diff of what the agent changed in the repository."""
-        patch = await api(ctx).text(f"{run_path(namespace, name)}/artifacts/{PATCH}")
-        return {"name": PATCH, "patch": patch[:max_chars], "chars": len(patch), "truncated": len(patch) > max_chars}
+        patch = await api(ctx).excerpt(f"{run_path(namespace, name)}/artifacts/{PATCH}", max_chars)
+        return {"name": PATCH, "patch": patch.text, "truncated": patch.truncated}
 
     # --- approvals, audit, spend -------------------------------------------------------------------
 
@@ -309,6 +342,7 @@ def create(connect: Connect) -> MCPServer:
     async def list_approvals(
         ctx: Context, namespace: Namespace = "default",
         pending_only: Annotated[bool, Field(description="Only approvals not decided yet.")] = True,
+        limit: Annotated[int, Field(ge=1, le=1000, description="At most this many, pending first.")] = 100,
     ) -> Obj:
         """Approvals (which run each holds back, its phase and who decided), pending first."""
         listing = await api(ctx).object(resource_path(kinds.APPROVAL, namespace))
@@ -320,7 +354,7 @@ def create(connect: Connect) -> MCPServer:
             items.append({**row(obj), "phase": phase, "run": ((obj.get("spec") or {}).get("runRef") or {}).get("name"),
                           **{k: v for k, v in (obj.get("status") or {}).items() if k in ("decidedBy", "reason")}})
         items.sort(key=lambda item: (item["phase"] != "Pending", str(item.get("name"))))
-        return {"items": items}
+        return {"items": items[:limit], "more": len(items) > limit}
 
     @tool("joch_decide_approval", WRITES)
     async def decide_approval(
@@ -372,28 +406,39 @@ def create(connect: Connect) -> MCPServer:
 
 
 def _resources(server: MCPServer, api: Callable[[Context], Api]) -> None:
-    async def read(ctx: Context, path: str) -> str:
+    async def read(ctx: Context, path: Callable[[], str], excerpt: Callable[[Api, str], Awaitable[str]] | None = None,
+                   ) -> str:
+        """The text at ``path()`` (or the ``excerpt`` of it); a bad name in the URI (the SDK decodes
+        ``%2F`` to ``/``) is a ``ResourceError`` in the CLI's words like any refusal, not an
+        unexpected exception."""
         try:
-            return await api(ctx).text(path)
+            caller = api(ctx)
+            return await excerpt(caller, path()) if excerpt else await caller.text(path())
         except errors.JochError as exc:
             raise ResourceError("\n".join(errors.report_lines(exc))) from None
 
+    async def log_end(caller: Api, path: str) -> str:
+        return cut_note(await caller.excerpt(path, MAX_TEXT_BYTES, last=True), "the log", last=True)
+
+    async def patch_start(caller: Api, path: str) -> str:
+        return cut_note(await caller.excerpt(path, MAX_TEXT_BYTES), "the patch", last=False)
+
     @server.resource("joch://runs/{namespace}/{name}/log", name="run-log", mime_type="text/plain",
-                     description="A run's log: what the agent printed.")
+                     description="A run's log: what the agent printed (its last 1 MB).")
     async def run_log(namespace: str, name: str, ctx: Context) -> str:
-        return await read(ctx, run_path(namespace, name) + "/log")
+        return await read(ctx, lambda: run_path(namespace, name) + "/log", log_end)
 
     @server.resource("joch://runs/{namespace}/{name}/patch", name="run-patch", mime_type="text/x-diff",
-                     description="A run's changes.patch: the diff of what the agent changed.")
+                     description="A run's changes.patch: the diff of what the agent changed (its first 1 MB).")
     async def run_patch(namespace: str, name: str, ctx: Context) -> str:
-        return await read(ctx, f"{run_path(namespace, name)}/artifacts/{PATCH}")
+        return await read(ctx, lambda: f"{run_path(namespace, name)}/artifacts/{PATCH}", patch_start)
 
     @server.resource("joch://agents/{namespace}/{name}/manifest", name="agent-manifest",
                      mime_type="application/json",
                      description="An Agent's compiled manifest: provider, defaults and policies resolved.")
     async def agent_manifest(namespace: str, name: str, ctx: Context) -> str:
-        return await read(ctx, f"/v1/namespaces/{segment(namespace, 'namespace')}/agents/"
-                               f"{segment(name, 'name')}/manifest")
+        return await read(ctx, lambda: f"/v1/namespaces/{segment(namespace, 'namespace')}/agents/"
+                                       f"{segment(name, 'name')}/manifest")
 
 
 def _prompts(server: MCPServer) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,12 +26,13 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
 from integration.runtime.helpers import Repo, git
+from joch.mcp.server import MAX_TEXT_BYTES
 from joch.server.testing import live_server
 from joch.store import open_store
 from support import ports, stop_server, wait_ready
@@ -281,6 +283,187 @@ def test_apply_list_delete_the_agent_manifest_resource_and_the_prompts(server: S
     assert deleted == {"deleted": "agent.joch.dev/short-lived"}
     assert json.loads(manifest)["kind"] == "CompiledAgentManifest", manifest[:300]
     assert '"broken"' in prompt and "joch_run_log" in prompt, prompt
+
+
+def test_a_resource_uri_naming_no_object_is_refused_in_the_cli_words_not_an_unexpected_error(server: Server) -> None:
+    async def scenario() -> list[str]:
+        said = []
+        async with over_http(server, "admin") as client:
+            for uri in ("joch://runs/default/a%2Fb/log", "joch://agents/default/x%2Fy/manifest"):
+                with pytest.raises(MCPError) as refused:
+                    await client.read_resource(uri)
+                said.append(str(refused.value))
+        return said
+
+    slash, dots = run(scenario)
+    assert 'invalid name "a/b"' in slash and "error: " in slash, slash
+    assert 'invalid name "x/y"' in dots, dots
+    assert "Traceback" not in server.log.read_text()
+
+
+def test_mcp_takes_post_only_so_a_get_holds_no_idle_stream_open(server: Server) -> None:
+    auth = {"Authorization": f"Bearer {token_of('admin')}"}
+    for method, accept in (("GET", "text/event-stream"), ("DELETE", "application/json")):
+        r = httpx.request(method, f"{server.base}/mcp", headers={**auth, "Accept": accept}, timeout=5)
+        assert r.status_code == 405 and r.headers["allow"] == "POST", (method, r.status_code, r.text)
+        assert r.json()["reason"] == "MethodNotAllowed" and "POST only" in r.json()["message"], r.text
+
+
+def test_joch_mcp_ends_at_once_on_ctrl_c_and_on_eof(server: Server) -> None:
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    for ending in ("ctrl-c", "eof"):
+        proc = subprocess.Popen([str(JOCH), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=server.env("admin"))
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(hello).encode() + b"\n")
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["result"]["serverInfo"]["name"] == "joch"
+            if ending == "ctrl-c":
+                proc.send_signal(signal.SIGINT)  # stdin stays open, as in a terminal
+            else:
+                proc.stdin.close()
+            code = proc.wait(timeout=10)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert code == (-signal.SIGINT if ending == "ctrl-c" else 0), (ending, code)
+        assert proc.stderr is not None and b"Traceback" not in proc.stderr.read(), ending
+
+
+NOISY = ("for i in range(30000): print(f'line {i} ' + 'x' * 60)\n"
+         "open('big.txt', 'w').writelines(f'{i} ' + 'y' * 60 + '\\n' for i in range(30000))\n"
+         "print('the end')")
+"""An agent printing ~2 MB and writing a ~2 MB file into the repository (so into changes.patch)."""
+
+
+def test_a_log_and_a_patch_of_megabytes_come_back_cut_to_a_bounded_size(server: Server) -> None:
+    """A run printing ~2 MB and writing a ~2 MB file: the tools and resources answer at most
+    MAX_TEXT_BYTES of either, the log's end and the patch's start, and say so."""
+    provider = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "noisy"},
+                "spec": {"binary": sys.executable, "argsTemplate": ["-c", NOISY]}}
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "noisy"},
+             "spec": {"providerRef": {"name": "noisy"}}}
+
+    async def scenario() -> tuple[dict[str, Any], str, str, CallToolResult]:
+        async with over_http(server, "admin") as client:
+            await call(client, "joch_apply_resources", manifests=json.dumps(provider) + "\n---\n" + json.dumps(agent))
+            name = (await call(client, "joch_create_run", agent="noisy", text="be loud", repo=str(server.repo)))["name"]
+            assert (await call(client, "joch_wait_run", name=name, timeout_seconds=90))["phase"] == "Succeeded"
+            log = await call(client, "joch_run_log", name=name, tail_lines=0)
+            resources = []
+            for part in ("log", "patch"):
+                read = await client.read_resource(f"joch://runs/default/{name}/{part}")
+                resources.append("".join(c.text for c in read.contents if isinstance(c, TextResourceContents)))
+            too_much = await failure(client, "joch_read_patch", name=name, max_chars=MAX_TEXT_BYTES + 1)
+            return log, resources[0], resources[1], too_much
+
+    log, log_text, patch_text, too_much = run(scenario)
+    assert log["truncated"] and len(log["log"]) <= MAX_TEXT_BYTES and log["log"].endswith("the end"), log["lines"]
+    assert log["log"].startswith("line "), log["log"][:100]  # the partial first line is left out
+    assert len(log_text) <= MAX_TEXT_BYTES + 100 and log_text.startswith("[joch: the log is larger"), log_text[:100]
+    assert len(patch_text) <= MAX_TEXT_BYTES + 100 and patch_text.startswith("diff --git"), patch_text[:100]
+    assert patch_text.endswith("this is its first part]"), patch_text[-100:]
+    assert "less than or equal to 1000000" in text_of(too_much), text_of(too_much)
+
+
+RUN_GETS = ('joch_http_requests_total{code="200",method="GET",'
+            'route="/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}"} ')
+
+
+def test_a_wait_whose_client_hung_up_stops_polling(server: Server) -> None:
+    """Stateless, nothing told the tool its client had gone: it polled the run for the whole timeout."""
+    admin = {"Authorization": f"Bearer {token_of('admin')}"}
+    sleepy = [{"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "sleepy"},
+               "spec": {"binary": sys.executable, "argsTemplate": ["-c", "import time; time.sleep(120)"]}},
+              {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "sleepy"},
+               "spec": {"providerRef": {"name": "sleepy"}}}]
+    r = httpx.post(f"{server.base}/v1/resources/apply", content="\n---\n".join(map(json.dumps, sleepy)), timeout=30,
+                   headers={**admin, "content-type": "application/yaml"})
+    assert r.status_code == 200, r.text
+
+    def run_gets() -> float:
+        text = httpx.get(f"{server.base}/metrics", headers=admin, timeout=10).text
+        return sum(float(line.removeprefix(RUN_GETS)) for line in text.splitlines() if line.startswith(RUN_GETS))
+
+    async def start() -> str:
+        async with over_http(server, "admin") as client:
+            created = await call(client, "joch_create_run", agent="sleepy", text="wait", repo=str(server.repo))
+            return str(created["name"])
+
+    name = run(start)
+    wait = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "joch_wait_run", "arguments": {"name": name, "timeout_seconds": 60}}}
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.base}/mcp", json=wait, timeout=1.5, headers={
+                **admin, "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"})
+        time.sleep(0.5)
+        before = run_gets()
+        time.sleep(2)  # four polls, were it still waiting
+        assert run_gets() - before == 0
+    finally:
+        server.cli("admin", "delete", "run", name)
+
+
+def test_approvals_are_listed_up_to_a_limit(server: Server) -> None:
+    async def scenario() -> dict[str, Any]:
+        async with over_http(server, "admin") as client:
+            many = []
+            for i in range(3):  # one Approval per run
+                held = await call(client, "joch_create_run", agent="demo", text="x", repo=str(server.repo))
+                many.append({"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "Approval",
+                             "metadata": {"name": f"many-{i}"}, "spec": {"runRef": {"name": held["name"]}}})
+            await call(client, "joch_apply_resources", manifests="\n---\n".join(map(json.dumps, many)))
+            return await call(client, "joch_list_approvals", limit=2)
+
+    listed = run(scenario)
+    assert len(listed["items"]) == 2 and listed["more"] is True, listed
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-06-18"])
+def test_a_client_of_an_older_protocol_version_is_answered_in_it(server: Server, version: str) -> None:
+    """What an SDK 1.x client sends by hand: initialize with its version, then a call carrying it."""
+    headers = {"Authorization": f"Bearer {token_of('viewer')}", "Accept": "application/json, text/event-stream"}
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}}
+    r = httpx.post(f"{server.base}/mcp", json=hello, headers=headers, timeout=10)
+    assert r.status_code == 200 and r.json()["result"]["protocolVersion"] == version, r.text
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "joch_list_resources", "arguments": {"kind": "agents"}}}
+    r = httpx.post(f"{server.base}/mcp", json=listing, headers={**headers, "MCP-Protocol-Version": version}, timeout=10)
+    assert r.status_code == 200 and not r.json()["result"].get("isError"), r.text
+    assert "demo" in {row["name"] for row in r.json()["result"]["structuredContent"]["items"]}, r.text
+
+
+def test_arguments_that_do_not_fit_a_tool_are_refused_field_by_field(server: Server) -> None:
+    async def scenario() -> CallToolResult:
+        async with over_http(server, "admin") as client:
+            return await failure(client, "joch_list_resources", limit=-1, all_namespaces="maybe")
+
+    refused = run(scenario)
+    assert text_of(refused) == ("error: invalid arguments to joch_list_resources\n"
+                                "  - kind: Field required\n"
+                                "  - all_namespaces: Input should be a valid boolean, unable to interpret input\n"
+                                "  - limit: Input should be greater than or equal to 1"), text_of(refused)
+    assert refused.structured_content is not None and refused.structured_content["reason"] == "BadRequest"
+
+
+def test_a_write_through_mcp_is_audited_with_the_mcp_client_address(server: Server) -> None:
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "from-afar"},
+             "spec": {"providerRef": {"name": "demo-agent"}}}
+
+    async def scenario() -> dict[str, Any]:
+        transport = httpx2.AsyncHTTPTransport(local_address="127.0.0.7")  # another loopback address
+        async with httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(60.0),
+                                      headers={"Authorization": f"Bearer {token_of('admin')}"}) as http, \
+                Client(streamable_http_client(f"{server.base}/mcp", http_client=http)) as client:
+            await call(client, "joch_apply_resources", manifests=json.dumps(agent))
+            return await call(client, "joch_audit_query", kind="Agent", name="from-afar")
+
+    rows = run(scenario)["items"]
+    assert [(r["actor"], r["sourceIP"]) for r in rows] == [("admin", "127.0.0.7")], rows
 
 
 def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(sqlite_url: str) -> None:
