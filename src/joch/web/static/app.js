@@ -57,13 +57,22 @@ applyTheme(localStorage.getItem(THEME_KEY));
 
 // --- routing ----------------------------------------------------------------------------------------
 
+// A path segment as text; a malformed %-escape (a hand-edited or hostile link) matches no route.
+function decoded(segment) {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return "";
+  }
+}
+
 function match(path) {
   for (const route of ROUTES) {
     const want = route.pattern.split("/");
     const got = path.split("/");
     if (want.length !== got.length) continue;
     const params = {};
-    if (want.every((part, i) => (part.startsWith(":") ? (params[part.slice(1)] = decodeURIComponent(got[i])) !== ""
+    if (want.every((part, i) => (part.startsWith(":") ? (params[part.slice(1)] = decoded(got[i])) !== ""
                                                     : part === got[i]))) {
       return { route, params };
     }
