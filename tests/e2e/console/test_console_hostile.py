@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.console.conftest import Console, sign_in
+from e2e.console.conftest import Console, sign_in, token_of
 
 
 def test_a_malformed_link_shows_no_page_instead_of_breaking_the_router(console: Console, page: Any) -> None:
@@ -17,3 +17,18 @@ def test_a_malformed_link_shows_no_page_instead_of_breaking_the_router(console: 
     page.locator("#main .empty", has_text="No page at /runs/default/%E0%A4%A").wait_for()
     assert page.locator("#runs-summary").count() == 0  # the runs page it came from is gone
     assert errors == []
+
+
+def test_a_token_that_stops_working_mid_session_brings_back_the_sign_in_page(console: Console, page: Any) -> None:
+    sign_in(page, console, "editor")
+    page.goto(f"{console.base}/console/#/apply")
+    page.get_by_label("Manifests (YAML or JSON)").fill("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n")
+    page.evaluate("sessionStorage.setItem('joch.token', 'a-token-the-server-no-longer-accepts')")  # expired, revoked
+    page.get_by_role("button", name="Dry run").click()
+    page.locator("#sign-in-error", has_text="Your session has ended: sign in again.").wait_for()
+    # Signing in again lands on the page the user was on.
+    sign_in_again = page.locator("#token")
+    sign_in_again.fill(token_of("editor"))
+    page.click("form.sign-in-form button[type=submit]")
+    page.get_by_label("Manifests (YAML or JSON)").wait_for()
+    assert page.url.endswith("#/apply")

@@ -21,6 +21,7 @@ const ROUTES = NAV.flatMap((n) => Object.entries(n.routes).map(([pattern, page])
 const THEME_KEY = "joch.theme";
 const NAMESPACE_KEY = "joch.namespace";
 const ALL = "";
+const ENDED = "Your session has ended: sign in again.";
 
 const state = {
   config: { version: "", oidc: null },
@@ -135,7 +136,7 @@ async function route() {
     state.cleanup = typeof cleanup === "function" ? cleanup : null;
   } catch (err) {
     console.error(err);
-    if (err.status === 401) return signOut("Your session has ended: sign in again.");
+    if (err.status === 401) return signOut(ENDED);
     root.append(errorBox(err));
   }
 }
@@ -348,11 +349,14 @@ async function boot() {
     return start(early);
   }
   const err = user.reason;
-  if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
+  if (err.status === 401) return renderSignIn(api.token() ? ENDED : "");
   clear(document.getElementById("app")).append(h("main", { class: "sign-in" }, errorBox(err)));
   toast(err.message, "error");
   return undefined;
 }
 
 window.addEventListener("hashchange", route);
+window.addEventListener(api.SESSION_ENDED, () => {
+  if (state.user) signOut(ENDED);
+});
 boot();
