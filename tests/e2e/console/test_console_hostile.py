@@ -3,9 +3,37 @@ whose agent writes far more than a page can hold, and a run deleted while its pa
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 from e2e.console.conftest import Console, sign_in, token_of
+
+RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
+LOG_LIMIT = 2_000_000  # pages/run.js
+MAX_LINES = 5000  # lib/diff.js
+# An agent that writes a 3 MB log and a 6,000-line file (the patch): no braces, which are the template's.
+FLOOD = ("import pathlib, sys\n"
+         "sys.stdout.write(('x' * 99 + chr(10)) * 30000)\n"
+         "print('the last line')\n"
+         "pathlib.Path('big.txt').write_text(''.join('line %d%s' % (i, chr(10)) for i in range(6000)))\n")
+
+
+def flood_run(console: Console, name: str) -> None:
+    """A finished run of an agent that writes more than the run page shows."""
+    provider = {"apiVersion": "joch.dev/v1alpha1", "kind": "AgentProvider", "metadata": {"name": "flood"},
+                "spec": {"binary": sys.executable, "argsTemplate": ["-c", FLOOD]}}
+    agent = {"apiVersion": "joch.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "flood"},
+             "spec": {"providerRef": {"name": "flood"}, "runtime": {"type": "local"}}}
+    run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
+           "spec": {"agentRef": {"name": "flood"}, "implementation": {"inline": {"text": "flood"}},
+                    "execution": {"coordinates": {"git": {"url": str(console.repo)}}}}}
+    assert console.apply(provider, agent, run).status_code == 200
+    deadline = time.monotonic() + 90
+    with console.api() as client:
+        while (client.get(f"{RUNS}/{name}").json().get("status") or {}).get("phase") != "Succeeded":
+            assert time.monotonic() < deadline, f"run {name} did not succeed"
+            time.sleep(0.2)
 
 
 def test_a_malformed_link_shows_no_page_instead_of_breaking_the_router(console: Console, page: Any) -> None:
@@ -32,3 +60,14 @@ def test_a_token_that_stops_working_mid_session_brings_back_the_sign_in_page(con
     page.click("form.sign-in-form button[type=submit]")
     page.get_by_label("Manifests (YAML or JSON)").wait_for()
     assert page.url.endswith("#/apply")
+
+
+
+def test_a_patch_larger_than_a_page_shows_its_first_lines_and_says_so(console: Console, page: Any) -> None:
+    flood_run(console, "flood")
+    sign_in(page, console, "viewer")
+    page.goto(f"{console.base}/console/#/runs/default/flood")
+    cut = page.locator("#diff .diff-cut").first
+    cut.wait_for()
+    assert f"Showing the first {MAX_LINES:,} of 6,000 lines" in cut.inner_text()
+    assert page.locator("#diff tr:not(.hunk)").count() == MAX_LINES
