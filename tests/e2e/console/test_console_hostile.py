@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from e2e.console.conftest import Console, sign_in, token_of
@@ -71,3 +72,16 @@ def test_a_patch_larger_than_a_page_shows_its_first_lines_and_says_so(console: C
     cut.wait_for()
     assert f"Showing the first {MAX_LINES:,} of 6,000 lines" in cut.inner_text()
     assert page.locator("#diff tr:not(.hunk)").count() == MAX_LINES
+
+
+def test_a_log_larger_than_a_page_shows_its_end_says_so_and_downloads_whole(console: Console, page: Any) -> None:
+    flood_run(console, "flood")
+    sign_in(page, console, "viewer")
+    page.goto(f"{console.base}/console/#/runs/default/flood")
+    page.locator("#log-state", has_text=f"Showing the last {LOG_LIMIT:,} characters").wait_for()
+    log = page.locator("#log").text_content() or ""
+    assert len(log) == LOG_LIMIT and log.endswith("the last line\n")
+    with page.expect_download() as download:
+        page.locator("#download-log").click()
+    assert download.value.suggested_filename == "flood.log"
+    assert (Path(download.value.path()).stat().st_size) == 3_000_000 + len("the last line\n")
