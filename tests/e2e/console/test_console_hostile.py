@@ -85,3 +85,15 @@ def test_a_log_larger_than_a_page_shows_its_end_says_so_and_downloads_whole(cons
         page.locator("#download-log").click()
     assert download.value.suggested_filename == "flood.log"
     assert (Path(download.value.path()).stat().st_size) == 3_000_000 + len("the last line\n")
+
+
+def test_a_run_deleted_while_its_page_is_open_is_said_to_be_gone(console: Console, page: Any) -> None:
+    flood_run(console, "doomed")
+    sign_in(page, console, "admin")
+    page.goto(f"{console.base}/console/#/runs/default/doomed")
+    page.locator("#run-phase [data-phase=Succeeded]").wait_for()
+    assert page.locator("#run-deleted").is_hidden()
+    with console.api() as client:
+        assert client.delete(f"{RUNS}/doomed").status_code == 200
+    page.locator("#run-deleted", has_text="Run doomed was deleted").wait_for()
+    assert page.locator("#cancel-run").count() == 0

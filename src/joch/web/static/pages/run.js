@@ -185,8 +185,11 @@ export async function render(root, params, ctx) {
       drawDiff();
     } }, mode === "unified" ? "Unified" : "Side by side"));
 
+  const deleted = h("div", { class: "error-box", id: "run-deleted", role: "alert", hidden: true },
+                  `Run ${name} was deleted: this page shows it as it was.`);
   root.append(
     h("p", {}, h("a", { href: "#/runs" }, "← Runs")),
+    deleted,
     h("div", { class: "page-head" },
       h("div", {}, h("h1", {}, name, " ", phaseBadge), timelineBox),
       h("div", { class: "actions" }, mayCancel ? cancelButton : null, rerunButton)),
@@ -312,8 +315,9 @@ export async function render(root, params, ctx) {
   const watcher = ctx.api.watch(ctx.api.resourcePath(GROUP, VERSION, "agentruns", namespace),
                                 { fieldSelector: `metadata.name=${name}`, resourceVersion: run.metadata.resourceVersion },
                                 (event) => {
-    if (event.type === "DELETED") {
-      toast(`Run ${name} was deleted`, "info");
+    if (event.type === "DELETED") {  // the page stays, as the run was when it went, and says so
+      deleted.hidden = false;
+      cancelButton.remove();
       return;
     }
     if (event.type !== "ADDED" && event.type !== "MODIFIED") return;
