@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.console.conftest import Console, sign_in, token_of
+from e2e.console.conftest import ARTIFACTS, Console, sign_in, token_of
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
 LOG_LIMIT = 2_000_000  # pages/run.js
@@ -18,6 +18,14 @@ FLOOD = ("import pathlib, sys\n"
          "sys.stdout.write(('x' * 99 + chr(10)) * 30000)\n"
          "print('the last line')\n"
          "pathlib.Path('big.txt').write_text(''.join('line %d%s' % (i, chr(10)) for i in range(6000)))\n")
+
+
+def leave(page: Any, name: str) -> None:
+    """Save what the viewport shows, then leave the page: a full-page shot of 5,000 diff rows (what the
+    page fixture takes at teardown) outlasts its timeout on a busy machine."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    page.goto("about:blank")
 
 
 def flood_run(console: Console, name: str) -> None:
@@ -72,6 +80,8 @@ def test_a_patch_larger_than_a_page_shows_its_first_lines_and_says_so(console: C
     cut.wait_for()
     assert f"Showing the first {MAX_LINES:,} of 6,000 lines" in cut.inner_text()
     assert page.locator("#diff tr:not(.hunk)").count() == MAX_LINES
+    cut.scroll_into_view_if_needed()
+    leave(page, "hostile-patch-cut")
 
 
 def test_a_log_larger_than_a_page_shows_its_end_says_so_and_downloads_whole(console: Console, page: Any) -> None:
@@ -85,13 +95,17 @@ def test_a_log_larger_than_a_page_shows_its_end_says_so_and_downloads_whole(cons
         page.locator("#download-log").click()
     assert download.value.suggested_filename == "flood.log"
     assert (Path(download.value.path()).stat().st_size) == 3_000_000 + len("the last line\n")
+    leave(page, "hostile-log-cut")
 
 
 def test_a_run_deleted_while_its_page_is_open_is_said_to_be_gone(console: Console, page: Any) -> None:
-    flood_run(console, "doomed")
+    demo = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": "doomed"},
+            "spec": {"agentRef": {"name": "demo"}, "implementationRef": {"name": "hello-readme"},
+                     "execution": {"coordinates": {"git": {"url": str(console.repo)}}}}}
+    assert console.apply(demo).status_code == 200
     sign_in(page, console, "admin")
     page.goto(f"{console.base}/console/#/runs/default/doomed")
-    page.locator("#run-phase [data-phase=Succeeded]").wait_for()
+    page.locator("#run-phase [data-phase=Succeeded]").wait_for(timeout=90_000)
     assert page.locator("#run-deleted").is_hidden()
     with console.api() as client:
         assert client.delete(f"{RUNS}/doomed").status_code == 200
