@@ -111,3 +111,17 @@ def test_a_run_deleted_while_its_page_is_open_is_said_to_be_gone(console: Consol
         assert client.delete(f"{RUNS}/doomed").status_code == 200
     page.locator("#run-deleted", has_text="Run doomed was deleted").wait_for()
     assert page.locator("#cancel-run").count() == 0
+
+
+def test_a_line_of_a_minified_bundle_is_cut_in_the_diff_not_drawn_as_a_tower(console: Console, page: Any) -> None:
+    sign_in(page, console, "viewer")
+    patch = ("diff --git a/app.min.js b/app.min.js\n--- /dev/null\n+++ b/app.min.js\n@@ -0,0 +1,2 @@\n"
+             + "+" + "x" * 100_000 + "\n+short\n")
+    for mode in ("unified", "split"):
+        cells = page.evaluate("""async ([patch, mode]) => {
+          const node = (await import('/console/lib/diff.js')).render(patch, mode);
+          return [...node.querySelectorAll('td.code, td.side.add')].map(td => td.textContent);
+        }""", [patch, mode])
+        assert len(cells) == 2, mode
+        assert len(cells[0]) < 1_100 and cells[0].endswith("99,000 more characters"), mode
+        assert cells[1].endswith("short"), mode

@@ -41,6 +41,16 @@ export function parse(patch) {
   return files;
 }
 
+// Characters of one line drawn at most: a minified bundle's single line of 100,000 characters would
+// wrap into a column tens of thousands of pixels tall (on a phone, most of all).
+export const MAX_LINE_CHARS = 1000;
+
+function code(text) {
+  if (text.length <= MAX_LINE_CHARS) return text;
+  return [text.slice(0, MAX_LINE_CHARS),
+          h("span", { class: "diff-more" }, ` … ${(text.length - MAX_LINE_CHARS).toLocaleString("en")} more characters`)];
+}
+
 function ln(n) {
   return h("td", { class: "ln" }, n === null || n === undefined ? "" : String(n));
 }
@@ -53,7 +63,7 @@ function unifiedFile(file) {
     rows.push(h("tr", { class: "hunk" }, h("td", { colspan: "3" }, hunk.header)));
     for (const line of hunk.lines) {
       rows.push(h("tr", { class: KIND_CLASS[line.kind] }, ln(line.old), ln(line.new),
-                  h("td", { class: "code" }, `${line.kind}${line.text}`)));
+                  h("td", { class: "code" }, line.kind, code(line.text))));
     }
   }
   return h("table", { class: "diff-unified" }, h("tbody", {}, rows));
@@ -82,7 +92,7 @@ function side(line, which) {
   if (!line) return [ln(null), h("td", { class: "side empty-side" })];
   const changed = line.kind !== " ";
   return [ln(which === "old" ? line.old : line.new),
-          h("td", { class: `side ${changed ? KIND_CLASS[line.kind] : ""}` }, line.text)];
+          h("td", { class: `side ${changed ? KIND_CLASS[line.kind] : ""}` }, code(line.text))];
 }
 
 function splitFile(file) {
