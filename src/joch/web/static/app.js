@@ -21,6 +21,7 @@ const ROUTES = NAV.flatMap((n) => Object.entries(n.routes).map(([pattern, page])
 const THEME_KEY = "joch.theme";
 const NAMESPACE_KEY = "joch.namespace";
 const ALL = "";
+const ENDED = "Your session has ended: sign in again.";
 
 const state = {
   config: { version: "", oidc: null },
@@ -57,13 +58,22 @@ applyTheme(localStorage.getItem(THEME_KEY));
 
 // --- routing ----------------------------------------------------------------------------------------
 
+// A path segment as text; a malformed %-escape (a hand-edited or hostile link) matches no route.
+function decoded(segment) {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return "";
+  }
+}
+
 function match(path) {
   for (const route of ROUTES) {
     const want = route.pattern.split("/");
     const got = path.split("/");
     if (want.length !== got.length) continue;
     const params = {};
-    if (want.every((part, i) => (part.startsWith(":") ? (params[part.slice(1)] = decodeURIComponent(got[i])) !== ""
+    if (want.every((part, i) => (part.startsWith(":") ? (params[part.slice(1)] = decoded(got[i])) !== ""
                                                     : part === got[i]))) {
       return { route, params };
     }
@@ -126,7 +136,7 @@ async function route() {
     state.cleanup = typeof cleanup === "function" ? cleanup : null;
   } catch (err) {
     console.error(err);
-    if (err.status === 401) return signOut("Your session has ended: sign in again.");
+    if (err.status === 401) return signOut(ENDED);
     root.append(errorBox(err));
   }
 }
@@ -339,11 +349,14 @@ async function boot() {
     return start(early);
   }
   const err = user.reason;
-  if (err.status === 401) return renderSignIn(api.token() ? "Your session has ended: sign in again." : "");
+  if (err.status === 401) return renderSignIn(api.token() ? ENDED : "");
   clear(document.getElementById("app")).append(h("main", { class: "sign-in" }, errorBox(err)));
   toast(err.message, "error");
   return undefined;
 }
 
 window.addEventListener("hashchange", route);
+window.addEventListener(api.SESSION_ENDED, () => {
+  if (state.user) signOut(ENDED);
+});
 boot();

@@ -3,6 +3,7 @@
 // Kubernetes Status the server answers with.
 
 const TOKEN_KEY = "joch.token";
+export const SESSION_ENDED = "joch:session-ended";  // a window event: the server refused the tab's token
 
 export class ApiError extends Error {
   constructor(status, reason, message, details) {
@@ -61,7 +62,12 @@ async function send(method, path, { query, body, contentType, bearer, raw, signa
   } catch (err) {
     throw new ApiError(0, "NetworkError", `the server did not answer (${err.message})`, null);
   }
-  if (!response.ok) throw await failure(response);
+  if (!response.ok) {
+    // The tab's token stopped working (expired, revoked): tell the shell, whichever call noticed it
+    // first, a click or a watch reconnecting. A token being tried (`bearer`) is the sign-in form's.
+    if (response.status === 401 && bearer === undefined && token()) window.dispatchEvent(new Event(SESSION_ENDED));
+    throw await failure(response);
+  }
   if (raw) return response;
   if (response.status === 204) return null;
   const type = response.headers.get("Content-Type") || "";

@@ -41,6 +41,16 @@ export function parse(patch) {
   return files;
 }
 
+// Characters of one line drawn at most: a minified bundle's single line of 100,000 characters would
+// wrap into a column tens of thousands of pixels tall (on a phone, most of all).
+export const MAX_LINE_CHARS = 1000;
+
+function code(text) {
+  if (text.length <= MAX_LINE_CHARS) return text;
+  return [text.slice(0, MAX_LINE_CHARS),
+          h("span", { class: "diff-more" }, ` … ${(text.length - MAX_LINE_CHARS).toLocaleString("en")} more characters`)];
+}
+
 function ln(n) {
   return h("td", { class: "ln" }, n === null || n === undefined ? "" : String(n));
 }
@@ -53,7 +63,7 @@ function unifiedFile(file) {
     rows.push(h("tr", { class: "hunk" }, h("td", { colspan: "3" }, hunk.header)));
     for (const line of hunk.lines) {
       rows.push(h("tr", { class: KIND_CLASS[line.kind] }, ln(line.old), ln(line.new),
-                  h("td", { class: "code" }, `${line.kind}${line.text}`)));
+                  h("td", { class: "code" }, line.kind, code(line.text))));
     }
   }
   return h("table", { class: "diff-unified" }, h("tbody", {}, rows));
@@ -82,7 +92,7 @@ function side(line, which) {
   if (!line) return [ln(null), h("td", { class: "side empty-side" })];
   const changed = line.kind !== " ";
   return [ln(which === "old" ? line.old : line.new),
-          h("td", { class: `side ${changed ? KIND_CLASS[line.kind] : ""}` }, line.text)];
+          h("td", { class: `side ${changed ? KIND_CLASS[line.kind] : ""}` }, code(line.text))];
 }
 
 function splitFile(file) {
@@ -94,13 +104,41 @@ function splitFile(file) {
   return h("table", { class: "diff-split" }, h("tbody", {}, rows));
 }
 
+// Lines of a patch drawn at most: an agent's patch can be any size, and a table of 60,000 rows
+// holds the page for seconds. The rest is in the downloaded changes.patch.
+export const MAX_LINES = 5000;
+
+// `files` cut to their first `max` lines (whole hunks dropped past it, the last one shortened), and
+// how many lines there were in all.
+function firstLines(files, max) {
+  let left = max;
+  let total = 0;
+  const kept = [];
+  for (const file of files) {
+    const hunks = [];
+    for (const hunk of file.hunks) {
+      total += hunk.lines.length;
+      if (left > 0) hunks.push(hunk.lines.length <= left ? hunk : { ...hunk, lines: hunk.lines.slice(0, left) });
+      left = Math.max(0, left - hunk.lines.length);
+    }
+    if (hunks.length || (left > 0 && !file.hunks.length)) kept.push({ ...file, hunks });
+  }
+  return { kept, total };
+}
+
 // The rendered patch: mode "unified" or "split".
 export function render(patch, mode = "unified") {
   const files = parse(patch);
   if (!files.length) return h("div", { class: "empty" }, "The patch changes no files.");
-  return h("div", { class: `diff diff-${mode}` }, files.map((file) => h("div", { class: "diff-file" },
+  const { kept, total } = firstLines(files, MAX_LINES);
+  const cut = total > MAX_LINES
+    ? h("div", { class: "empty diff-cut", role: "note" }, `Showing the first ${MAX_LINES.toLocaleString("en")} of `
+        + `${total.toLocaleString("en")} lines of ${files.length} file${files.length === 1 ? "" : "s"}: `
+        + "download changes.patch (Artifacts) for all of it.")
+    : null;
+  return h("div", { class: `diff diff-${mode}` }, cut, kept.map((file) => h("div", { class: "diff-file" },
     h("div", { class: "diff-file-name" }, file.name),
     file.binary ? h("div", { class: "empty" }, "Binary file changed")
       : file.hunks.length ? (mode === "split" ? splitFile(file) : unifiedFile(file))
-        : h("div", { class: "empty" }, file.meta.join(" ") || "No content changes"))));
+        : h("div", { class: "empty" }, file.meta.join(" ") || "No content changes"))), cut && cut.cloneNode(true));
 }

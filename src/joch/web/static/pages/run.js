@@ -171,7 +171,7 @@ export async function render(root, params, ctx) {
   const conditionsBox = h("div");
   const eventsBox = h("div");
   const log = h("pre", { class: "log", id: "log", tabindex: "0", "aria-label": "Log" });
-  const logState = h("span", { class: "muted" });
+  const logState = h("span", { class: "muted", id: "log-state" });
   const artifactsBox = h("div");
   const diffBox = h("div", { id: "diff" });
   let diffMode = localStorage.getItem("joch.diffMode") || "unified";
@@ -185,13 +185,19 @@ export async function render(root, params, ctx) {
       drawDiff();
     } }, mode === "unified" ? "Unified" : "Side by side"));
 
+  const deleted = h("div", { class: "error-box", id: "run-deleted", role: "alert", hidden: true },
+                  `Run ${name} was deleted: this page shows it as it was.`);
   root.append(
     h("p", {}, h("a", { href: "#/runs" }, "← Runs")),
+    deleted,
     h("div", { class: "page-head" },
       h("div", {}, h("h1", {}, name, " ", phaseBadge), timelineBox),
       h("div", { class: "actions" }, mayCancel ? cancelButton : null, rerunButton)),
     h("div", { class: "grid" }, section("Details", factsBox), section("Conditions", conditionsBox)),
-    section("Log", h("div", { class: "muted" }, logState), log),
+    section("Log", h("div", { class: "toolbar" }, logState,
+                     h("button", { class: "button", type: "button", id: "download-log",
+                                   onclick: () => download(ctx, `${runPath}/log`, `${name}.log`) }, "Download log")),
+            log),
     section("Changes", h("div", { class: "toolbar" }, h("div", { class: "segmented", role: "group",
                                                                    "aria-label": "Diff layout" }, modeButtons)),
             diffBox),
@@ -235,9 +241,24 @@ export async function render(root, params, ctx) {
     drawDiff();
   }
 
-  // The log: read once when the run is over, followed (?follow=true) while it runs.
+  // The log: read once when the run is over, followed (?follow=true) while it runs. What arrives is
+  // kept as a string (its last LOG_LIMIT characters) and drawn at most once a frame: an agent may
+  // write 50 MB, and redrawing the page for each chunk of it would hold the tab for seconds.
   const logAbort = new AbortController();
   closers.push(() => logAbort.abort());
+  let logText = "";
+  let logCut = false;
+  let logFrame = 0;
+  closers.push(() => cancelAnimationFrame(logFrame));
+  function drawLog() {
+    logFrame = 0;
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
+    log.textContent = logText;
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+  function cutNote() {
+    return logCut ? `Showing the last ${LOG_LIMIT.toLocaleString("en")} characters: Download log for all of it.` : "";
+  }
   async function followLog() {
     const follow = !FINISHED.has(phaseOf(run));
     logState.textContent = follow ? "Following the log…" : "";
@@ -248,12 +269,19 @@ export async function render(root, params, ctx) {
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
-        log.append(document.createTextNode(decoder.decode(value, { stream: true })));
-        if (log.textContent.length > LOG_LIMIT) log.textContent = log.textContent.slice(-LOG_LIMIT);
-        if (atBottom) log.scrollTop = log.scrollHeight;
+        logText += decoder.decode(value, { stream: true });
+        if (logText.length > LOG_LIMIT) {
+          logText = logText.slice(-LOG_LIMIT);
+          if (!logCut) {
+            logCut = true;
+            logState.textContent = `${follow ? "Following the log… " : ""}${cutNote()}`;
+          }
+        }
+        if (!logFrame) logFrame = requestAnimationFrame(drawLog);
       }
-      logState.textContent = log.textContent ? "" : "The log is empty.";
+      cancelAnimationFrame(logFrame);
+      drawLog();
+      logState.textContent = logText ? cutNote() : "The log is empty.";
     } catch (err) {
       if (logAbort.signal.aborted) return;
       logState.textContent = err.status === 400 ? err.message : `The log could not be read: ${err.message}`;
@@ -287,8 +315,9 @@ export async function render(root, params, ctx) {
   const watcher = ctx.api.watch(ctx.api.resourcePath(GROUP, VERSION, "agentruns", namespace),
                                 { fieldSelector: `metadata.name=${name}`, resourceVersion: run.metadata.resourceVersion },
                                 (event) => {
-    if (event.type === "DELETED") {
-      toast(`Run ${name} was deleted`, "info");
+    if (event.type === "DELETED") {  // the page stays, as the run was when it went, and says so
+      deleted.hidden = false;
+      cancelButton.remove();
       return;
     }
     if (event.type !== "ADDED" && event.type !== "MODIFIED") return;
