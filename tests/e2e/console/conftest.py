@@ -95,8 +95,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         stop_server(server)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Per module, not per session: Playwright's sync API keeps an asyncio loop running in this thread
+    while it is open, so a later module's ``asyncio.run`` on the same xdist worker would fail."""
     binary = chromium_binary()
     if binary is None:
         if os.environ.get("CI"):
