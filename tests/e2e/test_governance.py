@@ -42,9 +42,10 @@ import httpx
 import pytest
 
 from e2e.test_server_crash import free_port
-from integration.runtime.helpers import Repo, git
+from integration.runtime.helpers import Repo
 from integration.server.test_server_kubectl_auth import self_signed
-from support import kubectl_binary, stop_server, wait_ready
+from support import kubectl_binary, stop_server, token_file, wait_ready
+from support.jochserver import repository
 from support.oidc import CLIENT_ID, Issuer, local_issuer
 
 JOCH = Path(sys.executable).parent / "joch"
@@ -179,11 +180,8 @@ def issuer() -> Iterator[Issuer]:
 def governed(tmp_path_factory: pytest.TempPathFactory, issuer: Issuer) -> Iterator[Governed]:
     folder = tmp_path_factory.mktemp("governance")
     tokens = folder / "tokens.csv"
-    tokens.write_text("".join(f'{token_of(u)},{u},uid-{i},"{g}"\n' for i, (u, g) in enumerate(USERS.items())))
-    repo = Repo(folder / "repo")
-    repo.path.mkdir()
-    git(repo.path, "init", "--quiet", "--initial-branch", "main")
-    repo.commit({"README.md": "# a repository\n"}, "first")
+    token_file(tokens, USERS, token_of)
+    repo = Repo(repository(folder / "repo"))
     port = free_port()
     g = Governed(f"http://127.0.0.1:{port}", port, folder / "data", folder / "server.log", repo.path, issuer, folder)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}

@@ -15,6 +15,13 @@ from typing import Any
 import httpx
 
 
+def token_file(path: Path, groups: dict[str, str], token_of: Any) -> Path:
+    """A kube-apiserver static token file at ``path``: one line ``token,user,uid,"groups"`` per entry of
+    ``groups`` (user -> comma-separated groups), the token being ``token_of(user)``."""
+    path.write_text("".join(f'{token_of(u)},{u},uid-{i},"{g}"\n' for i, (u, g) in enumerate(groups.items())))
+    return path
+
+
 def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None = None,
              namespace: str | None = None) -> dict[str, Any]:
     """An AgentProvider manifest, the smallest valid object of a kind with no references."""

@@ -26,8 +26,9 @@ from typing import Any
 import httpx
 import pytest
 
-from integration.runtime.helpers import Repo, git
-from support import ports, stop_server, wait_ready
+from integration.runtime.helpers import Repo
+from support import ports, stop_server, token_file, wait_ready
+from support.jochserver import repository
 
 JOCH = Path(sys.executable).parent / "joch"
 ROOT = Path(__file__).resolve().parents[3]
@@ -74,11 +75,8 @@ def role_binding(user: str) -> dict[str, Any]:
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     folder = tmp_path_factory.mktemp("console")
     tokens = folder / "tokens.csv"
-    tokens.write_text("".join(f'{token_of(u)},{u},uid-{i},"{g}"\n' for i, (u, g) in enumerate(USERS.items())))
-    repo = Repo(folder / "repo")
-    repo.path.mkdir()
-    git(repo.path, "init", "--quiet", "--initial-branch", "main")
-    repo.commit({"README.md": "# a repository\n"}, "first")
+    token_file(tokens, USERS, token_of)
+    repo = Repo(repository(folder / "repo"))
     port = ports.free_port()
     c = Console(f"http://127.0.0.1:{port}", folder / "data", folder / "server.log", repo.path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}

@@ -31,11 +31,12 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
-from integration.runtime.helpers import Repo, git
+from integration.runtime.helpers import Repo
 from joch.mcp.server import MAX_TEXT_BYTES
 from joch.server.testing import live_server
 from joch.store import open_store
-from support import ports, stop_server, wait_ready
+from support import ports, stop_server, token_file, wait_ready
+from support.jochserver import repository
 
 JOCH = Path(sys.executable).with_name("joch")
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
@@ -83,11 +84,8 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("mcp")
     tokens = folder / "tokens.csv"
-    tokens.write_text("".join(f'{token_of(u)},{u},uid-{i},"{g}"\n' for i, (u, g) in enumerate(USERS.items())))
-    repo = Repo(folder / "repo")
-    repo.path.mkdir()
-    git(repo.path, "init", "--quiet", "--initial-branch", "main")
-    repo.commit({"README.md": "# a repository\n"}, "first")
+    token_file(tokens, USERS, token_of)
+    repo = Repo(repository(folder / "repo"))
     port = ports.free_port()
     s = Server(f"http://127.0.0.1:{port}", repo.path, folder, folder / "server.log")
     env = s.env(None)
