@@ -328,12 +328,12 @@ def test_a_template_that_loops_for_ever_is_stopped_with_a_template_error() -> No
 
     from joch.compiler import render as rendering
 
-    started = _time.monotonic()
+    started = _time.thread_time()  # the budget's own clock: a loaded machine stretches only wall time
     with pytest.raises(rendering.TemplateError) as caught:
         rendering._render("AgentProvider/p spec.argsTemplate[0]",
                           "{% for i in range(50000) %}{% for j in range(50000) %}{% endfor %}{% endfor %}done",
                           {}, rendering.MAX_ARGUMENT_BYTES)
-    assert _time.monotonic() - started < rendering.MAX_RENDER_SECONDS + 2
+    assert _time.thread_time() - started < rendering.MAX_RENDER_SECONDS + 2
     assert caught.value.path == "AgentProvider/p spec.argsTemplate[0]"
     assert "longer than 2 s to render" in caught.value.message
     assert rendering._render("x", "{% for i in range(100) %}{{ i }}{% endfor %}", {}, 1000).startswith("0123")
