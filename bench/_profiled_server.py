@@ -9,6 +9,7 @@ import cProfile
 import pstats
 import sys
 import threading
+import time
 from typing import Any
 
 PROFILES: list[cProfile.Profile] = []
@@ -17,7 +18,7 @@ PROFILES: list[cProfile.Profile] = []
 def _start_profile(frame: Any, event: str, arg: Any) -> None:
     """``threading.setprofile`` hook: the first event of a new thread gives it a profiler of its own
     (enabling it replaces this hook for that thread)."""
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.thread_time)
     PROFILES.append(profile)
     profile.enable()
 
@@ -28,7 +29,7 @@ def main() -> None:
     threading.setprofile(_start_profile)
     from joch.cli.main import main as joch_main
 
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.thread_time)
     PROFILES.append(profile)
     profile.enable()
     try:

@@ -300,13 +300,16 @@ def values(obj: Obj, lists: ListTypes = default_lists) -> dict[Path, str]:
 
 
 def field_set(obj: Obj, lists: ListTypes = default_lists) -> FieldSet:
-    return frozenset(values(obj, lists))
+    """The paths of ``values`` without encoding the leaves' values, which only comparisons need."""
+    out: dict[Path, str] = {}
+    _walk(obj, (), lists, out, leaves=False)
+    return frozenset(out)
 
 
-def _walk(value: Any, path: Path, lists: ListTypes, out: dict[Path, str]) -> None:
+def _walk(value: Any, path: Path, lists: ListTypes, out: dict[Path, str], leaves: bool = True) -> None:
     if isinstance(value, dict):
         for key, child in value.items():
-            _walk(child, (*path, ("f", str(key))), lists, out)
+            _walk(child, (*path, ("f", str(key))), lists, out, leaves)
         return
     if isinstance(value, list) and path:
         lt = _list_type(lists, path, value)
@@ -318,10 +321,10 @@ def _walk(value: Any, path: Path, lists: ListTypes, out: dict[Path, str]) -> Non
             for item in value:
                 item_path = (*path, ("k", _item_key(item, lt.keys) or ""))
                 out[item_path] = _ITEM
-                _walk(item, item_path, lists, out)
+                _walk(item, item_path, lists, out, leaves)
             return
     if path:
-        out[path] = canonical(value)
+        out[path] = canonical(value) if leaves else _ITEM
 
 
 def changes(old: Obj, new: Obj, lists: ListTypes = default_lists) -> tuple[set[Path], set[Path]]:
@@ -589,7 +592,12 @@ def update(
     if old is not None and not entries:
         return []
     ignore = tuple(ignore)
-    changed, removed = changes(tracked(old, ignore=ignore), tracked(new, ignore=ignore), lists)
+    changed: set[Path]
+    removed: set[Path] = set()
+    if old is None:  # a create: every field is new, no value needs comparing
+        changed = set(field_set(tracked(new, ignore=ignore), lists))
+    else:
+        changed, removed = changes(tracked(old, ignore=ignore), tracked(new, ignore=ignore), lists)
     if not changed and not removed:
         return list(entries)
     me = (manager, UPDATE, subresource)

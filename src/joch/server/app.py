@@ -12,6 +12,7 @@ caller and authorizes the request (or, with no authenticator configured, lets ev
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from joch import __version__
 from joch.api import REGISTRY
@@ -44,6 +45,7 @@ from joch.store.base import Store
 from joch.telemetry import tracing
 from joch.web import install as install_console
 
+NATIVE_TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 DESCRIPTION = (
     "Kubernetes-compatible REST and watch API for Joch resources, plus the Joch /v1 routes. "
     "Errors are Kubernetes Status objects."
@@ -55,7 +57,10 @@ def create_app(
     runtime: Runtime | None = None,
 ) -> FastAPI:
     options = options or ServerOptions()
-    app = FastAPI(title="Joch", version=__version__, description=DESCRIPTION, redoc_url=None)
+    # FastAPI's native OpenTelemetry is off: Joch makes its own server spans (``telemetry.tracing``),
+    # with its own provider, and FastAPI's would look up three global providers on every request.
+    app = FastAPI(title="Joch", version=__version__, description=DESCRIPTION, redoc_url=None,
+                  telemetry=NATIVE_TELEMETRY_OFF)
     app.router.route_class = errors.StatusRoute
     app.state.store = store
     app.state.options = options
