@@ -72,6 +72,13 @@ class Env:
     def run(self, name: str) -> dict[str, Any]:
         return self.store.get(kinds.AGENT_RUN, "default", name)
 
+    def cancel(self, name: str) -> None:
+        """``spec.cancel: true`` without a resourceVersion (last writer wins, as ``joch cancel``): the
+        controller may write the run's status between this read and the update."""
+        run = self.run(name)
+        meta = {k: v for k, v in run["metadata"].items() if k != "resourceVersion"}
+        self.store.update(kinds.AGENT_RUN, {**run, "metadata": meta, "spec": {**run["spec"], "cancel": True}})
+
     def wait(self, name: str, phases: set[str], timeout: float = 20) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
@@ -225,8 +232,7 @@ def test_a_sleeping_agent_past_its_timeout_fails_and_leaves_no_process(make_env:
 def test_cancel_stops_the_agent_and_ends_cancelled(make_env: Callable[..., Env]) -> None:
     env = make_env()
     name, pid_file = start_sleeper(env)
-    run = env.run(name)
-    env.store.update(kinds.AGENT_RUN, {**run, "spec": {**run["spec"], "cancel": True}})
+    env.cancel(name)
     run = env.wait(name, {"Succeeded", "Failed", "Cancelled"})
     assert run["status"]["phase"] == "Cancelled", run["status"]
     assert not alive(int(pid_file.read_text()))
@@ -294,8 +300,7 @@ def test_a_held_run_says_why_in_its_queued_condition(make_env: Callable[..., Env
         time.sleep(0.05)
     assert status["phase"] == "Queued" and 'Agent "a"' in queued[0]["message"]
     for name in (first, second):
-        run = env.run(name)
-        env.store.update(kinds.AGENT_RUN, {**run, "spec": {**run["spec"], "cancel": True}})
+        env.cancel(name)
     assert env.wait(second, {"Cancelled"})["status"]["reason"] == "Cancelled"
     env.wait(first, {"Cancelled"})
 

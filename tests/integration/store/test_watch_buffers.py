@@ -56,10 +56,13 @@ def test_a_stuck_live_consumer_is_ended_with_410_and_its_buffer_freed(store: Sto
 
 
 def test_the_byte_bound_ends_a_consumer_holding_large_changes(store: Store) -> None:
+    assert isinstance(store, SqlStore)
     stuck = live_watch(store, buffer_bytes=64 * 1024)
     for i in range(10):
         store.create(AGENT, agent(f"big{i}", systemPrompt="x" * 10_000))
-    # Generous timeouts: the follower thread delivers late on a loaded machine (a 5 s wait flaked there).
+    # Read nothing until the feed has dropped it: a consumer reading while a slow follower thread hands
+    # out one commit at a time keeps up, and is rightly never ended (CI saw that on a loaded machine).
+    wait_for(lambda: store.feed.subscribers_count() == 0, timeout=30)
     event = stuck.get(timeout=30)
     while event is not None and event.type != "ERROR":  # what was read before the overflow
         event = stuck.get(timeout=30)
