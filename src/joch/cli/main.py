@@ -417,15 +417,16 @@ def logs_command(
                                                 help="An earlier attempt's log (default: the latest).")] = None,
     tail: Annotated[int, typer.Option("--tail", metavar="N", help="Only the last N lines (then, with -f, what "
                                       "follows); -1: all.")] = -1,
+    limit_bytes: Annotated[int | None, typer.Option("--limit-bytes", min=1, metavar="N", show_default=False,
+                                                    help="Stop after N bytes of log.")] = None,
     namespace: NamespaceOption = None,
     server: ServerOption = None,
 ) -> None:
     """Print a run's log (the agent's stdout and stderr) as it arrives."""
-    from joch.cli import tailing
-
     name = runs.log_target(target)
     with _client(ctx, server) as client:
-        tailing.logs(client, _namespace(ctx, namespace).name, name, tail=tail, follow=follow, attempt=attempt)
+        runs.logs(client, _namespace(ctx, namespace).name, name, follow=follow, attempt=attempt,
+                  tail=tail if tail >= 0 else None, limit_bytes=limit_bytes)
 
 
 @command("cancel")

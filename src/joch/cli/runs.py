@@ -225,10 +225,17 @@ def log_path(namespace: str, name: str) -> str:
     return RUNS.path(namespace=namespace, name=name) + "/log"
 
 
-def logs(client: Client, namespace: str, name: str, *, follow: bool, attempt: int | None) -> None:
+def logs(client: Client, namespace: str, name: str, *, follow: bool, attempt: int | None,
+         tail: int | None = None, limit_bytes: int | None = None) -> None:
+    """Print the log as the server cuts it: ``tail`` and ``limit_bytes`` are its ``tailLines`` and
+    ``limitBytes`` (kubectl's ``--tail`` and ``--limit-bytes``), so only what is printed is sent."""
     params = {"follow": "true" if follow else "false"}
     if attempt is not None:
         params["attempt"] = str(attempt)
+    if tail is not None:
+        params["tailLines"] = str(tail)
+    if limit_bytes is not None:
+        params["limitBytes"] = str(limit_bytes)
     for chunk in client.stream_bytes(log_path(namespace, name), params):
         typer.echo(chunk, nl=False)
 

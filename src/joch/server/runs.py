@@ -3,7 +3,8 @@ compiled manifest of an agent.
 
 Routes (``RUN`` is ``/apis/runtime.joch.dev/v1alpha1/namespaces/{namespace}/agentruns/{name}``)::
 
-    GET  RUN/log?follow=&attempt=            text/plain, streamed; also /v1/namespaces/{ns}/executions/{name}/log
+    GET  RUN/log?follow=&attempt=&tailLines=&limitBytes=
+                                             text/plain, streamed; also /v1/namespaces/{ns}/executions/{name}/log
     GET  RUN/artifacts                       {"kind": "ArtifactList", "items": status.artifacts}
     GET  RUN/artifacts/{artifact}            the bytes (attachment; Digest and X-Content-SHA256 headers)
     POST /v1/namespaces/{ns}/approvals/{name}/decide   {"decision": "approve"|"deny", "reason"}
@@ -32,6 +33,10 @@ Decisions:
 * **A follower takes a watch slot** (``joch.server.limits``) for as long as it stays, waiting
   included: past ``--max-watches`` open watches and followed logs, ``follow=true`` is a 429 with
   ``Retry-After``, as a watch is. Reading a log without ``follow`` takes none.
+* ``tailLines=N`` and ``limitBytes=N`` cut the log as Kubernetes' PodLogOptions do
+  (``joch.runtime.logtail``): the last N lines (read to the current end here, so the client is sent
+  only those; with ``follow``, what the agent writes afterwards follows them, from the exact byte
+  where the tail ended), and at most N bytes in all (the stream ends there, a follower included).
 * ``attempt=N`` reads an earlier attempt's log. The contract has no call for "the reference of
   attempt N", so it is derived from the latest one when that says which attempt it is: an
   ``attempt`` field, or an ``id`` of the form ``<run uid>/<attempt>`` (the local runtime's, whose
@@ -83,6 +88,7 @@ import logging
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
@@ -107,6 +113,7 @@ from joch.compiler import manifest as compiler
 from joch.compiler import render as rendering
 from joch.controllers import approvals
 from joch.controllers.invocations import git_source
+from joch.runtime import logtail
 from joch.runtime.base import RunId, Runtime, Workspace, is_own_ref
 from joch.runtime.workspace import WorkspaceError, subpath
 from joch.server import limits, resources, wire
@@ -131,6 +138,18 @@ TAGS: list[str | Enum] = ["runs"]
 
 Follow = Annotated[bool, Query(alias="follow", description="stream until the run ends; wait for it to start")]
 Attempt = Annotated[int | None, Query(alias="attempt", ge=1, description="an earlier attempt (default: the latest)")]
+TailLines = Annotated[int | None, Query(alias="tailLines", ge=0, description=(
+    "only the last N lines of the log (then, with follow, what follows); as Kubernetes' PodLogOptions"))]
+LimitBytes = Annotated[int | None, Query(alias="limitBytes", ge=1, description=(
+    "end the log after N bytes; as Kubernetes' PodLogOptions"))]
+
+
+@dataclass(frozen=True)
+class LogCut:
+    """``tailLines`` and ``limitBytes`` of a log request (None: not given)."""
+
+    tail_lines: int | None = None
+    limit_bytes: int | None = None
 
 
 def phase_of(run: Obj) -> str:
@@ -179,23 +198,24 @@ class RunRoutes:
 
     # --- logs ---------------------------------------------------------------------------------------
 
-    async def log(self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None) -> Response:
+    async def log(self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None,
+                  cut: LogCut = LogCut()) -> Response:
         if not follow:
-            return StreamingResponse(_in_own_thread(await self._log_chunks(request, namespace, name, False, attempt)),
-                                     media_type=TEXT)
+            chunks = await self._log_chunks(request, namespace, name, False, attempt, cut)
+            return StreamingResponse(_in_own_thread(chunks), media_type=TEXT)
         # A follower holds a socket, a reader thread and (while it waits for the start) a store
         # watch for as long as the run lasts: it takes one of the watch slots (429 past the cap).
         slots: limits.WatchSlots = self.state.watch_slots
         release = slots.acquire()
         try:
-            chunks = await self._log_chunks(request, namespace, name, True, attempt)
+            chunks = await self._log_chunks(request, namespace, name, True, attempt, cut)
         except BaseException:
             release()
             raise
         return watching.streaming(_in_own_thread(chunks), release, media_type=TEXT)
 
     async def _log_chunks(
-        self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None
+        self, request: Request, namespace: str, name: str, follow: bool, attempt: int | None, cut: LogCut
     ) -> Iterator[bytes]:
         run = await run_in_threadpool(self.store.get, kinds.AGENT_RUN, namespace, name)
         ref = runtime_ref(run)
@@ -214,7 +234,11 @@ class RunRoutes:
         try:
             target = _attempt_ref(run, ref, attempt)
             await run_in_threadpool(runtime.status, target)  # a reference it cannot read fails here, as a 400
-            return await run_in_threadpool(runtime.logs, target, follow=follow)
+            if cut.tail_lines is None:
+                chunks = await run_in_threadpool(runtime.logs, target, follow=follow)
+            else:
+                chunks = _tailed(runtime, target, cut.tail_lines, follow=follow)
+            return chunks if cut.limit_bytes is None else logtail.limited(chunks, cut.limit_bytes)
         except ValueError as exc:  # a status.runtimeRef this runtime cannot read (written by hand?)
             raise errors.BadRequest(f'run "{name}": {exc}', kind=kinds.AGENT_RUN.plural, name=name) from None
 
@@ -600,6 +624,15 @@ def _next(chunks: Iterator[bytes]) -> bytes | None:
     return next(chunks, None)
 
 
+def _tailed(runtime: Runtime, ref: dict[str, Any], count: int, *, follow: bool) -> Iterator[bytes]:
+    """The last ``count`` lines of the log as it is now, then (``follow``) everything written after them."""
+    lines, size = logtail.last_lines(runtime.logs(ref, follow=False), count)
+    if lines:
+        yield b"".join(lines)
+    if follow:
+        yield from runtime.logs(ref, follow=True, offset=size)
+
+
 async def _in_own_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
     """``chunks`` read in a thread outside the shared pool (see the module docstring)."""
     limiter = anyio.CapacityLimiter(1)
@@ -621,8 +654,9 @@ def install(app: FastAPI, store: Store, options: ServerOptions, schemas: KindSch
     scope = resources.namespace_scope
 
     async def log(request: Request, name: str, follow: Follow = False, attempt: Attempt = None,
+                  tail_lines: TailLines = None, limit_bytes: LimitBytes = None,
                   namespace: str | None = Depends(scope)) -> Response:
-        return await h.log(request, namespace or "", name, follow, attempt)
+        return await h.log(request, namespace or "", name, follow, attempt, LogCut(tail_lines, limit_bytes))
 
     def artifacts(name: str, namespace: str | None = Depends(scope)) -> Response:
         return h.artifacts(namespace or "", name)

@@ -11,7 +11,7 @@ from typing import Any
 from e2e.console.conftest import ARTIFACTS, Console, sign_in, token_of
 
 RUNS = "/apis/runtime.joch.dev/v1alpha1/namespaces/default/agentruns"
-LOG_LIMIT = 2_000_000  # pages/run.js
+LOG_LINES = 10_000  # pages/run.js: the lines of a log the page asks for (tailLines)
 MAX_LINES = 5000  # lib/diff.js
 # An agent that writes a 3 MB log and a 6,000-line file (the patch): no braces, which are the template's.
 FLOOD = ("import pathlib, sys\n"
@@ -88,9 +88,11 @@ def test_a_log_larger_than_a_page_shows_its_end_says_so_and_downloads_whole(cons
     flood_run(console, "flood")
     sign_in(page, console, "viewer")
     page.goto(f"{console.base}/console/#/runs/default/flood")
-    page.locator("#log-state", has_text=f"Showing the last {LOG_LIMIT:,} characters").wait_for()
+    page.locator("#log-state", has_text=f"Showing the last {LOG_LINES:,} lines").wait_for()
     log = page.locator("#log").text_content() or ""
-    assert len(log) == LOG_LIMIT and log.endswith("the last line\n")
+    # the server sent only the last LOG_LINES lines (tailLines), about a third of the log
+    assert log.count("\n") == LOG_LINES and log.endswith("x\nthe last line\n")
+    assert len(log) == (LOG_LINES - 1) * 100 + len("the last line\n")
     with page.expect_download() as download:
         page.locator("#download-log").click()
     assert download.value.suggested_filename == "flood.log"

@@ -285,6 +285,10 @@ def test_logs_tail_and_runs_selected_by_phase(joch: Joch, repo: Path) -> None:
     assert joch.ok("logs", "run/r1", "--tail", "0").out == ""
     assert joch.ok("logs", "r1", "--tail", "2", "-f").out == "line4\nline5\n"
     assert joch.ok("logs", "r1").out.count("line") == 5
+    assert joch.ok("logs", "r1", "--limit-bytes", "8").out == "line1\nli"
+    assert joch.ok("logs", "r1", "--tail", "1", "--limit-bytes", "4").out == "line"
+    bad = joch("logs", "r1", "--limit-bytes", "0")
+    assert bad.code == 2 and "--limit-bytes" in bad.err
     selected = joch.ok("get", "runs", "--field-selector", "status.phase=Succeeded,spec.agentRef.name=liner",
                        "-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase").out
     assert lines(selected) == [["NAME", "PHASE"], ["r1", "Succeeded"]]

@@ -159,6 +159,39 @@ def test_follow_streams_bytes_as_the_agent_writes_them(server: RunServer, tmp_pa
     assert server.runtime.status(ref).finished
 
 
+def test_tail_lines_and_limit_bytes_cut_the_log_as_kubernetes_does(server: RunServer) -> None:
+    server.executed("many", "for i in range(1, 1001): print(f'line{i}')")
+    assert server.log("many", tailLines="2").text == "line999\nline1000\n"
+    assert server.log("many", tailLines="0").text == ""
+    assert server.log("many", tailLines="5000").text.count("\n") == 1000
+    assert server.log("many", limitBytes="12").text == "line1\nline2\n"
+    assert server.log("many", tailLines="2", limitBytes="4").text == "line"
+    assert server.log("many", tailLines="1", follow="true").text == "line1000\n"
+    for bad in ({"tailLines": "-1"}, {"limitBytes": "0"}, {"tailLines": "x"}):
+        r = server.log("many", **bad)
+        assert r.status_code in (400, 422) and r.json()["kind"] == "Status", (bad, r.text)
+        assert next(iter(bad)) in r.text
+
+
+def test_a_followed_tail_goes_on_from_the_byte_where_it_ended(server: RunServer, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    code = ("import os, time\nfor i in range(1, 6): print(f'early{i}', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\nprint('late', flush=True)\n")
+    ref = server.running("tailed", code)
+    deadline = time.monotonic() + 20
+    while server.log("tailed").text.count("\n") < 5:
+        assert time.monotonic() < deadline, "the agent did not print its first lines"
+        time.sleep(0.05)
+    with server.http.stream("GET", server.path("agentruns", "tailed", sub="log"),
+                            params={"follow": "true", "tailLines": "2"}, timeout=httpx.Timeout(10.0, read=20.0)) as r:
+        assert r.status_code == 200
+        chunks = r.iter_bytes()
+        assert next(chunks) == b"early4\nearly5\n"
+        assert server.runtime.status(ref).phase == "Running"
+        gate.touch()
+        assert b"".join(chunks) == b"late\n"
+
+
 def test_follow_waits_for_the_run_to_start(server: RunServer) -> None:
     run = server.run("later", phase="Queued")
     thread, out = in_background(lambda: server.http.get(server.path("agentruns", "later", sub="log"),

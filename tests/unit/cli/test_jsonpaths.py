@@ -3,13 +3,15 @@ keeping: pure functions, no server."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from joch.api import errors
-from joch.cli import jsonpaths, shaping, tailing, waiting
+from joch.cli import jsonpaths, shaping, waiting
+from joch.runtime import logtail
 
 LIST: dict[str, Any] = {
     "kind": "List",
@@ -106,10 +108,22 @@ def test_bad_durations(bad: str) -> None:
 
 def test_last_lines_across_chunks() -> None:
     chunks = [b"one\ntw", b"o\nthr", b"ee\nfour"]
-    assert tailing.last_lines(chunks, 2) == ([b"three\n", b"four"], 18)
-    assert tailing.last_lines(chunks, 0) == ([], 18)
-    assert tailing.last_lines(chunks, 10)[0] == [b"one\n", b"two\n", b"three\n", b"four"]
-    assert list(tailing._skip([b"abc", b"def", b"gh"], 4)) == [b"ef", b"gh"]
+    assert logtail.last_lines(chunks, 2) == ([b"three\n", b"four"], 18)
+    assert logtail.last_lines(chunks, 0) == ([], 18)
+    assert logtail.last_lines(chunks, 10)[0] == [b"one\n", b"two\n", b"three\n", b"four"]
+
+
+def test_limited_ends_at_the_byte_limit_without_reading_further() -> None:
+    read: list[bytes] = []
+
+    def chunks() -> Iterator[bytes]:
+        for chunk in (b"abc", b"", b"def", b"gh", b"never"):
+            read.append(chunk)
+            yield chunk
+
+    assert list(logtail.limited(chunks(), 5)) == [b"abc", b"", b"de"]
+    assert read == [b"abc", b"", b"def"]
+    assert list(logtail.limited([b"abc"], 3)) == [b"abc"]
 
 
 def test_template_files(tmp_path: Path) -> None:
@@ -145,7 +159,7 @@ def test_tail_of_a_long_line_without_newlines_is_linear() -> None:
 
     chunks = [b"x" * 1024] * 8192  # 8 MB, one line: rebuilding it per chunk copies gigabytes
     started = time.monotonic()
-    lines, size = tailing.last_lines([*chunks, b"\nend"], 2)
+    lines, size = logtail.last_lines([*chunks, b"\nend"], 2)
     assert time.monotonic() - started < 2
     assert size == 8 * 1024 * 1024 + 4
     assert lines == [b"x" * (8 * 1024 * 1024) + b"\n", b"end"]

@@ -14,6 +14,7 @@ const FINISHED = new Set(["Succeeded", "Failed", "Cancelled"]);
 const PATCH = "changes.patch";
 const STEPS = ["Pending", "Queued", "Running"];
 const LOG_LIMIT = 2_000_000;  // characters kept on the page; older output is dropped from the top
+const LOG_LINES = 10_000;  // the server sends only the last lines of what is written so far (tailLines)
 
 function phaseOf(run) {
   return (run.status || {}).phase || "Pending";
@@ -241,13 +242,15 @@ export async function render(root, params, ctx) {
     drawDiff();
   }
 
-  // The log: read once when the run is over, followed (?follow=true) while it runs. What arrives is
-  // kept as a string (its last LOG_LIMIT characters) and drawn at most once a frame: an agent may
+  // The log: read once when the run is over, followed (?follow=true) while it runs; either way the
+  // server sends only its last LOG_LINES lines so far (?tailLines=), then what follows. What arrives
+  // is kept as a string (its last LOG_LIMIT characters) and drawn at most once a frame: an agent may
   // write 50 MB, and redrawing the page for each chunk of it would hold the tab for seconds.
   const logAbort = new AbortController();
   closers.push(() => logAbort.abort());
   let logText = "";
   let logCut = false;
+  let logLines = 0;  // newlines in the first LOG_LINES lines received: at LOG_LINES, older ones were left out
   let logFrame = 0;
   closers.push(() => cancelAnimationFrame(logFrame));
   function drawLog() {
@@ -257,19 +260,25 @@ export async function render(root, params, ctx) {
     if (atBottom) log.scrollTop = log.scrollHeight;
   }
   function cutNote() {
-    return logCut ? `Showing the last ${LOG_LIMIT.toLocaleString("en")} characters: Download log for all of it.` : "";
+    if (logCut) return `Showing the last ${LOG_LIMIT.toLocaleString("en")} characters: Download log for all of it.`;
+    if (logLines >= LOG_LINES) return `Showing the last ${LOG_LINES.toLocaleString("en")} lines: Download log for all of it.`;
+    return "";
   }
   async function followLog() {
     const follow = !FINISHED.has(phaseOf(run));
     logState.textContent = follow ? "Following the log…" : "";
     try {
-      const response = await ctx.api.fetchRaw(`${runPath}/log`, follow ? { follow: "true" } : {}, logAbort.signal);
+      const response = await ctx.api.fetchRaw(`${runPath}/log`,
+                                             { tailLines: String(LOG_LINES), ...(follow ? { follow: "true" } : {}) },
+                                             logAbort.signal);
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        logText += decoder.decode(value, { stream: true });
+        const text = decoder.decode(value, { stream: true });
+        if (logLines < LOG_LINES) logLines += text.split("\n").length - 1;
+        logText += text;
         if (logText.length > LOG_LIMIT) {
           logText = logText.slice(-LOG_LIMIT);
           if (!logCut) {
