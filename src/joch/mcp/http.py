@@ -48,6 +48,9 @@ log's source IP): set by the endpoint, it reaches them through the tasks the SDK
 PATH = "/mcp"
 IN_PROCESS = "http://127.0.0.1"
 TIMEOUT_SECONDS = 60.0
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""The largest MCP message taken, the SDK's own limit (``DEFAULT_MAX_REQUEST_BODY_SIZE``), checked here
+first so that a larger one is a ``Status`` 413 like every other route's, not the SDK's plain text."""
 
 
 def bearer(headers: Mapping[str, str] | None) -> str | None:
@@ -204,11 +207,52 @@ class _Endpoint:
                 scope, receive, send)
             return
         if self.app is not None:
-            await _until_disconnected(self.app, scope, receive, send)
+            try:
+                body = await _read_body(scope, receive)
+            except errors.RequestEntityTooLarge as exc:
+                await JSONResponse(exc.to_status(), status_code=exc.code, headers={"Connection": "close"})(
+                    scope, receive, send)
+                return
+            await _until_disconnected(self.app, scope, _replaying(body, receive), send)
             return
         error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its lifespan "
                                           "(uvicorn --lifespan off), which runs the MCP sessions")
         await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)
+
+
+async def _read_body(scope: Scope, receive: Receive) -> bytes:
+    """The request's body, at most ``MAX_BODY_BYTES`` (a larger declared or sent one: 413)."""
+    too_large = errors.RequestEntityTooLarge(
+        f"the MCP message is larger than the limit of {MAX_BODY_BYTES} bytes: send a smaller one (a manifest "
+        "this large belongs in a file applied with joch apply -f)")
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length" and value.isdigit() and int(value) > MAX_BODY_BYTES:
+            raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise errors.BadRequest("the client went away before sending the whole message")
+        chunk = message.get("body") or b""
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with the body already read handed out first, as one message."""
+    unread = [body]
+
+    async def replay() -> Message:
+        if unread:
+            return {"type": "http.request", "body": unread.pop(), "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _until_disconnected(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:

@@ -307,6 +307,25 @@ def test_mcp_takes_post_only_so_a_get_holds_no_idle_stream_open(server: Server) 
         assert r.json()["reason"] == "MethodNotAllowed" and "POST only" in r.json()["message"], r.text
 
 
+def test_a_message_over_the_size_limit_is_a_413_status_and_a_smaller_one_is_served(server: Server) -> None:
+    auth = {"Authorization": f"Bearer {token_of('admin')}", "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json"}
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t" * 1000, "version": "1"}}}
+    ok = httpx.post(f"{server.base}/mcp", headers=auth, json=hello, timeout=10)
+    assert ok.status_code == 200 and ok.json()["result"]["serverInfo"], ok.text
+    big = json.dumps({**hello, "params": {**hello["params"], "padding": "x" * (4 * 1024 * 1024)}}).encode()
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the limit is found while reading
+        for i in range(0, len(big), 65536):
+            yield big[i:i + 65536]
+
+    for content in (big, chunked()):
+        r = httpx.post(f"{server.base}/mcp", headers=auth, content=content, timeout=10)
+        assert r.status_code == 413 and r.json()["kind"] == "Status", r.text
+        assert r.json()["reason"] == "RequestEntityTooLarge" and "4194304 bytes" in r.json()["message"], r.text
+
+
 def test_joch_mcp_ends_at_once_on_ctrl_c_and_on_eof(server: Server) -> None:
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
