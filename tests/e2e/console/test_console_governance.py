@@ -156,3 +156,46 @@ def test_a_policy_denial_is_shown_at_the_offending_line_of_the_apply_page(consol
     page.locator("text=agentprovider.joch.dev/shell created").wait_for()
     with console.api() as client:
         assert client.get("/apis/joch.dev/v1alpha1/namespaces/default/agentproviders/shell").status_code == 200
+
+
+def test_the_inbox_lists_every_waiting_approval_and_pages_the_decided_ones(console: Console, page: Any) -> None:
+    # One Approval per run and action: 27 runs the gate holds, and five Approvals of other actions on each.
+    assert console.apply(GATE).status_code == 200
+    runs = [{"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun",
+             "metadata": {"name": f"gated-paged-{i:02d}"},
+             "spec": {"agentRef": {"name": "demo"}, "implementationRef": {"name": "hello-readme"},
+                      "execution": {"coordinates": {"git": {"url": str(console.repo)}}}}} for i in range(27)]
+    actions = ("tool-use", "secret-access", "write-back", "release", "escalation")
+    approvals = [{"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "Approval",
+                  "metadata": {"name": f"{run['metadata']['name']}-{action}"},
+                  "spec": {"runRef": {"name": run["metadata"]["name"]}, "action": action}} for run in runs
+                 for action in actions]
+    applied = console.apply(*runs, *approvals)
+    assert applied.status_code == 200, applied.text[:2000]
+    decided, waiting = approvals[:130], approvals[130:]
+    with console.api() as client:
+        for doc in decided:
+            path = f"{APPROVALS}/{doc['metadata']['name']}"
+            current = client.get(path).json()
+            status = {"phase": "Denied", "decidedBy": "someone", "reason": "decided long ago"}
+            r = client.put(f"{path}/status", json={**current, "status": status})
+            assert r.status_code == 200, r.text
+    sign_in(page, console, "approver")
+    page.goto(f"{console.base}/console/#/approvals")
+    # Every waiting one is listed (their names sort after most decided ones), with its buttons.
+    def row(doc: dict[str, Any]) -> Any:
+        return page.locator("tr").filter(has_text=doc["spec"]["runRef"]["name"]).filter(has_text=doc["spec"]["action"])
+
+    for doc in waiting:
+        row(doc).get_by_role("button", name="Approve").wait_for()
+    more = page.locator("#more-approvals")
+    more.wait_for()
+    shown = page.locator("tr", has_text="decided long ago").count()
+    assert 90 <= shown < 130, shown  # the first page of 100 decided ones (earlier tests' among them)
+    more.click()
+    eventually(lambda: page.locator("tr", has_text="decided long ago").count() == 130, "the next page of decisions")
+    assert page.locator("#more-approvals").count() == 0
+    page.locator("#show-decided").uncheck()
+    eventually(lambda: page.locator("tr", has_text="decided long ago").count() == 0, "only the waiting ones")
+    for doc in waiting:
+        assert row(doc).count() == 1

@@ -2,14 +2,23 @@
 // decided and expired ones, newest first. Approve and Deny (with a reason) go to the decide route, as
 // `joch approve` does; the buttons are shown only to a user the server lets decide in that namespace
 // (update on approvals/decide), and the server refuses anyone else anyway.
+//
+// The server selects (fieldSelector on status.phase) and pages: every approval still waiting is listed
+// (they are few, and each needs a decision), the decided ones a page of DECIDED_PAGE at a time, with
+// "More" for the next page, so a namespace with years of decisions opens as fast as a new one.
 import { age, badge, confirmDialog, empty, errorBox, h, toast } from "../lib/ui.js";
 import { RUNTIME, V, grid, heading, listScoped, meta, note, runLink, useStyles, watching } from "./shared.js";
 
 const ORDER = { Pending: 0 };
+const DECIDED = ["Approved", "Denied", "Expired"];
+const WAITING = DECIDED.map((phase) => `status.phase!=${phase}`).join(",");  // also one with no phase yet
+const DECIDED_PAGE = 100;
+const WAITING_PAGE = 500;
 
 export async function render(root, params, ctx) {
   useStyles();
   let showAll = true;
+  let decidedShown = DECIDED_PAGE;  // how many decided approvals "More" has asked for so far
   const body = h("div", { class: "gov-body" });
   const toggle = h("label", { class: "gov-toggle" },
     h("input", { type: "checkbox", checked: true, id: "show-decided",
@@ -52,10 +61,32 @@ export async function render(root, params, ctx) {
         "Deny"));
   }
 
+  // Every waiting approval, page by page; then, when shown, the first `decidedShown` decided ones.
+  async function load() {
+    const waiting = await listScoped(ctx, RUNTIME, "approvals", { fieldSelector: WAITING, limit: String(WAITING_PAGE) });
+    let token = waiting.continueToken;
+    while (token) {
+      const page = await ctx.api.list(RUNTIME, V, "approvals", { namespace: waiting.namespace || undefined,
+        fieldSelector: WAITING, limit: String(WAITING_PAGE), continueToken: token });
+      waiting.items.push(...(page.items || []));
+      token = (page.metadata && page.metadata.continue) || null;
+    }
+    let decided = [];
+    let more = false;
+    if (showAll) {
+      const found = await listScoped(ctx, RUNTIME, "approvals", { fieldSelector: "status.phase!=Pending",
+                                                                  limit: String(decidedShown) });
+      const waitingUids = new Set(waiting.items.map((a) => meta(a, "uid")));
+      decided = found.items.filter((a) => !waitingUids.has(meta(a, "uid")));
+      more = Boolean(found.continueToken);
+    }
+    return { items: [...waiting.items, ...decided], note: waiting.note, more };
+  }
+
   async function draw() {
     let found;
     try {
-      found = await listScoped(ctx, RUNTIME, "approvals");
+      found = await load();
     } catch (err) {
       body.replaceChildren(errorBox(err));
       return;
@@ -80,7 +111,13 @@ export async function render(root, params, ctx) {
       { label: "Namespace", value: (a) => meta(a, "namespace"), class: "wide" },
       { label: "Age", value: (a) => age(meta(a, "creationTimestamp")), sort: (a) => meta(a, "creationTimestamp") },
     ];
-    body.replaceChildren(...[note(found.note), grid(columns, rows, { key: (a) => meta(a, "uid") })].filter(Boolean));
+    const more = found.more
+      ? h("p", { class: "more" }, `${rows.length} approvals`,
+          h("button", { type: "button", class: "button", id: "more-approvals",
+                        onclick: () => { decidedShown += DECIDED_PAGE; draw(); } }, "More"))
+      : "";
+    body.replaceChildren(...[note(found.note), grid(columns, rows, { key: (a) => meta(a, "uid") }), more]
+      .filter(Boolean));
   }
 
   await draw();

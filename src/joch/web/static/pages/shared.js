@@ -26,13 +26,17 @@ export async function listScoped(ctx, group, plural, options = {}) {
   const namespace = ctx.namespace || undefined;
   try {
     const list = await ctx.api.list(group, V, plural, { ...options, namespace });
-    return { items: list.items || [], namespace: ctx.namespace || "", note: null };
+    return { items: list.items || [], namespace: ctx.namespace || "", note: null, continueToken: continued(list) };
   } catch (err) {
     if (namespace || err.status !== 403) throw err;
     const list = await ctx.api.list(group, V, plural, { ...options, namespace: "default" });
-    return { items: list.items || [], namespace: "default",
+    return { items: list.items || [], namespace: "default", continueToken: continued(list),
              note: "You may not list every namespace: showing the default namespace." };
   }
+}
+
+function continued(list) {
+  return (list.metadata && list.metadata.continue) || null;
 }
 
 export function condition(obj, type) {
