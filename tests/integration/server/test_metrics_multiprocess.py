@@ -40,7 +40,7 @@ def server(tmp_path: Path, name: str, multiproc: Path, *args: str) -> Iterator[t
                             text=True, env=env, cwd=tmp_path)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(base, proc)
+        wait_ready(base, proc, seconds=60)  # two servers starting at once on a busy machine
         yield base, proc
     finally:
         stop_server(proc)
