@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI
-from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -39,9 +38,10 @@ UNMATCHED = "unmatched"  # the route label of a request no route matches (a 404)
 
 async def scrape(request: Request) -> Response:
     """The exposition (OpenMetrics when the scraper's Accept asks for it, else Prometheus' text
-    format), rendered in a worker thread: collectors read the store and the caches."""
+    format), rendered in a worker thread: collectors read the store and the caches (with several
+    worker processes, also every worker's files: ``metrics.registry``)."""
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
-    body = await run_in_threadpool(encode, REGISTRY)
+    body = await run_in_threadpool(encode, metrics.registry())
     return Response(body, headers={"Content-Type": content_type})
 
 

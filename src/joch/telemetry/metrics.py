@@ -20,19 +20,40 @@ Recording is cheap enough for the hot paths: a labelled child is looked up once 
 caller (``HTTP`` keeps one pair per method, route and code). What is costly to keep current (runs
 per phase, queue depths, the store's revision) is read at scrape time from a ``Callback``
 registered by whoever owns the data.
+
+Several processes (``joch server --workers N``): when the environment names a directory in
+``PROMETHEUS_MULTIPROC_DIR`` (the supervisor makes a fresh one for its workers; prometheus-client
+reads it at import), every process writes its counters, histograms and gauges to files there, and
+a scrape of any one of them (``registry()``) is the sum over all of them, merged by
+prometheus-client's ``MultiProcessCollector``: counters and histograms are summed over every process
+that ever ran (a worker's counts outlive it), gauges over the live ones (``livesum``, or ``livemax``
+for a reading every owner would give alike), a process that exited being marked by whoever noticed
+(``process_exited``, the supervisor) or by itself at a clean exit. A ``Callback`` reading something
+every process sees alike (the store's revision) is read by the scraping process alone, so it
+appears once; one reading what only its owner holds (the run controller's cache, a work queue) is
+copied by the owner to a shared gauge before each of its scrapes and every ``PUBLISH_INTERVAL``
+seconds, so another worker's scrape sees it at most that old. The processes' own ``process_*`` and
+``python_*`` families are not exposed then: they would be one worker's, whichever answered.
+Without the variable nothing of this happens.
 """
 
 from __future__ import annotations
 
+import atexit
+import glob
 import logging
 import math
+import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import get_args
+from typing import Literal, get_args
 
-from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess, start_http_server
+from prometheus_client import values as prometheus_values
 from prometheus_client.core import REGISTRY, CollectorRegistry, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from joch.api.kinds import RunPhase
@@ -40,6 +61,15 @@ from joch.telemetry import tracing
 
 log = logging.getLogger("joch.telemetry")
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``_created`` series: they double a scrape and no dashboard reads them
+# (the multiprocess files never hold them, so a merged scrape has none either way)
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# The files' directory when prometheus-client chose its multiprocess values at import, else None.
+MULTIPROCESS_DIR: str | None = (os.environ.get(MULTIPROCESS_ENV) or os.environ.get(MULTIPROCESS_ENV.lower())
+                                if getattr(prometheus_values.ValueClass, "_multiprocess", False) else None)
+PUBLISH_INTERVAL = 1.0  # seconds between an owner's copies of its readings to the shared files
+if MULTIPROCESS_DIR is not None:
+    os.makedirs(MULTIPROCESS_DIR, exist_ok=True)  # the first family below writes its file there
 
 PHASES = frozenset(get_args(RunPhase))
 OTHER = "Other"
@@ -90,7 +120,8 @@ STORE_WRITE = Histogram(
     "joch_store_write_duration_seconds", "Seconds a store write transaction took, from taking the write lock "
     "to the commit, by backend.", ("backend",), buckets=_LATENCY)
 OPEN_WATCHES = Gauge(
-    "joch_open_watches", "Watch streams open on this server, by kind (all: a watch of every kind).", ("kind",))
+    "joch_open_watches", "Watch streams open on this server, by kind (all: a watch of every kind).", ("kind",),
+    multiprocess_mode="livesum")
 HTTP_REQUESTS = Counter(
     "joch_http_requests_total", "HTTP requests answered, by method, route template and status code.",
     ("method", "route", "code"))
@@ -131,6 +162,7 @@ def reason_label(reason: object) -> str:
 # --- read at scrape time ---------------------------------------------------------------------------
 
 Sample = Mapping[tuple[str, ...], float]
+Shared = Literal["livesum", "livemax"]
 
 
 class Callback(Collector):
@@ -138,28 +170,66 @@ class Callback(Collector):
 
     ``track(owner, read)`` registers ``read`` (answering ``{label values: value}``) under ``owner``,
     replacing what that owner registered before; ``untrack(owner)`` drops it. A ``read`` that raises
-    (a store closed under a scrape) contributes nothing rather than failing the scrape."""
+    (a store closed under a scrape) contributes nothing rather than failing the scrape.
+
+    ``shared`` is for several processes (``MULTIPROCESS_DIR``): None when any process reads the same
+    (the scrape reads it itself, once); else how the owners' readings combine (``livesum``: each
+    holds its own part; ``livemax``: each would read the same), the owners copying them to a gauge
+    in the shared files (``publish``)."""
 
     def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = (), *,
-                 registry: CollectorRegistry = REGISTRY) -> None:
-        self.name, self.documentation, self.labels = name, documentation, labels
+                 registry: CollectorRegistry = REGISTRY, shared: Shared | None = None) -> None:
+        self.name, self.documentation, self.labels, self.shared = name, documentation, labels, shared
         self._reads: dict[object, Callable[[], Sample]] = {}
         self._lock = threading.Lock()
+        self._gauge: Gauge | None = None
+        self._published: set[tuple[str, ...]] = set()
+        self._publish_lock = threading.Lock()
+        if shared is not None and MULTIPROCESS_DIR is not None:
+            self._gauge = Gauge(name, documentation, labels, registry=None, multiprocess_mode=shared)
+            _shared.append(self)
         registry.register(self)
 
     def track(self, owner: object, read: Callable[[], Sample]) -> None:
         with self._lock:
             self._reads[owner] = read
+        if self._gauge is not None:
+            self.publish()
+            _start_publishing()
 
     def untrack(self, owner: object) -> None:
         with self._lock:
             self._reads.pop(owner, None)
+        self.publish()
 
     def describe(self) -> Iterable[Metric]:
         return [GaugeMetricFamily(self.name, self.documentation, labels=self.labels)]
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
+        for labels, value in sorted(self._totals().items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+    def publish(self) -> None:
+        """Copy this process's readings to the shared files (nothing unless ``shared`` in
+        multiprocess mode). A label set no owner answers any more is set to 0: a series cannot leave
+        the files, but the process's gauges do when it exits."""
+        if self._gauge is None:
+            return
+        with self._publish_lock:
+            totals = self._totals()
+            for labels in sorted(self._published - totals.keys()):
+                self._child(labels).set(0.0)
+            for labels, value in totals.items():
+                self._child(labels).set(value)
+            self._published |= totals.keys()
+
+    def _child(self, labels: tuple[str, ...]) -> Gauge:
+        assert self._gauge is not None
+        return self._gauge.labels(*labels) if labels else self._gauge
+
+    def _totals(self) -> dict[tuple[str, ...], float]:
         totals: dict[tuple[str, ...], float] = {}
         with self._lock:
             reads = list(self._reads.values())
@@ -171,15 +241,38 @@ class Callback(Collector):
                 continue
             for labels, value in sample.items():
                 totals[labels] = totals.get(labels, 0.0) + value
-        for labels, value in sorted(totals.items()):
-            if not math.isnan(value):
-                family.add_metric(list(labels), value)
-        yield family
+        return {labels: value for labels, value in totals.items() if not math.isnan(value)}
 
 
-RUNS = Callback("joch_runs", "AgentRuns by phase, as the run controller's cache holds them now.", ("phase",))
+_shared: list[Callback] = []  # the Callbacks copying their readings to the shared files
+_publishing: threading.Thread | None = None
+_publishing_lock = threading.Lock()
+
+
+def _start_publishing() -> None:
+    """The daemon thread copying the shared Callbacks' readings every ``PUBLISH_INTERVAL`` (once per
+    process, when something is first tracked), for the scrapes other processes answer."""
+    global _publishing
+    with _publishing_lock:
+        if _publishing is None:
+            _publishing = threading.Thread(target=_publish_forever, name="joch-metrics-publish", daemon=True)
+            _publishing.start()
+
+
+def _publish_forever() -> None:
+    while True:
+        time.sleep(PUBLISH_INTERVAL)
+        for callback in list(_shared):
+            try:
+                callback.publish()
+            except Exception:  # the files closed under it at exit: nothing left to tell
+                log.debug("%s: publishing failed", callback.name, exc_info=True)
+
+
+RUNS = Callback("joch_runs", "AgentRuns by phase, as the run controller's cache holds them now.", ("phase",),
+                shared="livemax")
 WORKQUEUE_DEPTH = Callback("joch_workqueue_depth", "Keys ready in a controller's work queue, not yet taken.",
-                           ("name",))
+                           ("name",), shared="livesum")
 STORE_REVISION = Callback("joch_store_revision", "The store's current revision (resourceVersion).")
 
 
@@ -219,7 +312,64 @@ class HTTP:
         duration.observe(seconds)
 
 
+# --- several processes ------------------------------------------------------------------------------
+
+
+class _Merged(Collector):
+    """Every process's families from the files in ``directory``, merged (after this process copied
+    its shared readings there), and the families no process has a sample of yet, empty, as one
+    process's registry shows them."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterator[Metric]:
+        for callback in list(_shared):
+            callback.publish()
+        files = glob.glob(os.path.join(self.directory, "*.db"))
+        seen: set[str] = set()
+        for family in multiprocess.MultiProcessCollector.merge(files, accumulate=True):  # type: ignore[no-untyped-call]
+            seen.add(family.name)
+            yield family
+        empty = [f for m in _FAMILIES for f in m.describe()] + [f for c in _shared for f in c.describe()]
+        yield from (family for family in empty if family.name not in seen)
+
+
+_FAMILIES = [m for m in list(globals().values()) if isinstance(m, MetricWrapperBase)]
+_registry: CollectorRegistry | None = None
+_registry_lock = threading.Lock()
+
+
+def registry() -> CollectorRegistry:
+    """What a scrape exposes: prometheus-client's default registry, or with ``MULTIPROCESS_DIR`` a
+    registry of the merge of every process's files and the Callbacks read by the scraping process."""
+    global _registry
+    if MULTIPROCESS_DIR is None:
+        return REGISTRY
+    with _registry_lock:
+        if _registry is None:
+            merged = CollectorRegistry(auto_describe=False)
+            merged.register(_Merged(MULTIPROCESS_DIR))
+            merged.register(STORE_REVISION)
+            _registry = merged
+        return _registry
+
+
+def process_exited(pid: int, directory: str | None = None) -> None:
+    """Forget the live gauges of the process ``pid``, which exited (``joch server --workers``'
+    supervisor calls it for each worker it sees exit): its open watches and shared readings stop
+    counting; its counters and histograms stay in the sums. Nothing without multiprocess files
+    (``directory``, by default ``PROMETHEUS_MULTIPROC_DIR`` as the environment says now)."""
+    path = directory or os.environ.get(MULTIPROCESS_ENV)
+    if path:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+
+
+if MULTIPROCESS_DIR is not None:
+    atexit.register(process_exited, os.getpid(), MULTIPROCESS_DIR)  # a clean exit marks itself
+
+
 def serve(host: str, port: int) -> None:
     """Serve every family at ``http://host:port/metrics`` from a daemon thread, without
     authentication (``joch controller --metrics-port``: it has no API server to mount them on)."""
-    start_http_server(port, addr=host)
+    start_http_server(port, addr=host, registry=registry())

@@ -3,6 +3,11 @@ time, the HTTP children kept per (method, route, code), and the run controller's
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,3 +105,55 @@ def test_a_phase_change_counts_once_with_its_latency_and_duration() -> None:
                                       finishedAt="2026-01-01T00:01:10Z"), created + 70)
     assert sample("joch_run_duration_seconds_count", phase="Failed") == durations + 1
     assert sample("joch_run_duration_seconds_sum", phase="Failed") == pytest.approx(total + 60)
+
+
+MULTIPROCESS_PROBE = """
+import json, os, sys
+from prometheus_client import generate_latest
+from joch.telemetry import metrics
+
+depth = metrics.WORKQUEUE_DEPTH
+owner = object()
+depth.track(owner, lambda: {("runs",): 3.0, ("agents",): 1.0})
+metrics.STORE_REVISION.track(owner, lambda: {(): 42.0})
+metrics.OPEN_WATCHES.labels("Agent").inc()
+metrics.HTTP().observe("GET", "/probe", 200, 0.01)
+registry = metrics.registry()
+def value(metric, **labels):
+    return registry.get_sample_value(metric, labels)
+out = {"depth": value("joch_workqueue_depth", name="runs"), "revision": value("joch_store_revision"),
+       "watches": value("joch_open_watches", kind="Agent"),
+       "requests": value("joch_http_requests_total", method="GET", route="/probe", code="200"),
+       "default": registry is metrics.REGISTRY,
+       "text": generate_latest(registry).decode()}
+depth.untrack(owner)
+out["untracked"] = value("joch_workqueue_depth", name="runs")
+json.dump(out, sys.stdout)
+"""
+
+
+def probe(directory: str) -> dict[str, Any]:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": directory}
+    done = subprocess.run([sys.executable, "-c", MULTIPROCESS_PROBE], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_with_multiprocess_files_a_scrape_sums_the_processes(tmp_path: Path) -> None:
+    directory = tmp_path / "prometheus"  # made by the import when missing
+    first = probe(str(directory))
+    assert first["default"] is False
+    assert (first["depth"], first["revision"], first["watches"], first["requests"]) == (3, 42, 1, 1)
+    assert first["untracked"] == 0  # an owner gone leaves a 0, not its last reading
+    second = probe(str(directory))
+    # The first process exited cleanly: its live gauges went with it, its counters stay in the sum;
+    # the revision is the scraping process's own reading, never a sum.
+    assert (second["depth"], second["revision"], second["watches"], second["requests"]) == (3, 42, 1, 2)
+    for text in (first["text"], second["text"]):
+        types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+        assert len(types) == len(set(types)), types
+        # A family no process has a sample of is there, empty, as in one process's scrape.
+        assert "# TYPE joch_webhook_deliveries_total counter" in text and "joch_webhook_deliveries_total{" not in text
+        assert "process_cpu_seconds_total" not in text and "_created" not in text
