@@ -6,6 +6,7 @@ controller does not: runs are created and admitted, not executed)."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -341,6 +342,33 @@ def test_a_cron_rule_fires_on_schedule(store: Store, clock: FakeClock, controlle
     time.sleep(0.6)
     assert len(items(store, kinds.AGENT_RUN)) == 1
 
+
+
+def test_a_cron_rule_fires_at_its_time_zones_hour(store: Store, clock: FakeClock, controllers: Manager) -> None:
+    """``0 9 * * *`` in Asia/Kolkata (UTC+05:30, no daylight saving) is 03:30 UTC: not a second
+    earlier, and once."""
+    apply(store, *agent(), rule("morning", schedule={"cron": "0 9 * * *", "timeZone": "Asia/Kolkata"},
+                                run={"agentRef": {"name": "demo"},
+                                     "implementation": {"inline": {"text": "Run at {{ event.scheduledTime }}"}}}))
+    now = dt.datetime.fromtimestamp(clock.time(), dt.UTC)
+    due = now.replace(hour=3, minute=30, second=0, microsecond=0)
+    if due <= now:
+        due += dt.timedelta(days=1)
+    expected = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+    shown = wait_for(lambda: (store.get(TRIGGER_RULE, NS, "morning").get("status") or {}).get("nextScheduleTime"),
+                     "the next schedule time")
+    assert shown == expected
+    clock.advance(due.timestamp() - clock.time() - 1)
+    time.sleep(0.6)
+    assert items(store, kinds.AGENT_RUN) == []
+    [run] = advance_until(clock, 1, lambda: items(store, kinds.AGENT_RUN), "the scheduled run")
+    [execution] = items(store, TRIGGER_EXECUTION)
+    assert execution["spec"]["event"]["scheduledTime"] == expected
+    assert run["spec"]["implementation"]["inline"]["text"] == f"Run at {expected}"
+    time.sleep(0.6)
+    assert len(items(store, kinds.AGENT_RUN)) == 1
+    assert (store.get(TRIGGER_RULE, NS, "morning")["status"]["nextScheduleTime"]
+            == (due + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 # --- apply_issue: manual edits, closed issues ----------------------------------------------------------
 
