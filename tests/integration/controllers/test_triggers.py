@@ -278,6 +278,25 @@ def test_comment_commands_run_only_for_allowed_commenters(
     assert decisions(store) == [("Dispatched", None), ("Rejected", "ActorNotAllowed")]
 
 
+
+def test_a_deleted_issue_delivered_marks_its_spec_stale_deleted(
+    store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
+) -> None:
+    setup_github(store, github)
+    github.create_issue(REPO, "Fix the bug")
+    assert post(server, github.deliver("issues", github.issues_event(REPO, 1, "opened"), SECRET)).status_code == 200
+    processed(store, 1)
+    stale = condition(store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1"), "Stale")
+    assert stale["status"] == "False", stale
+    deleted = github.issues_event(REPO, 1, "deleted")  # GitHub's payload carries the issue as it was
+    github.delete_issue(REPO, 1)
+    assert post(server, github.deliver("issues", deleted, SECRET)).status_code == 200
+    processed(store, 2)
+    spec = store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")
+    stale = condition(spec, "Stale")
+    assert (stale["status"], stale["reason"]) == ("True", "Deleted"), stale
+    assert "acme/web#1 was deleted" in stale["message"]
+
 def test_a_ping_is_recorded_and_causes_nothing(
     store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
 ) -> None:
