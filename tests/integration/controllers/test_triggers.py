@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -588,6 +590,33 @@ def test_concurrency_policy_per_source_item(store: Store, policy: str) -> None:
         assert old["spec"]["cancel"] is (policy == "Replace")
     assert store.get(TRIGGER_RULE, NS, "fix")["status"]["executions"] == (3 if policy == "Forbid" else 2)
 
+
+
+def test_one_event_evaluated_at_once_by_two_replicas_starts_one_run(store_url: str) -> None:
+    """Two stores on one database stand for two replicas; each evaluates the same event from three
+    threads at once: one Dispatched execution and one run, the other five Deduplicated."""
+    replicas = [open_store(store_url), open_store(store_url)]
+    try:
+        apply(replicas[0], *agent(), rule("fix", sourceRef={"name": "web"}, issue={"actions": ["opened"]},
+                                          run={"agentRef": {"name": "demo"},
+                                               "implementation": {"inline": {"text": "Fix {{ event.item }}"}}}))
+        fix = replicas[0].get(TRIGGER_RULE, NS, "fix")
+        start = threading.Barrier(6)
+
+        def evaluate_once(replica: Store) -> str:
+            start.wait(10)
+            decided: str = evaluate(replica, fix, issue_event("opened"), kind="issue", now=time.time())["spec"][
+                "decision"]
+            return decided
+
+        with ThreadPoolExecutor(6) as pool:
+            decided = sorted(pool.map(evaluate_once, replicas * 3))
+        assert decided == ["Deduplicated"] * 5 + ["Dispatched"], decided
+        assert len(items(replicas[1], kinds.AGENT_RUN)) == 1
+        assert sorted(e["spec"]["decision"] for e in items(replicas[1], TRIGGER_EXECUTION)) == decided
+    finally:
+        for replica in replicas:
+            replica.close()
 
 # --- polling (GitHub) ----------------------------------------------------------------------------------
 
