@@ -6,6 +6,7 @@ run ``PolicyDenied``. Uses the harness of ``test_runs``."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,8 @@ from integration.controllers import test_runs
 from integration.controllers.test_runs import Env, agent, provider, script
 from joch.api import kinds
 from joch.api.audit import AuditEntry
+from joch.api.integrations import TRIGGER_RULE
+from joch.controllers.triggers import evaluate
 
 # The run controller harness (a store, a manager and local runners over a git repository).
 make_env = test_runs.make_env
@@ -111,3 +114,66 @@ def test_a_dispatch_warning_is_an_event_and_the_run_goes_on(make_env: Callable[.
     assert env.wait(name, {"Failed", "Succeeded"})["status"]["phase"] == "Succeeded"
     assert any(reason == "PolicyWarning" and "nobody recorded" in message for reason, message in env.events(name))
     assert json.dumps(env.run(name))  # the run itself is untouched by the warning
+
+
+# --- triggered runs (issue 10: "dispatch policies and budgets from governance apply to triggered runs")
+
+
+def trigger_rule(env: Env, name: str, **run: Any) -> dict[str, Any]:
+    """A manual-only TriggerRule whose run is agent ``a`` on the harness's repository."""
+    return {"apiVersion": "joch.dev/v1alpha1", "kind": "TriggerRule", "metadata": {"name": name},
+            "spec": {"run": {"agentRef": {"name": "a"}, "implementation": {"inline": {"text": "do it"}},
+                             **on(env, "HEAD"), **run}}}
+
+
+def fire(env: Env, rule: str) -> dict[str, Any]:
+    """Evaluate ``rule`` as ``joch trigger fire`` does: the TriggerExecution it recorded."""
+    return evaluate(env.store, env.store.get(TRIGGER_RULE, "default", rule), None, kind="manual", now=time.time())
+
+
+def test_triggered_runs_meet_admission_and_dispatch_policies_and_budgets(make_env: Callable[..., Env]) -> None:
+    """A triggered run is created as ``system:joch:trigger:<namespace>:<rule>``; admission Policies,
+    dispatch Policies and Budgets see it as they see any run."""
+    env = make_env()
+    env.apply(provider("p", script("pass")), agent("a", "p"), policy("triggered", [
+        {"name": "no-refused-rule", "expression": 'request.user == "system:joch:trigger:default:refused"',
+         "message": "this rule may not start runs"},
+        {"name": "denied-at-dispatch", "phase": "dispatch",
+         "expression": 'request.user == "system:joch:trigger:default:denied"', "message": "not this one"},
+        {"name": "held-for-a-look", "phase": "dispatch", "action": "requireApproval",
+         "expression": 'request.user == "system:joch:trigger:default:held"', "message": "look first"}]),
+        {"apiVersion": "ops.joch.dev/v1alpha1", "kind": "Budget", "metadata": {"name": "daily"},
+         "spec": {"period": "day", "limitUsd": 1, "onExceed": "deny"}},
+        trigger_rule(env, "fine"), trigger_rule(env, "refused"), trigger_rule(env, "denied"),
+        trigger_rule(env, "held"), trigger_rule(env, "costly", budgetUsd=5))
+
+    fine = fire(env, "fine")
+    assert fine["spec"]["decision"] == "Dispatched", fine
+    run = env.wait(fine["spec"]["runRef"]["name"], {"Succeeded", "Failed", "AwaitingApproval"})
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert run["metadata"]["annotations"][kinds.CREATED_BY] == "system:joch:trigger:default:fine"
+
+    # Admission: the run is refused, the execution says so naming the Policy and its rule.
+    refused = fire(env, "refused")
+    assert (refused["spec"]["decision"], refused["spec"]["reason"]) == ("Rejected", "Invalid"), refused
+    assert "triggered" in refused["spec"]["message"] and "no-refused-rule" in refused["spec"]["message"], refused
+    assert not [r for r in env.store.list(kinds.AGENT_RUN).items
+                if r["metadata"]["annotations"].get(kinds.CREATED_BY) == "system:joch:trigger:default:refused"]
+
+    # Dispatch: denied, and held for an Approval naming the rule.
+    denied = fire(env, "denied")
+    run = env.wait(denied["spec"]["runRef"]["name"], {"Succeeded", "Failed", "AwaitingApproval"})
+    assert (run["status"]["phase"], run["status"]["reason"]) == ("Failed", "PolicyDenied"), run["status"]
+    assert 'rule "denied-at-dispatch": not this one' in run["status"]["message"]
+    held = fire(env, "held")
+    name = held["spec"]["runRef"]["name"]
+    run = env.wait(name, {"Succeeded", "Failed", "AwaitingApproval"})
+    assert run["status"]["phase"] == "AwaitingApproval", run["status"]
+    approval = env.store.get(kinds.APPROVAL, "default", f"{name}-dispatch")
+    assert approval["spec"]["policyRef"]["rule"] == "held-for-a-look"
+
+    # Budget: the rule's budgetUsd (5) does not fit the namespace's $1 a day.
+    costly = fire(env, "costly")
+    run = env.wait(costly["spec"]["runRef"]["name"], {"Succeeded", "Failed", "AwaitingApproval"})
+    assert (run["status"]["phase"], run["status"]["reason"]) == ("Failed", "BudgetExceeded"), run["status"]
+    assert 'Budget "daily"' in run["status"]["message"], run["status"]

@@ -6,8 +6,11 @@ controller does not: runs are created and admitted, not executed)."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +280,25 @@ def test_comment_commands_run_only_for_allowed_commenters(
     assert decisions(store) == [("Dispatched", None), ("Rejected", "ActorNotAllowed")]
 
 
+
+def test_a_deleted_issue_delivered_marks_its_spec_stale_deleted(
+    store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
+) -> None:
+    setup_github(store, github)
+    github.create_issue(REPO, "Fix the bug")
+    assert post(server, github.deliver("issues", github.issues_event(REPO, 1, "opened"), SECRET)).status_code == 200
+    processed(store, 1)
+    stale = condition(store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1"), "Stale")
+    assert stale["status"] == "False", stale
+    deleted = github.issues_event(REPO, 1, "deleted")  # GitHub's payload carries the issue as it was
+    github.delete_issue(REPO, 1)
+    assert post(server, github.deliver("issues", deleted, SECRET)).status_code == 200
+    processed(store, 2)
+    spec = store.get(kinds.IMPLEMENTATION_SPEC, NS, "gh-acme-web-1")
+    stale = condition(spec, "Stale")
+    assert (stale["status"], stale["reason"]) == ("True", "Deleted"), stale
+    assert "acme/web#1 was deleted" in stale["message"]
+
 def test_a_ping_is_recorded_and_causes_nothing(
     store: Store, server: LiveServer, github: FakeGitHub, controllers: Manager,
 ) -> None:
@@ -341,6 +363,33 @@ def test_a_cron_rule_fires_on_schedule(store: Store, clock: FakeClock, controlle
     time.sleep(0.6)
     assert len(items(store, kinds.AGENT_RUN)) == 1
 
+
+
+def test_a_cron_rule_fires_at_its_time_zones_hour(store: Store, clock: FakeClock, controllers: Manager) -> None:
+    """``0 9 * * *`` in Asia/Kolkata (UTC+05:30, no daylight saving) is 03:30 UTC: not a second
+    earlier, and once."""
+    apply(store, *agent(), rule("morning", schedule={"cron": "0 9 * * *", "timeZone": "Asia/Kolkata"},
+                                run={"agentRef": {"name": "demo"},
+                                     "implementation": {"inline": {"text": "Run at {{ event.scheduledTime }}"}}}))
+    now = dt.datetime.fromtimestamp(clock.time(), dt.UTC)
+    due = now.replace(hour=3, minute=30, second=0, microsecond=0)
+    if due <= now:
+        due += dt.timedelta(days=1)
+    expected = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+    shown = wait_for(lambda: (store.get(TRIGGER_RULE, NS, "morning").get("status") or {}).get("nextScheduleTime"),
+                     "the next schedule time")
+    assert shown == expected
+    clock.advance(due.timestamp() - clock.time() - 1)
+    time.sleep(0.6)
+    assert items(store, kinds.AGENT_RUN) == []
+    [run] = advance_until(clock, 1, lambda: items(store, kinds.AGENT_RUN), "the scheduled run")
+    [execution] = items(store, TRIGGER_EXECUTION)
+    assert execution["spec"]["event"]["scheduledTime"] == expected
+    assert run["spec"]["implementation"]["inline"]["text"] == f"Run at {expected}"
+    time.sleep(0.6)
+    assert len(items(store, kinds.AGENT_RUN)) == 1
+    assert (store.get(TRIGGER_RULE, NS, "morning")["status"]["nextScheduleTime"]
+            == (due + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 # --- apply_issue: manual edits, closed issues ----------------------------------------------------------
 
@@ -541,6 +590,33 @@ def test_concurrency_policy_per_source_item(store: Store, policy: str) -> None:
         assert old["spec"]["cancel"] is (policy == "Replace")
     assert store.get(TRIGGER_RULE, NS, "fix")["status"]["executions"] == (3 if policy == "Forbid" else 2)
 
+
+
+def test_one_event_evaluated_at_once_by_two_replicas_starts_one_run(store_url: str) -> None:
+    """Two stores on one database stand for two replicas; each evaluates the same event from three
+    threads at once: one Dispatched execution and one run, the other five Deduplicated."""
+    replicas = [open_store(store_url), open_store(store_url)]
+    try:
+        apply(replicas[0], *agent(), rule("fix", sourceRef={"name": "web"}, issue={"actions": ["opened"]},
+                                          run={"agentRef": {"name": "demo"},
+                                               "implementation": {"inline": {"text": "Fix {{ event.item }}"}}}))
+        fix = replicas[0].get(TRIGGER_RULE, NS, "fix")
+        start = threading.Barrier(6)
+
+        def evaluate_once(replica: Store) -> str:
+            start.wait(10)
+            decided: str = evaluate(replica, fix, issue_event("opened"), kind="issue", now=time.time())["spec"][
+                "decision"]
+            return decided
+
+        with ThreadPoolExecutor(6) as pool:
+            decided = sorted(pool.map(evaluate_once, replicas * 3))
+        assert decided == ["Deduplicated"] * 5 + ["Dispatched"], decided
+        assert len(items(replicas[1], kinds.AGENT_RUN)) == 1
+        assert sorted(e["spec"]["decision"] for e in items(replicas[1], TRIGGER_EXECUTION)) == decided
+    finally:
+        for replica in replicas:
+            replica.close()
 
 # --- polling (GitHub) ----------------------------------------------------------------------------------
 
