@@ -34,7 +34,7 @@ def provider(name: str, *, binary: str = "echo", labels: dict[str, str] | None =
             "spec": {"binary": binary}}
 
 
-def wait_ready(base: str, proc: subprocess.Popen[str], *, seconds: float = 30) -> None:
+def wait_ready(base: str, proc: subprocess.Popen[str], *, seconds: float = 90) -> None:
     """Wait until the ``joch server`` process ``proc`` answers ``/readyz`` at ``base``; fail the
     test with the process's output if it exits first or takes longer than ``seconds``."""
     deadline = time.monotonic() + seconds
