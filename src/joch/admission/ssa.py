@@ -405,14 +405,13 @@ def encode_fields(fields: FieldSet) -> dict[str, Any]:
     """A field set as ``fieldsV1``: ``{"f:spec": {"f:x": {}}}``; ``".": {}`` marks a member that
     also has members below it (a keyed list item)."""
     root: dict[str, Any] = {}
-    for path in sorted(fields):
+    members = []
+    for path in fields:  # in any order: _sorted orders every level
         node = root
         for kind, payload in path:
             node = node.setdefault(f"{kind}:{payload}", {})
-    for path in fields:
-        node = root
-        for kind, payload in path:
-            node = node[f"{kind}:{payload}"]
+        members.append(node)
+    for node in members:
         if node:
             node["."] = {}
     return _sorted(root)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -250,3 +251,18 @@ def test_a_managed_fields_entry_names_its_manager_as_the_field_manager_parameter
     with pytest.raises(ssa.ManagedFieldsError, match=r"managedFields\[0\]\.manager.*printable"):
         ssa.decode_managed([{**entry, "manager": "bad\nname"}])
     assert ssa.decode_managed([{**entry, "manager": "x" * 128}])[0].manager == "x" * 128
+
+
+def test_encode_fields_orders_every_level_and_marks_members_with_members() -> None:
+    fields = frozenset({
+        (("f", "spec"), ("f", "b")), (("f", "spec"), ("f", "a")),
+        (("f", "spec"), ("f", "list"), ("k", '{"name":"x"}')),
+        (("f", "spec"), ("f", "list"), ("k", '{"name":"x"}'), ("f", "name")),
+        (("f", "metadata"), ("f", "labels"), ("f", "z")),
+    })
+    encoded = ssa.encode_fields(fields)
+    assert json.dumps(encoded) == json.dumps({
+        "f:metadata": {"f:labels": {"f:z": {}}},
+        "f:spec": {"f:a": {}, "f:b": {}, "f:list": {'k:{"name":"x"}': {".": {}, "f:name": {}}}},
+    })
+    assert ssa.decode_fields(encoded) == fields
