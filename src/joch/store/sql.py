@@ -62,7 +62,6 @@ import binascii
 import builtins
 import functools
 import json
-import re
 import secrets
 import threading
 import time
@@ -220,7 +219,6 @@ def object_key(kind: KindInfo, namespace: str | None) -> str:
 # integers beyond 64 bits raise TypeError here; NaN and infinities, which orjson writes as null,
 # are caught by the null check (an object holding a null is written by json, as before).
 _ORJSON_PLAIN = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-_LONG_NUMBER = re.compile(rb"\d{19}")  # orjson reads an integer beyond 64 bits as a float; json keeps it exact
 
 
 def dumps(obj: Obj) -> str:
@@ -238,18 +236,35 @@ def dumps(obj: Obj) -> str:
 
 def loads(body: str) -> Any:
     """A stored body read back: orjson, or ``json`` where orjson would read something else (an
-    integer beyond 64 bits) or nothing (``NaN``, which ``json`` wrote before writes went through
-    orjson)."""
+    integer beyond 64 bits, which orjson reads as a float) or nothing (``NaN``, which ``json``
+    wrote before writes went through orjson)."""
     try:
-        data = body.encode()
-    except UnicodeEncodeError:  # a lone surrogate: json reads the text as it is
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
         return json.loads(body)
-    if not _LONG_NUMBER.search(data):
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(body)
+    return json.loads(body) if _has_huge_float(value) else value
+
+
+def _has_huge_float(value: Any) -> bool:
+    """Whether ``value`` holds a float of magnitude 2**63 or more: what orjson makes of an integer
+    beyond 64 bits (every integer it reads exactly is smaller). A float written that large is read
+    the same way by ``json``. Quicker than searching the text for long runs of digits."""
+    kind = type(value)
+    if kind is dict:
+        for child in value.values():
+            if type(child) in _CONTAINERS_OR_FLOAT and _has_huge_float(child):
+                return True
+        return False
+    if kind is list:
+        for child in value:
+            if type(child) in _CONTAINERS_OR_FLOAT and _has_huge_float(child):
+                return True
+        return False
+    return kind is float and not abs(value) < _HUGE
+
+
+_CONTAINERS_OR_FLOAT = frozenset({dict, list, float})
+_HUGE = 2.0 ** 63
 
 
 def change_body(kind: KindInfo, obj: Obj, event: str, body: str) -> str:

@@ -20,7 +20,8 @@ class Mode(enum.StrEnum):
 
 
 INPUTS: dict[str, Any] = {
-    "huge": 2 ** 70, "negative": -(2 ** 64) - 1, "nothing": None, "tiny": 1e-05, "large": 1e16, "half": 0.5,
+    "huge": 2 ** 70, "negative": -(2 ** 64) - 1, "nothing": None, "tiny": 1e-05, "large": 1e16,
+    "hugefloat": 1e19, "overflow": -1.5e300, "half": 0.5,
     "text": "é\u2028\u00a0日本", "quote": 'a "b" \\ c', "empty": {}, "items": [1, [2, {"x": None}]],
     "enum": Mode.FAST, "word": "null-ish but no null",
 }
