@@ -641,7 +641,8 @@ def _created_node(value: Any, path: Path, lists: ListTypes) -> dict[str, Any] | 
         node: dict[str, Any] = {}
         for key, child in value.items():
             payload = str(key)
-            sub = _created_node(child, (*path, ("f", payload)), lists)
+            # a scalar below is a field of its own: no call for it
+            sub = _created_node(child, (*path, ("f", payload)), lists) if isinstance(child, dict | list) else {}
             if sub is not None:
                 name = f"f:{payload}"
                 if name in node:
