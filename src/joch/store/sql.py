@@ -80,7 +80,7 @@ from joch.api import errors, selectors
 from joch.api import secrets as views
 from joch.api.audit import AuditEntry, AuditEvent, AuditPage, AuditQuery
 from joch.api.identity import current_request
-from joch.api.meta import now
+from joch.api.meta import has_huge_float, now
 from joch.api.registry import REGISTRY, KindInfo
 from joch.store import feed as feeds
 from joch.store import namespaces
@@ -242,29 +242,8 @@ def loads(body: str) -> Any:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return json.loads(body)
-    return json.loads(body) if _has_huge_float(value) else value
+    return json.loads(body) if has_huge_float(value) else value
 
-
-def _has_huge_float(value: Any) -> bool:
-    """Whether ``value`` holds a float of magnitude 2**63 or more: what orjson makes of an integer
-    beyond 64 bits (every integer it reads exactly is smaller). A float written that large is read
-    the same way by ``json``. Quicker than searching the text for long runs of digits."""
-    kind = type(value)
-    if kind is dict:
-        for child in value.values():
-            if type(child) in _CONTAINERS_OR_FLOAT and _has_huge_float(child):
-                return True
-        return False
-    if kind is list:
-        for child in value:
-            if type(child) in _CONTAINERS_OR_FLOAT and _has_huge_float(child):
-                return True
-        return False
-    return kind is float and not abs(value) < _HUGE
-
-
-_CONTAINERS_OR_FLOAT = frozenset({dict, list, float})
-_HUGE = 2.0 ** 63
 
 
 def change_body(kind: KindInfo, obj: Obj, event: str, body: str) -> str:
