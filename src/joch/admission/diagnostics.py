@@ -295,9 +295,33 @@ class Scan:
 def scan(obj: Any, *, raw: RawScalars) -> Scan:
     """Mapping keys that are not strings, values JSON cannot hold and NUL characters, anywhere in
     ``obj``."""
+    if _plain(obj):
+        return Scan(causes=[], value_fields=frozenset())
     found = list(_scan(obj, (), raw))
     return Scan(causes=[cause for cause, _ in found],
                 value_fields=frozenset(cause.field for cause, is_key in found if not is_key))
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``_scan`` would find nothing in ``value``, decided without building paths: only
+    plain JSON values (exactly ``str``, ``int``, ``bool``, finite ``float``, None, ``dict`` with
+    ``str`` keys and ``list``) and no NUL. Anything else (a subclass too) is left to ``_scan``."""
+    kind = type(value)
+    if kind is str:
+        return _NUL not in value
+    if kind is dict:
+        for key, child in value.items():
+            if type(key) is not str or _NUL in key or not _plain(child):
+                return False
+        return True
+    if kind is list:
+        for child in value:
+            if not _plain(child):
+                return False
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    return value is None or kind is int or kind is bool
 
 
 def _scan(value: Any, path: FieldPath, raw: RawScalars) -> Iterator[tuple[Cause, bool]]:

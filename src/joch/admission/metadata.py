@@ -91,12 +91,25 @@ def normalize_metadata(
                                              given=value))
     m: dict[str, Any] = value if isinstance(value, dict) else {}
     causes.extend(_rules(kind, m))
-    out = {k: copy.deepcopy(m[k]) for k in USER_FIELDS if m.get(k) not in (None, "", [], {})}
+    out = {k: _copied(m[k]) for k in USER_FIELDS if m.get(k) not in (None, "", [], {})}
     if kind.namespaced:
         out["namespace"] = out.get("namespace") or DEFAULT_NAMESPACE
     else:
         out.pop("namespace", None)
     return out, causes
+
+
+def _copied(value: Any) -> Any:
+    """``copy.deepcopy`` of ``value``, quicker for what metadata holds: plain strings, maps and
+    lists (anything else is deep-copied)."""
+    kind = type(value)
+    if kind is str or value is None or kind is int or kind is bool or kind is float:
+        return value
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def _rules(kind: KindInfo, m: dict[str, Any]) -> Iterator[Cause]:

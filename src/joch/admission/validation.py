@@ -202,19 +202,35 @@ def display_name(obj: dict[str, Any]) -> str:
 
 def prune_defaults(dumped: Any, given: Any) -> Any:
     """``dumped`` without the empty lists and maps that are not in ``given`` (the user's input)."""
+    if isinstance(dumped, dict):
+        return _prune_map(dumped, given)
     if isinstance(dumped, list):
-        items = given if isinstance(given, list) else []
-        return [prune_defaults(v, items[i] if i < len(items) else _MISSING) for i, v in enumerate(dumped)]
-    if not isinstance(dumped, dict):
-        return dumped
+        return _prune_list(dumped, given)
+    return dumped
+
+
+def _prune_map(dumped: dict[str, Any], given: Any) -> dict[str, Any]:
+    # prune_defaults unrolled for the scalars that make up most of a spec: a call per container, not
+    # per value (this runs on every write).
+    written_map = given if isinstance(given, dict) else None
     out: dict[str, Any] = {}
     for key, value in dumped.items():
-        written = given.get(key, _MISSING) if isinstance(given, dict) else _MISSING
-        value = prune_defaults(value, written)
-        if written is _MISSING and value in ({}, []):
-            continue
+        written = _MISSING if written_map is None else written_map.get(key, _MISSING)
+        if isinstance(value, dict):
+            value = _prune_map(value, written)
+            if not value and written is _MISSING:
+                continue
+        elif isinstance(value, list):
+            value = _prune_list(value, written)
+            if not value and written is _MISSING:
+                continue
         out[key] = value
     return out
+
+
+def _prune_list(dumped: list[Any], given: Any) -> list[Any]:
+    items = given if isinstance(given, list) else []
+    return [prune_defaults(v, items[i] if i < len(items) else _MISSING) for i, v in enumerate(dumped)]
 
 
 # --- pieces --------------------------------------------------------------------------------------

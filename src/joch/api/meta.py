@@ -131,3 +131,25 @@ def set_condition(conditions: list[dict[str, Any]], condition: dict[str, Any]) -
     if not found:
         out.append({"lastTransitionTime": now(), **condition})
     return out
+
+
+def has_huge_float(value: Any) -> bool:
+    """Whether ``value`` holds a float of magnitude 2**63 or more: what orjson makes of an integer
+    beyond 64 bits (every integer it reads exactly is smaller). A float written that large is read
+    the same way by ``json``. Quicker than searching the text for long runs of digits."""
+    kind = type(value)
+    if kind is dict:
+        for child in value.values():
+            if type(child) in _CONTAINERS_OR_FLOAT and has_huge_float(child):
+                return True
+        return False
+    if kind is list:
+        for child in value:
+            if type(child) in _CONTAINERS_OR_FLOAT and has_huge_float(child):
+                return True
+        return False
+    return kind is float and not abs(value) < _HUGE
+
+
+_CONTAINERS_OR_FLOAT = frozenset({dict, list, float})
+_HUGE = 2.0 ** 63

@@ -117,6 +117,9 @@ def tracker(kind: KindInfo, fields: FieldManagement, *, patch: bool = False, sta
 
     def track(old: Obj | None, given: Obj, admitted: Obj) -> Obj:
         given_managed = (given.get("metadata") or {}).get("managedFields")
+        if old is None and given_managed is None:  # a create that brings no managedFields
+            return _with_managed(admitted, ssa.created(admitted, manager=manager, api_version=kind.api_version,
+                                                       now=now(), ignore=_ignored(kind), lists=ssa.kind_lists(kind)))
         source = given if given_managed is not None else old
         entries = ssa.update(old, admitted, _entries(source, "the object's"), manager=manager,
                              api_version=kind.api_version, now=now(), ignore=_ignored(kind),

@@ -33,7 +33,6 @@ than ``documents.MAX_DEPTH`` is a 400 naming the line (Python's JSON parser recu
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -43,6 +42,7 @@ from starlette.responses import Response
 
 from joch.admission import documents, metadata
 from joch.api import errors
+from joch.api.meta import has_huge_float
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -185,17 +185,18 @@ def unsupported(kind: str, accepted: str) -> errors.UnsupportedMediaType:
     )
 
 
-_LONG_NUMBER = re.compile(r"\d{19}")  # orjson reads an integer beyond 64 bits as a float; json keeps it exact
 
 
 def _load_json(text: str) -> Any:
     text = text.removeprefix("\ufeff")
     documents.check_nesting(text, BODY)
-    if not _LONG_NUMBER.search(text):
-        try:  # orjson refuses lone surrogates, NaN and Infinity: json below reads or names them
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
+    try:  # orjson refuses lone surrogates, NaN and Infinity: json below reads or names them
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    else:  # orjson reads an integer beyond 64 bits as a float; json keeps it exact
+        if not has_huge_float(value):
+            return value
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

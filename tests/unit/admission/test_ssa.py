@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -250,3 +251,76 @@ def test_a_managed_fields_entry_names_its_manager_as_the_field_manager_parameter
     with pytest.raises(ssa.ManagedFieldsError, match=r"managedFields\[0\]\.manager.*printable"):
         ssa.decode_managed([{**entry, "manager": "bad\nname"}])
     assert ssa.decode_managed([{**entry, "manager": "x" * 128}])[0].manager == "x" * 128
+
+
+def test_encode_fields_orders_every_level_and_marks_members_with_members() -> None:
+    fields = frozenset({
+        (("f", "spec"), ("f", "b")), (("f", "spec"), ("f", "a")),
+        (("f", "spec"), ("f", "list"), ("k", '{"name":"x"}')),
+        (("f", "spec"), ("f", "list"), ("k", '{"name":"x"}'), ("f", "name")),
+        (("f", "metadata"), ("f", "labels"), ("f", "z")),
+    })
+    encoded = ssa.encode_fields(fields)
+    assert json.dumps(encoded) == json.dumps({
+        "f:metadata": {"f:labels": {"f:z": {}}},
+        "f:spec": {"f:a": {}, "f:b": {}, "f:list": {'k:{"name":"x"}': {".": {}, "f:name": {}}}},
+    })
+    assert ssa.decode_fields(encoded) == fields
+
+
+CREATED_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("agentproviders", {"metadata": {"name": "p", "labels": {"a": "b"}, "finalizers": ["x/y", "x/z", "x/y"],
+                                     "ownerReferences": [{"uid": "1", "name": "o"}, {"uid": "2"}],
+                                     "annotations": {}},
+                        "spec": {"binary": "x", "versionArgs": [], "parameters": [],
+                                 "outputArtifacts": [{"name": "a", "path": "a.txt"}, {"name": "b"}],
+                                 "envTemplate": {"K": "v", "E": {}}, "inputFiles": [{}, []]}}),
+    ("agentproviders", {"spec": {"outputArtifacts": [{"name": "a"}, {"name": "a", "path": "x"}],  # not keyed
+                                 "argsTemplate": [{"when": {}}], "x": [[1, {"a": None}], None]}}),
+    ("agentproviders", {"metadata": {"finalizers": [{"a": 1}], "ownerReferences": [{"name": "no uid"}]},
+                        "spec": {}}),
+    ("agents", {"metadata": {"name": "a"}, "spec": {"providerRef": {"name": "codex"}, "labels": {1: "a", "1": "b"}}}),
+    ("agents", {"metadata": {"name": "a"}}),
+    ("agents", {}),
+    ("rolebindings", {"metadata": {"name": "r"}, "subjects": [{"kind": "User", "name": "a"}],
+                      "roleRef": {"kind": "ClusterRole", "name": "view"}}),
+]
+
+
+@pytest.mark.parametrize(("resource", "body"), CREATED_CASES)
+def test_a_creates_managed_fields_are_those_of_the_general_update(resource: str, body: dict[str, Any]) -> None:
+    kind = REGISTRY.resolve(resource)
+    new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+    lists = ssa.kind_lists(kind)
+    for ignore in ((), ("status",), ("subjects",)):
+        general = ssa.encode_managed(ssa.update(None, new, [], manager="m", api_version=V, now=T0, ignore=ignore,
+                                                lists=lists))
+        assert json.dumps(ssa.created(new, manager="m", api_version=V, now=T0, ignore=ignore, lists=lists),
+                          sort_keys=False) == json.dumps(general, sort_keys=False)
+
+
+def test_the_examples_creates_managed_fields_are_those_of_the_general_update() -> None:
+    from pathlib import Path
+
+    from joch.admission.documents import load_documents
+    from joch.api import errors
+
+    examples = sorted(Path(__file__).resolve().parents[3].joinpath("examples").rglob("*.yaml"))
+    assert examples
+    seen = 0
+    for path in examples:
+        try:
+            docs = load_documents(path.read_text(), str(path))
+        except errors.JochError:  # not a manifest (a config file of an example)
+            continue
+        for doc in docs:
+            try:
+                kind = REGISTRY.for_object(str(doc.obj.get("apiVersion")), str(doc.obj.get("kind")))
+            except errors.NotFound:
+                continue
+            lists = ssa.kind_lists(kind)
+            general = ssa.encode_managed(ssa.update(None, doc.obj, [], manager="m", api_version=V, now=T0,
+                                                    lists=lists))
+            assert ssa.created(doc.obj, manager="m", api_version=V, now=T0, lists=lists) == general, path
+            seen += 1
+    assert seen > 10

@@ -802,3 +802,37 @@ def test_a_role_binding_refuses_spec_status_and_unknown_keys_naming_the_fix(read
     assert found["status"] == 'unknown field "status"; a RoleBinding has no status'
     with pytest.raises(errors.Invalid, match="has no status"):
         validate_status(ROLE_BINDING, {"metadata": {"name": "x"}, "status": {}})
+
+
+# --- the scan's quick path (diagnostics._plain) --------------------------------------------------
+
+class _Text(str):
+    """A ``str`` subclass, as some YAML loaders produce: the quick path leaves it to the full scan."""
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    ({"deep": [1, {"x": "a\x00b"}]}, "spec.input.deep[1].x"),
+    ({"deep": [1.5, float("nan")]}, "spec.input.deep[1]"),
+    ({"deep": {"k\x00": "v"}}, "spec.input.deep"),
+    ({"deep": [{"when": __import__("datetime").date(2024, 1, 31)}]}, "spec.input.deep[0].when"),
+    ({"deep": {"s": {1, 2}}}, "spec.input.deep.s"),
+    ({"deep": {"t": _Text("a\x00")}}, "spec.input.deep.t"),
+])
+def test_a_problem_deep_in_plain_json_is_still_found(reader: MemoryReader, value: Any, field: str) -> None:
+    reader.add(AGENT, "coder")
+    obj = load_documents(RUN_YAML, "t.yaml")[0].obj
+    obj["spec"]["input"] = value
+    with pytest.raises(errors.Invalid) as info:
+        admit(reader, obj, old=None)
+    assert any(c.field.startswith(field) for c in info.value.causes), info.value.causes
+
+
+def test_metadata_is_copied_not_shared(reader: MemoryReader) -> None:
+    reader.add(AGENT_PROVIDER, "codex")
+    obj = load_documents(AGENT_YAML, "t.yaml")[0].obj
+    obj["metadata"]["labels"] = {"a": "b"}
+    obj["metadata"]["finalizers"] = ["example.com/x"]
+    admitted = admit(reader, obj, old=None).obj["metadata"]
+    obj["metadata"]["labels"]["a"] = "changed"
+    obj["metadata"]["finalizers"].append("example.com/y")
+    assert admitted["labels"] == {"a": "b"} and admitted["finalizers"] == ["example.com/x"]

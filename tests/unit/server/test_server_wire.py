@@ -141,6 +141,10 @@ def test_json_bodies_decode_exactly_whichever_parser_reads_them() -> None:
     assert wire.decode_object(f'{head}"n": 123456789012345678901234567890}}'.encode(), wire.JSON)["n"] \
         == 123456789012345678901234567890
     assert wire.decode_object(f'{head}"n": 18446744073709551616}}'.encode(), wire.JSON)["n"] == 2**64
+    deep = wire.decode_object(f'{head}"l": [1, {{"n": -18446744073709551617}}], "f": 1e19}}'.encode(), wire.JSON)
+    assert deep["l"][1]["n"] == -(2**64) - 1 and deep["f"] == 1e19 and type(deep["f"]) is float
+    assert wire.decode_object(f'{head}"n": 18446744073709551615, "m": -9223372036854775808}}'.encode(),
+                              wire.JSON)["n"] == 2**64 - 1
     assert math.isnan(wire.decode_object(f'{head}"n": NaN}}'.encode(), wire.JSON)["n"])
     assert wire.decode_object(f'{head}"s": "\u00e9", "f": 1.5}}'.encode(), wire.JSON) == {
         "apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}, "s": "\u00e9", "f": 1.5}
