@@ -69,6 +69,7 @@ def server(tmp_path: Path, *args: str, workers: int = 2) -> Iterator[Served]:
     port = ports.free_port()
     log = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOCH_", "PROMETHEUS_"))}
+    env["TMPDIR"] = str(tmp_path)  # the metrics directory: left behind by a supervisor killed with SIGKILL
     proc = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
                              "--sandbox", "none", "--workers", str(workers), *args],
                             stdout=log.open("a"), stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
