@@ -276,7 +276,12 @@ def _machine_jiffies() -> tuple[int, int, int]:
 
 
 def _process_seconds(pid: int) -> float:
-    return _process_seconds_path(f"/proc/{pid}/stat")
+    """CPU seconds of ``pid`` and of its live children (``joch server --workers``' worker processes)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return _process_seconds_path(f"/proc/{pid}/stat") + sum(_process_seconds_path(f"/proc/{c}/stat") for c in children)
 
 
 class CpuMeter:

@@ -127,8 +127,10 @@ class GovServer:
     """``joch server --no-controllers`` in a subprocess, importing ``joch`` from ``config.source``
     (``PYTHONPATH``) or this checkout."""
 
-    def __init__(self, config: Config, store_url: str, data_dir: Path, profile_to: Path | None) -> None:
+    def __init__(self, config: Config, store_url: str, data_dir: Path, profile_to: Path | None,
+                 workers: int = 1) -> None:
         self.config = config
+        self.workers = workers
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +139,8 @@ class GovServer:
         if config.auth:
             (data_dir / "tokens.csv").write_text(TOKENS)
             args += ["--token-file", str(data_dir / "tokens.csv")]
+        if workers > 1:
+            args += ["--workers", str(workers)]
         if profile_to is not None:  # every thread profiled; the stats are written when it stops
             cmd = [sys.executable, str(Path(__file__).resolve().parent / "_profiled_server.py"), str(profile_to), *args]
         else:
@@ -161,7 +165,9 @@ class GovServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.config.label} server exited with {self.proc.returncode}:\n{self.output()}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base}/readyz", timeout=1.0).status_code == 200:
+                # With --workers, /readyz answers once the first serves: wait for all of them.
+                if httpx.get(f"{self.base}/readyz", timeout=1.0).status_code == 200 and (
+                        self.workers == 1 or "worker processes (pids" in self.output()):
                     return
             time.sleep(0.1)
         raise RuntimeError(f"{self.config.label} server not ready after {timeout}s:\n{self.output()}")

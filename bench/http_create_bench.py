@@ -24,7 +24,11 @@ the server's requests do.
 
 Rounds alternate raw and HTTP (``--rounds``, ``--seconds`` each) so that foreign load on a shared
 machine hits both alike; each figure is its median round and the ratio is HTTP / raw. CPU per
-object is the server subprocess's and the clients' own (``/proc``), steadier than objects/s.
+object is the server subprocess's (with its worker processes) and the clients' own (``/proc``),
+steadier than objects/s.
+
+``--workers N`` serves this checkout with ``joch server --workers N`` (the commit of ``--compare``
+still as one process, which it may not know how to do otherwise).
 
 ``--compare COMMIT`` serves that commit's code as well (``git archive`` of its ``src``, imported
 through ``PYTHONPATH``, as ``governance_bench`` does), in the same rounds, the order alternating: a
@@ -34,7 +38,7 @@ before/after of a change on a machine whose load moves.
 functions; figures under the profiler are not the ones to quote.
 
 Run: ``.venv/bin/python bench/http_create_bench.py [--rounds N] [--seconds S] [--clients N]
-[--compare COMMIT] [--profile OUT.prof] [--json OUT.json]`` (``make bench-http``; about 40 s).
+[--compare COMMIT] [--workers N] [--profile OUT.prof] [--json OUT.json]`` (``make bench-http``; about 40 s).
 """
 
 from __future__ import annotations
@@ -238,10 +242,10 @@ def unauthenticated_status(server: GovServer) -> int:
     return response.status_code
 
 
-def start_server(config: Config, url: str, data_dir: Path, profile: str | None) -> GovServer:
-    server = GovServer(config, url, data_dir, Path(profile) if profile else None)
+def start_server(config: Config, url: str, data_dir: Path, profile: str | None, workers: int = 1) -> GovServer:
+    server = GovServer(config, url, data_dir, Path(profile) if profile else None, workers=workers)
     try:
-        server.wait_ready()
+        server.wait_ready(timeout=60.0 * workers)  # the workers start one after the first
         server.setup()
         if (code := unauthenticated_status(server)) != 401:
             raise RuntimeError(f"{config.label}: a POST without a token answered {code}, not 401: is auth on?")
@@ -262,7 +266,8 @@ def run(args: argparse.Namespace, work: Path) -> Result:
         servers = []
         for i, config in enumerate(configs):
             url = stack.enter_context(sqlite_url(work, f"server{i}"))
-            server = start_server(config, url, work / f"server{i}", args.profile if i == 0 else None)
+            server = start_server(config, url, work / f"server{i}", args.profile if i == 0 else None,
+                                  workers=args.workers if i == 0 else 1)
             stack.callback(server.stop)
             servers.append(server)
         log("warm-up")
@@ -290,7 +295,8 @@ def run(args: argparse.Namespace, work: Path) -> Result:
 
 def report(result: Result, args: argparse.Namespace) -> None:
     raw = result.raw_rate()
-    print(f"\n== HTTP single-object create, SQLite, {args.clients} client processes, "
+    workers = f", this checkout with --workers {args.workers}" if args.workers > 1 else ""
+    print(f"\n== HTTP single-object create, SQLite, {args.clients} client processes{workers}, "
           f"{args.rounds} rounds of {args.seconds:.0f} s (medians) ==")
     print(f"{'raw SQLite txn, 1 obj, ' + str(args.clients) + ' writer procs':<44} {raw:>8,.0f} obj/s   "
           f"rounds {', '.join(f'{r.rate:,.0f}' for r in result.raw)}")
@@ -320,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", metavar="COMMIT", help="also serve this commit's code (git archive), same rounds")
     parser.add_argument("--profile", metavar="OUT.prof", help="serve under cProfile and print its top functions")
     parser.add_argument("--json", metavar="OUT.json", help="also save the figures")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="serve this checkout with joch server --workers N (--compare's commit: one process)")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.profile and args.workers > 1:
+        parser.error("--profile profiles one server process: use it with --workers 1")
     for name, value in machine_facts(None):
         print(f"{name:>10}: {value}")
     print(f"{'busy':>10}: {machine_busy(1.0):.2f} cores before the run")

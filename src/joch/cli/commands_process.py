@@ -201,6 +201,10 @@ def server_command(
     kube_api_url: KubeApiUrlOption = None,
     kube_service_account: KubeServiceAccountOption = None,
     log_format: LogFormatOption = "text",
+    workers: Annotated[int, typer.Option(
+        "--workers", envvar="JOCH_SERVER_WORKERS", metavar="N",
+        help="Server processes sharing the port (one per core serves the most requests). The first applies "
+             "--apply/--apply-missing and runs the controllers; the others serve HTTP only.")] = 1,
 ) -> None:
     """Run the Joch API server (embedded SQLite in DATA_DIR unless --store is given), and the controllers.
 
@@ -230,12 +234,14 @@ def server_command(
     store = serving.store_source(store, store_file)
     limits = serving.ServerLimits(max_watches=max_watches, watch_buffer_events=watch_buffer_events,
                                   max_apply_documents=max_apply_documents, max_apply_bytes=max_apply_bytes)
-    serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
-                apply_missing=apply_missing, controllers=options if controllers else None,
-                allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
-                allowed_origins=allowed_origins or (), limits=limits, auth=auth,
-                audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file,
-                metrics_public=metrics_public)
+    code = serving.run(data_dir=data_dir, store=store, host=host, port=port, apply_paths=apply_paths,
+                       apply_missing=apply_missing, controllers=options if controllers else None,
+                       allowed_hosts=(*(allowed_hosts or ()), *serving.kube_hosts(options.kubernetes)),
+                       allowed_origins=allowed_origins or (), limits=limits, auth=auth,
+                       audit_retention=serving.retention_seconds(audit_retention), secret_key_file=secret_key_file,
+                       metrics_public=metrics_public, workers=workers)
+    if code:
+        raise typer.Exit(code)
 
 
 @command("controller")

@@ -16,6 +16,10 @@ them, releases the lease and exits 0. Both commands build their ``ControllerOpti
 client-go's proportions (15 : 10 : 2), so one flag cannot make an inconsistent trio.
 ``--max-log-bytes`` and ``--max-artifact-bytes`` take bytes or a Kubernetes-style quantity
 (``64Mi``, ``1Gi``, ``500M``); ``0`` means no limit.
+
+``joch server --workers N`` (N > 1) makes the first process a supervisor after the same checks: it binds
+the port and starts N server processes with its own arguments (``joch.cli.supervising``); in those,
+``run`` finds its role in the environment and serves the socket it was handed.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from urllib.parse import urlsplit
 
 from joch.api import audit as audits
 from joch.api import errors
+from joch.cli import supervising
 from joch.controllers.options import ControllerOptions, default_identity
 from joch.runtime.kubernetes.settings import KubeSettings
 from joch.telemetry import logs, tracing
@@ -274,7 +279,13 @@ def run(
     audit_retention: float = 90 * 86400.0,
     secret_key_file: Path | None = None,
     metrics_public: bool = False,
-) -> None:
+    workers: int = 1,
+) -> int:
+    """Serve until stopped; the exit code (not 0 only when ``--workers``' first worker failed to start,
+    which said why on stderr)."""
+    if workers < 1:
+        raise errors.BadRequest(f"--workers must be at least 1 (got {workers})")
+    role = supervising.worker_role()  # set when a --workers supervisor started this process
     limits = limits or ServerLimits()
     limits.check()
     from joch import server  # lazy: only this command needs the web stack
@@ -293,16 +304,36 @@ def run(
     )
     if auth is not None and auth.token_file is not None:
         tokenfile.TokenFile(auth.token_file)  # a malformed file stops the start here, naming the line
-    check_port(host, port)
+    if role is None:  # a worker serves the socket its supervisor bound
+        check_port(host, port)
     url = store_url(data_dir=data_dir, store=store)
     keys = secret_keys(key_file=secret_key_file, data_dir=data_dir)
+    if role is None and workers > 1:
+        return _supervise(host, port, workers)
     try:
         with _tracing("joch-server"):
             server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None,
                          controllers=controllers, options=options, apply_missing_paths=apply_missing or None,
-                         secret_keys=keys, log_format=logs.current_format())
+                         secret_keys=keys, log_format=logs.current_format(),
+                         sock=role.sock if role else None, primary=role.primary if role else True,
+                         on_ready=role.ready if role else None)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None
+    return 0
+
+
+def _supervise(host: str, port: int, workers: int) -> int:
+    """``--workers`` above 1: this process binds the port and runs ``workers`` server processes with
+    this command's own arguments (``joch.cli.supervising``)."""
+    import sys
+
+    from joch.server.serving import runtime_url
+
+    try:
+        sock = supervising.bind(host, port)
+    except OSError as exc:  # taken since check_port looked
+        raise errors.BadRequest(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return supervising.Supervisor(workers=workers, sock=sock, argv=sys.argv[1:], url=runtime_url(host, port)).run()
 
 
 def configure_logs(log_format: str) -> None:

@@ -46,6 +46,14 @@ the environment configures it, was started by the caller (``joch.telemetry.traci
 
 Audit retention (``ServerOptions.audit_retention``, ``--audit-retention``) runs on its own thread
 from start to shutdown (``joch.server.retention``).
+
+Several processes (``joch server --workers N``, ``joch.cli.supervising``): each worker calls ``serve``
+with the listening socket the supervisor bound (``sock``; uvicorn then neither binds nor logs its
+"running on" line). Only the ``primary`` one (worker 0) applies manifests, runs the controllers and
+audit retention; the others serve HTTP, with the same runtime built from ``controllers`` (its
+constructor starts nothing but an idle monitor thread) so they serve run logs and artifacts too.
+``on_ready`` is called once uvicorn accepts connections (worker 0 tells the supervisor, which then
+starts the others).
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 
@@ -91,7 +99,8 @@ def serve(
     *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
     controllers: ControllerOptions | None = None, apply_missing_paths: Sequence[str] | None = None,
-    secret_keys: KeyRing | None = None, log_format: str = "text",
+    secret_keys: KeyRing | None = None, log_format: str = "text", sock: socket.socket | None = None,
+    primary: bool = True, on_ready: Callable[[], None] | None = None,
 ) -> None:
     options = replace(options or ServerOptions(), bind_host=host)
     logs.configure(log_format, log_level)
@@ -105,9 +114,9 @@ def serve(
     store = open_store(store_url, secret_keys=secret_keys)
     runtime: Runtime | None = None
     try:
-        if apply_paths:
+        if apply_paths and primary:
             apply_manifests(store, apply_paths, options)
-        if apply_missing_paths:
+        if apply_missing_paths and primary:
             create_missing(store, apply_missing_paths, options)
         if controllers is not None:
             from joch.controllers.assembly import build_runtime
@@ -128,8 +137,9 @@ def serve(
             # JSON: uvicorn's lines go to the root logger's JSON handler instead of its own text one.
             log_config=None if log_format == "json" else LOGGING_CONFIG,
         )
-        with retention.AuditPruner(store, options.audit_retention), _controllers(store, runtime, controllers):
-            _Server(config, store).run()
+        pruning = retention.AuditPruner(store, options.audit_retention) if primary else nullcontext()
+        with pruning, _controllers(store, runtime, controllers if primary else None):
+            _Server(config, store, on_ready=on_ready).run(sockets=None if sock is None else [sock])
     finally:
         if runtime is not None:
             runtime.close()
@@ -159,13 +169,16 @@ class _Server(uvicorn.Server):
     open watch streams then finish their responses instead of being cancelled after the grace
     period (which logs a traceback per stream)."""
 
-    def __init__(self, config: uvicorn.Config, store: Store) -> None:
+    def __init__(self, config: uvicorn.Config, store: Store, *, on_ready: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self._store = store
+        self._on_ready = on_ready
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         asyncio.get_running_loop().set_exception_handler(_loop_exception)
         await super().startup(sockets)
+        if self.started and self._on_ready is not None:
+            self._on_ready()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._store.stop_watches()
