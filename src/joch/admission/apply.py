@@ -65,7 +65,9 @@ from joch.admission.validation import (
     DEFAULT_OPTIONS,
     AdmissionOptions,
     Admitted,
+    Checked,
     admit,
+    check,
     display_name,
     invalid,
     resolve_kind,
@@ -302,12 +304,12 @@ def _admit_document(
 
 def _admit_with(
     writer: Writer, obj: Obj, *, old: Obj | None, options: AdmissionOptions, extra: list[Cause],
-    doc: Document | None = None, pending: Pending = frozenset(),
+    doc: Document | None = None, pending: Pending = frozenset(), checked: Checked | None = None,
 ) -> Admitted:
     """``admit``, with the caller's own causes (batch rules) joined to admission's."""
     try:
         admitted = admit(writer, obj, old=old, options=options, pending=pending,
-                         raw=doc.raw if doc else None)
+                         raw=doc.raw if doc else None, checked=checked)
     except errors.Invalid as exc:
         if not extra:
             raise
@@ -505,18 +507,22 @@ def create_object(
     store: Store, kind: KindInfo, obj: Obj, *, namespace: str | None, dry_run: bool = False,
     options: AdmissionOptions | None = None, track: Tracker | None = None,
 ) -> tuple[Obj, list[str]]:
-    """POST: admit and create one object (``generateName`` honoured). Returns it and warnings."""
+    """POST: admit and create one object (``generateName`` honoured). Returns it and warnings.
+    What admission checks without the store is checked before the write transaction opens
+    (``validation.check``)."""
     obj = _identified(kind, obj, namespace=namespace, name=None)
+    checked: Checked | None = None
 
     def body(writer: Writer) -> tuple[Obj, list[str]]:
         admitted = _admit_with(writer, obj, old=None, options=options or DEFAULT_OPTIONS,
-                               extra=list(_batch_rules(_single(obj), "create", None, None)))
+                               extra=list(_batch_rules(_single(obj), "create", None, None)), checked=checked)
         created = _create(writer, kind, track(None, obj, admitted.obj) if track else admitted.obj, None)
         warned = policies.enforce(writer, StoreSource(writer), kind, created, None,
                                   name=created["metadata"]["name"])
         return created, [*admitted.warnings, *warned]
 
     with tracing.object_span("joch.create", obj):
+        checked = check(obj, options=options or DEFAULT_OPTIONS)
         return _run(store, dry_run, body)
 
 

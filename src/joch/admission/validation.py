@@ -94,38 +94,66 @@ class Admitted:
         return namespace if isinstance(namespace, str) else None
 
 
+@dataclass
+class Checked:
+    """What admission finds in an object without reading the store: its kind, its normalized
+    metadata and spec, and their problems. ``check`` makes it before a write transaction opens, so
+    that the pydantic validation, defaulting and metadata rules of a create (about half of its
+    admission) do not hold the store's write lock, which another server process may be waiting for
+    (``joch server --workers``). ``admit`` uses it once, for the very object it was made from."""
+
+    source: dict[str, Any]
+    kind: KindInfo
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+    causes: list[Cause]
+    scanned: diagnostics.Scan
+
+
+def check(obj: dict[str, Any], *, options: AdmissionOptions = DEFAULT_OPTIONS,
+          raw: RawScalars | None = None) -> Checked:
+    """The store-free part of ``admit`` (see ``Checked``); ``errors.Invalid`` for an unknown kind."""
+    raw = raw or RawScalars()
+    kind = resolve_kind(obj)
+    metadata, causes = normalize_metadata(kind, obj.get("metadata"), raw=raw)
+    spec, spec_causes = _spec(kind, obj, raw)
+    return Checked(source=obj, kind=kind, metadata=metadata, spec=spec,
+                   causes=[*_top_level(kind, obj), *causes, *spec_causes, *_sizes(kind, obj, options)],
+                   scanned=diagnostics.scan(obj, raw=raw))
+
+
 def admit(
     reader: Writer, obj: dict[str, Any], *, old: dict[str, Any] | None,
     options: AdmissionOptions = DEFAULT_OPTIONS, pending: Pending = frozenset(),
-    raw: RawScalars | None = None,
+    raw: RawScalars | None = None, checked: Checked | None = None,
 ) -> Admitted:
     """Validate and default ``obj`` (``old`` is the stored object on update, None on create).
 
     ``reader`` resolves references (a store, or the writer of an open transaction); ``pending``
     names objects written in the same batch; ``raw`` is the YAML source text of typed scalars
-    (``Document.raw``) so messages quote what the user wrote.
+    (``Document.raw``) so messages quote what the user wrote; ``checked`` is ``check(obj)`` made
+    beforehand, outside the transaction.
     """
     with tracing.object_span("joch.admission.validate", obj):
-        return _admit(reader, obj, old=old, options=options, pending=pending, raw=raw)
+        return _admit(reader, obj, old=old, options=options, pending=pending, raw=raw, checked=checked)
 
 
 def _admit(
     reader: Writer, obj: dict[str, Any], *, old: dict[str, Any] | None, options: AdmissionOptions,
-    pending: Pending, raw: RawScalars | None,
+    pending: Pending, raw: RawScalars | None, checked: Checked | None,
 ) -> Admitted:
-    raw = raw or RawScalars()
-    kind = resolve_kind(obj)
-    metadata, causes = normalize_metadata(kind, obj.get("metadata"), raw=raw)
-    spec, spec_causes = _spec(kind, obj, raw)
+    if checked is None or checked.source is not obj:
+        checked = check(obj, options=options, raw=raw)
+    kind, metadata, spec = checked.kind, checked.metadata, checked.spec
     refs = check_references(reader, kind, obj, namespace=metadata.get("namespace"), old=old,
                             pending=pending)
-    causes = [*_top_level(kind, obj), *causes, *spec_causes, *_sizes(kind, obj, options), *refs.causes]
+    causes = [*checked.causes, *refs.causes]
     if not causes:
         causes = stamp(kind, metadata, spec, old)
     if not causes:
         causes = [*check_idempotency(reader, kind, obj, metadata, old),
                   *check_one_approval(reader, kind, spec, metadata, old)]
-    causes = _merge(diagnostics.scan(obj, raw=raw), causes)
+    causes = _merge(checked.scanned, causes)
     if causes:
         raise invalid(kind, display_name(obj), _without_values(kind, causes))
     if old is None:

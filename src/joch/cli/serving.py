@@ -19,7 +19,7 @@ client-go's proportions (15 : 10 : 2), so one flag cannot make an inconsistent t
 
 ``joch server --workers N`` (N > 1) makes the first process a supervisor after the same checks: it binds
 the port and starts N server processes with its own arguments (``joch.cli.supervising``); in those,
-``run`` finds its role in the environment and serves the socket it was handed.
+``run`` finds its role in the environment and serves the connections the supervisor hands it.
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ def run(
             server.serve(store_url=url, host=host, port=port, apply_paths=apply_paths or None,
                          controllers=controllers, options=options, apply_missing_paths=apply_missing or None,
                          secret_keys=keys, log_format=logs.current_format(),
-                         sock=role.sock if role else None, primary=role.primary if role else True,
+                         handoff=role.handoff if role else None, primary=role.primary if role else True,
                          on_ready=role.ready if role else None)
     except ValueError as exc:
         raise errors.BadRequest(str(exc)) from None

@@ -5,8 +5,13 @@ admission, auth, audit), so more processes serve more of them, as uvicorn's and 
 do. The supervisor serves nothing itself:
 
 * **It binds the listening socket** (after the same checks and with the same errors as one process,
-  ``serving.check_port``) and hands it to every worker (``pass_fds``; ``LISTEN_FD_ENV`` names the
-  descriptor), so the workers share one accept queue and a restarted worker serves the same port.
+  ``serving.check_port``), **accepts the connections and hands each to the next ready worker in
+  turn** over a Unix ``SOCK_SEQPACKET`` pair per worker (the descriptor as ``SCM_RIGHTS``;
+  ``HANDOFF_FD_ENV`` names the worker's end). Workers accepting from one shared socket would leave
+  the spread to the kernel: with the bench's 4 keep-alive clients, 3 went to one worker in every
+  sample, which then ran flat out while the other idled. Handing over costs the supervisor one
+  ``accept`` and one ``sendmsg`` per connection, not per request; a worker that is not ready (still
+  starting, or being restarted) is passed over, and one whose queue is full is skipped for the next.
 * **Workers are ``python -m joch`` with the supervisor's own arguments**, so every option carries
   over, and ``WORKER_ENV`` saying which worker they are. Worker 0 is the full server of one process
   (manifests, controllers, runtime, audit retention); the others serve HTTP only. Worker 0 writes a
@@ -51,7 +56,7 @@ from types import FrameType
 logger = logging.getLogger("joch.server.workers")
 
 WORKER_ENV = "JOCH_SERVER_WORKER"
-LISTEN_FD_ENV = "JOCH_SERVER_LISTEN_FD"
+HANDOFF_FD_ENV = "JOCH_SERVER_HANDOFF_FD"
 READY_FD_ENV = "JOCH_SERVER_READY_FD"
 SUPERVISOR_ENV = "JOCH_SERVER_SUPERVISOR"
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -61,16 +66,18 @@ RESTART_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 STABLE_SECONDS = 30.0
 """A worker that ran this long before exiting is restarted after the first backoff again."""
+BACKLOG = 2048  # uvicorn's
 _PR_SET_PDEATHSIG = 1
 _TICK = 0.1
 
 
 @dataclass
 class WorkerRole:
-    """What a worker process was told: its number, the socket to serve, where to say it is ready."""
+    """What a worker process was told: its number, where its connections come from, where to say it
+    is ready."""
 
     index: int
-    sock: socket.socket
+    handoff: socket.socket
     ready_fd: int | None
 
     @property
@@ -90,10 +97,10 @@ def worker_role() -> WorkerRole | None:
     index = os.environ.pop(WORKER_ENV, None)
     if index is None:
         return None
-    fd = int(os.environ.pop(LISTEN_FD_ENV))
+    fd = int(os.environ.pop(HANDOFF_FD_ENV))
     ready = os.environ.pop(READY_FD_ENV, None)
     _die_with(int(os.environ.pop(SUPERVISOR_ENV)))
-    return WorkerRole(index=int(index), sock=socket.socket(fileno=fd), ready_fd=int(ready) if ready else None)
+    return WorkerRole(index=int(index), handoff=socket.socket(fileno=fd), ready_fd=int(ready) if ready else None)
 
 
 def _die_with(supervisor: int) -> None:
@@ -117,6 +124,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(BACKLOG)
     except BaseException:
         sock.close()
         raise
@@ -132,6 +140,7 @@ class _Worker:
     started: float = 0.0
     failures: int = 0
     restart_at: float | None = None
+    channel: socket.socket | None = None  # the supervisor's end of the pair its connections go over
 
 
 class Supervisor:
@@ -144,6 +153,9 @@ class Supervisor:
         self._announced = False
         self._metrics_dir = ""
         self._process_exited: Callable[[int], None] | None = None
+        self._lock = threading.Lock()  # the workers' channels and readiness, read by the accepting thread
+        self._turn = 0
+        self._acceptor: threading.Thread | None = None
 
     def run(self) -> int:
         """Serve until SIGINT or SIGTERM (0), or until worker 0 fails to start (its exit code)."""
@@ -156,10 +168,15 @@ class Supervisor:
         try:
             code = self._start_first()
             if code is None:
+                self._acceptor = threading.Thread(target=self._accept, name="joch-accept", daemon=True)
+                self._acceptor.start()
                 for worker in self.workers[1:]:
                     self._start(worker)
                 self._watch()
                 code = 0
+            self._stopping = True
+            if self._acceptor is not None:
+                self._acceptor.join()
             self._stop_all()
             return code
         finally:
@@ -176,16 +193,23 @@ class Supervisor:
 
     def _start(self, worker: _Worker) -> None:
         read, write = os.pipe()
-        env = {**os.environ, WORKER_ENV: str(worker.index), LISTEN_FD_ENV: str(self.sock.fileno()),
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, WORKER_ENV: str(worker.index), HANDOFF_FD_ENV: str(theirs.fileno()),
                SUPERVISOR_ENV: str(os.getpid()), READY_FD_ENV: str(write)}
         try:
-            worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=[self.sock.fileno(), write])
+            worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=[theirs.fileno(), write])
         except BaseException:
             os.close(read)
+            mine.close()
             raise
         finally:
             os.close(write)
-        worker.ready_fd, worker.ready = read, False
+            theirs.close()
+        mine.setblocking(False)
+        with self._lock:
+            worker.channel = mine
+            worker.ready = False
+        worker.ready_fd = read
         worker.started = time.monotonic()
         worker.restart_at = None
 
@@ -212,12 +236,43 @@ class Supervisor:
         readable, _, _ = select.select(list(waiting), [], [], timeout)
         for fd in readable:
             worker = waiting[fd]
-            worker.ready = bool(os.read(fd, 64))  # else the pipe closed: it exited, as its poll will say
+            said = bool(os.read(fd, 64))  # else the pipe closed: it exited, as its poll will say
+            with self._lock:
+                worker.ready = said
             self._forget_ready(worker)
         if not self._announced and all(w.ready for w in self.workers):
             self._announced = True
             logger.info("serving on %s with %d worker processes (pids %s)", self.url, len(self.workers),
                         " ".join(str(w.proc.pid) for w in self.workers if w.proc is not None))
+
+    def _accept(self) -> None:
+        """Accept connections until stopping, each handed to the next ready worker."""
+        self.sock.settimeout(_TICK)
+        while not self._stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError as exc:  # out of descriptors, say: say so, wait, go on (as asyncio does)
+                logger.warning("accepting a connection failed: %s", exc)
+                time.sleep(1.0)
+                continue
+            with conn:
+                self._hand(conn)
+
+    def _hand(self, conn: socket.socket) -> None:
+        with self._lock:
+            ready = [w for w in self.workers if w.ready and w.channel is not None]
+            for i in range(len(ready)):
+                worker = ready[(self._turn + i) % len(ready)]
+                assert worker.channel is not None
+                try:
+                    socket.send_fds(worker.channel, [b"c"], [conn.fileno()])
+                except OSError:  # its queue is full, or it has just exited: the next one
+                    continue
+                self._turn = (self._turn + i + 1) % len(ready)
+                return
+        logger.warning("no worker could take a connection; closing it")
 
     def _forget_ready(self, worker: _Worker) -> None:
         if worker.ready_fd is not None:
@@ -248,6 +303,11 @@ class Supervisor:
             self._process_exited(worker.proc.pid)
         worker.proc = None
         self._forget_ready(worker)
+        with self._lock:
+            worker.ready = False
+            if worker.channel is not None:
+                worker.channel.close()
+                worker.channel = None
     def _stop_all(self) -> None:
         running = [(w, w.proc) for w in self.workers if w.proc is not None and w.proc.poll() is None]
         for _, proc in running:

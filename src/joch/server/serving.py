@@ -47,18 +47,23 @@ the environment configures it, was started by the caller (``joch.telemetry.traci
 Audit retention (``ServerOptions.audit_retention``, ``--audit-retention``) runs on its own thread
 from start to shutdown (``joch.server.retention``).
 
-Several processes (``joch server --workers N``, ``joch.cli.supervising``): each worker calls ``serve``
-with the listening socket the supervisor bound (``sock``; uvicorn then neither binds nor logs its
-"running on" line). Only the ``primary`` one (worker 0) applies manifests, runs the controllers and
-audit retention; the others serve HTTP, with the same runtime built from ``controllers`` (its
-constructor starts nothing but an idle monitor thread) so they serve run logs and artifacts too.
-``on_ready`` is called once uvicorn accepts connections (worker 0 tells the supervisor, which then
-starts the others).
+Several processes (``joch server --workers N``, ``joch.cli.supervising``): the supervisor accepts the
+connections and hands each to a worker in turn; a worker calls ``serve`` with its end of that channel
+(``handoff``, a Unix ``SOCK_SEQPACKET`` socket carrying one connection's descriptor per message), and
+uvicorn then listens on nothing itself: each connection received is served as uvicorn serves one
+it accepted (``loop.connect_accepted_socket`` with uvicorn's protocol). Letting the workers accept
+from one shared socket instead leaves the spread to the kernel, which handed 3 of the bench's 4
+keep-alive clients to one worker, with the other mostly idle. Only the ``primary`` one (worker 0)
+applies manifests, runs the controllers and audit retention; the others serve HTTP, with the same
+runtime built from ``controllers`` (its constructor starts nothing but an idle monitor thread) so
+they serve run logs and artifacts too. ``on_ready`` is called once uvicorn serves (worker 0 tells
+the supervisor, which then starts the others and begins handing connections over).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -99,7 +104,7 @@ def serve(
     *, store_url: str, host: str = "127.0.0.1", port: int = 8080, apply_paths: Sequence[str] | None = None,
     options: ServerOptions | None = None, log_level: str = "info", access_log: bool = False,
     controllers: ControllerOptions | None = None, apply_missing_paths: Sequence[str] | None = None,
-    secret_keys: KeyRing | None = None, log_format: str = "text", sock: socket.socket | None = None,
+    secret_keys: KeyRing | None = None, log_format: str = "text", handoff: socket.socket | None = None,
     primary: bool = True, on_ready: Callable[[], None] | None = None,
 ) -> None:
     options = replace(options or ServerOptions(), bind_host=host)
@@ -139,7 +144,7 @@ def serve(
         )
         pruning = retention.AuditPruner(store, options.audit_retention) if primary else nullcontext()
         with pruning, _controllers(store, runtime, controllers if primary else None):
-            _Server(config, store, on_ready=on_ready).run(sockets=None if sock is None else [sock])
+            _Server(config, store, on_ready=on_ready, handoff=handoff).run(sockets=None if handoff is None else [])
     finally:
         if runtime is not None:
             runtime.close()
@@ -169,18 +174,64 @@ class _Server(uvicorn.Server):
     open watch streams then finish their responses instead of being cancelled after the grace
     period (which logs a traceback per stream)."""
 
-    def __init__(self, config: uvicorn.Config, store: Store, *, on_ready: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, store: Store, *, on_ready: Callable[[], None] | None = None,
+                 handoff: socket.socket | None = None) -> None:
         super().__init__(config)
         self._store = store
         self._on_ready = on_ready
+        self._handoff = handoff
+        self._starting: set[asyncio.Task[None]] = set()  # connections being set up (kept from the GC)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        asyncio.get_running_loop().set_exception_handler(_loop_exception)
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_loop_exception)
         await super().startup(sockets)
+        if self.started and self._handoff is not None:
+            self._handoff.setblocking(False)
+            loop.add_reader(self._handoff.fileno(), self._take_connections)
         if self.started and self._on_ready is not None:
             self._on_ready()
 
+    def _take_connections(self) -> None:
+        """Serve the connections the supervisor handed over (see the module docstring)."""
+        assert self._handoff is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(self._handoff, 16, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                logger.warning("the supervisor's connection channel failed (%s); stopping", exc)
+                message, fds = b"", []
+            if not message and not fds:  # the supervisor has gone: stop as on SIGTERM
+                loop.remove_reader(self._handoff.fileno())
+                self.should_exit = True
+                return
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                if self.should_exit:
+                    conn.close()
+                    continue
+                task = loop.create_task(self._serve_connection(conn))
+                self._starting.add(task)
+                task.add_done_callback(self._starting.discard)
+
+    async def _serve_connection(self, conn: socket.socket) -> None:
+        config = self.config
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: config.http_protocol_class(  # type: ignore[call-arg]
+                    config=config, server_state=self.server_state, app_state=self.lifespan.state),
+                conn)
+        except OSError:  # the client went away before it was served
+            conn.close()
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._handoff is not None:
+            with contextlib.suppress(ValueError, OSError):
+                asyncio.get_running_loop().remove_reader(self._handoff.fileno())
+            self._handoff.close()
         self._store.stop_watches()
         await super().shutdown(sockets)
 

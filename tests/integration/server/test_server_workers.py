@@ -161,7 +161,8 @@ def test_creates_over_many_connections_land_in_every_worker_audited_and_watched(
                 client.close()
         watcher.join(10)
         assert statuses == [201] * len(created) and len(created) == 8 * 15
-        assert sum(1 for n in held.values() if n) > 1, f"one worker held every connection: {held}"
+        # the supervisor hands connections round in turn: the watch's and the eight clients' split evenly
+        assert max(held.values()) - min(held.values()) <= 1, f"the connections were not spread evenly: {held}"
         assert set(seen) >= set(created), sorted(set(created) - set(seen))
         late = {name: seen[name] - at for name, at in created.items() if seen[name] - at > 0.5}
         assert not late, late
