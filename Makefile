@@ -92,8 +92,9 @@ bench-governance: venv-dev postgres-up
 
 # Single-object creates over HTTP (4 client processes, token auth, audit, admission) vs the raw SQLite
 # transaction from 4 writer processes, alternating rounds (target >= 1,000/s).
+# Single-object creates over HTTP: 4 server processes against one process of the code before issue 12's work.
 bench-http: venv-dev
-	$(BIN)/python bench/http_create_bench.py
+	$(BIN)/python bench/http_create_bench.py --workers 4 --compare 9f8e177
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)

@@ -42,3 +42,24 @@ def test_closing_ends_the_listener_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - started < 0.25
     backend = store.backend  # type: ignore[attr-defined]
     assert backend._listener is not None and not backend._listener.is_alive()
+
+
+def test_a_write_waits_on_the_lock_file_other_processes_hold_and_goes_on_once_it_is_free(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import threading
+
+    store = open_store(f"sqlite:///{tmp_path / 'joch.db'}")
+    holder = os.open(tmp_path / "joch.db.lock", os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # as another process's write transaction holds it
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (store.create(AGENT, agent("waited")), done.set()), daemon=True)
+        writer.start()
+        assert not done.wait(0.5), "the write did not wait for the other process's transaction"
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        assert done.wait(10)
+        assert store.get(AGENT, "default", "waited")["metadata"]["name"] == "waited"
+    finally:
+        os.close(holder)
+        store.close()
