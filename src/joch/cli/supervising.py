@@ -12,6 +12,8 @@ do. The supervisor serves nothing itself:
   sample, which then ran flat out while the other idled. Handing over costs the supervisor one
   ``accept`` and one ``sendmsg`` per connection, not per request; a worker that is not ready (still
   starting, or being restarted) is passed over, and one whose queue is full is skipped for the next.
+  When none can take it (every queue full, or none ready), the connection waits until one can, and
+  the next ones wait in the backlog: none is closed for want of a worker.
 * **Workers are ``python -m joch`` with the supervisor's own arguments**, so every option carries
   over, and ``WORKER_ENV`` saying which worker they are. Worker 0 is the full server of one process
   (manifests, controllers, runtime, audit retention); the others serve HTTP only. Worker 0 writes a
@@ -258,9 +260,11 @@ class Supervisor:
                 time.sleep(1.0)
                 continue
             with conn:
-                self._hand(conn)
+                while not self._hand(conn) and not self._stopping:
+                    self._wait_for_room()
 
-    def _hand(self, conn: socket.socket) -> None:
+    def _hand(self, conn: socket.socket) -> bool:
+        """Whether a ready worker took ``conn``, the next in turn whose queue has room."""
         with self._lock:
             ready = [w for w in self.workers if w.ready and w.channel is not None]
             for i in range(len(ready)):
@@ -271,8 +275,21 @@ class Supervisor:
                 except OSError:  # its queue is full, or it has just exited: the next one
                     continue
                 self._turn = (self._turn + i + 1) % len(ready)
-                return
-        logger.warning("no worker could take a connection; closing it")
+                return True
+        return False
+
+    def _wait_for_room(self) -> None:
+        """Until a ready worker's queue has room (or a tick passed): no worker is ready (all being
+        restarted) or every queue is full (their loops are busy). The connection in hand waits, and
+        those behind it wait in the listening socket's backlog, as they would for one process;
+        closing them would answer a burst of clients with resets."""
+        with self._lock:
+            channels = [w.channel for w in self.workers if w.ready and w.channel is not None]
+        if not channels:
+            time.sleep(_TICK)
+            return
+        with contextlib.suppress(OSError, ValueError):  # a channel closed meanwhile: look again
+            select.select([], channels, [], _TICK)
 
     def _forget_ready(self, worker: _Worker) -> None:
         if worker.ready_fd is not None:

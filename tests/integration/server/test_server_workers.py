@@ -4,14 +4,17 @@ Creates over many connections land in both workers, each audited; a watch served
 what the other created at once (``SqliteBackend.listen``); the quickstart is applied once, before
 the second worker starts; SIGTERM stops everything with exit 0; a killed worker is replaced; a
 supervisor killed with SIGKILL takes its workers with it; a first worker that cannot start ends the
-supervisor as one process would end; ``--workers 0`` is a usage error."""
+supervisor as one process would end; ``--workers 0`` is a usage error; a burst of connections
+while every worker is busy waits for them instead of being closed."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -222,3 +225,44 @@ def test_zero_workers_is_a_usage_error(tmp_path: Path) -> None:
                               capture_output=True, text=True, env={**env, **extra}, timeout=60)
         assert done.returncode == 2, done.stderr
         assert "--workers must be at least 1 (got 0)" in done.stderr
+
+
+def test_a_burst_of_connections_while_every_worker_is_busy_waits_for_them(tmp_path: Path) -> None:
+    """More connections than the workers' channels hold (about 280 each here) arrive while every
+    worker's loop is busy (stopped, here): they wait, in the supervisor's hand and the backlog, and
+    are all served once the workers go on; none is closed for want of a worker."""
+    burst = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < burst + 200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(burst + 200, hard), hard))
+    port = None
+    clients: list[socket.socket] = []
+    try:
+        with server(tmp_path, "--no-controllers") as served:
+            port = int(served.base.rsplit(":", 1)[1])
+            workers = served.workers()
+            for pid in workers:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                for _ in range(burst):
+                    client = socket.create_connection(("127.0.0.1", port), timeout=30)
+                    clients.append(client)
+                    client.sendall(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                time.sleep(1.0)  # the supervisor hands over what it can meanwhile
+            finally:
+                for pid in workers:
+                    os.kill(pid, signal.SIGCONT)
+            answers = []
+            for client in clients:
+                try:
+                    answers.append(client.recv(64).split(b"\r\n", 1)[0])
+                except OSError as exc:
+                    answers.append(repr(exc).encode())
+            refused = [a for a in answers if a != b"HTTP/1.1 200 OK"]
+            assert not refused, f"{len(refused)} of {burst} connections were not served: {set(refused)}"
+            assert "no worker could take" not in served.text()
+    finally:
+        for client in clients:
+            client.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
