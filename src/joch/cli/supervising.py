@@ -26,7 +26,8 @@ do. The supervisor serves nothing itself:
   is removed when the supervisor exits; a worker that exits is reported to
   ``metrics.process_exited`` so its live gauges (open watches) stop counting.
 * **Lifecycle**: SIGINT or SIGTERM to the supervisor sends SIGTERM to each worker (each shuts down as
-  one process does), waits ``STOP_SECONDS`` for them, kills those left and exits 0. A worker that
+  one process does; workers run in a process group of their own, so a terminal's Ctrl-C reaches the
+  supervisor alone), waits ``STOP_SECONDS`` for them, kills those left and exits 0. A worker that
   exits otherwise is started again after a backoff (``RESTART_BACKOFF`` doubling up to
   ``MAX_BACKOFF`` while it keeps dying young), with one log line each time. Should the supervisor
   itself be killed (``kill -9``), workers get SIGTERM from the kernel (Linux
@@ -199,7 +200,11 @@ class Supervisor:
         env = {**os.environ, WORKER_ENV: str(worker.index), HANDOFF_FD_ENV: str(theirs.fileno()),
                SUPERVISOR_ENV: str(os.getpid()), READY_FD_ENV: str(write)}
         try:
-            worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=[theirs.fileno(), write])
+            # A process group of its own: the terminal's Ctrl-C (SIGINT to the foreground group) reaches
+            # the supervisor alone, which stops each worker with one SIGTERM. In the supervisor's group a
+            # worker got both: the second, once uvicorn had put the default handlers back, could kill it
+            # as it stopped the controllers and closed the store; a starting one raised KeyboardInterrupt.
+            worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=[theirs.fileno(), write], process_group=0)
         except BaseException:
             os.close(read)
             mine.close()

@@ -5,7 +5,8 @@ what the other created at once (``SqliteBackend.listen``); the quickstart is app
 the second worker starts; SIGTERM stops everything with exit 0; a killed worker is replaced; a
 supervisor killed with SIGKILL takes its workers with it; a first worker that cannot start ends the
 supervisor as one process would end; ``--workers 0`` is a usage error; a burst of connections
-while every worker is busy waits for them instead of being closed."""
+while every worker is busy waits for them instead of being closed; a terminal's Ctrl-C (SIGINT to
+the foreground process group) reaches the supervisor alone."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def server(tmp_path: Path, *args: str, workers: int = 2) -> Iterator[Served]:
     env["TMPDIR"] = str(tmp_path)  # the metrics directory: left behind by a supervisor killed with SIGKILL
     proc = subprocess.Popen([str(JOCH), "server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
                              "--sandbox", "none", "--workers", str(workers), *args],
-                            stdout=log.open("a"), stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+                            stdout=log.open("a"), stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+                            process_group=0)  # as a shell starts a job: a group of its own
     served = Served(proc, f"http://127.0.0.1:{port}", log, tmp_path / "data")
     try:
         wait_for(lambda: "worker processes (pids" in served.text() or proc.poll() is not None, 90,
@@ -266,3 +268,17 @@ def test_a_burst_of_connections_while_every_worker_is_busy_waits_for_them(tmp_pa
             client.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
+
+def test_ctrl_c_in_a_terminal_reaches_the_supervisor_alone(tmp_path: Path) -> None:
+    """The terminal sends SIGINT to its foreground process group: the workers, in a group of their
+    own, get only the supervisor's SIGTERM, and so stop once each, cleanly."""
+    with server(tmp_path) as served:
+        workers = served.workers()
+        group = os.getpgid(served.proc.pid)
+        assert all(os.getpgid(pid) != group for pid in workers), (group, workers)
+        os.killpg(group, signal.SIGINT)
+        assert served.proc.wait(30) == 0, served.text()
+    assert not [pid for pid in workers if alive(pid)]
+    log = served.text()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert log.count("Finished server process") == len(workers), log
