@@ -112,7 +112,7 @@ class LiveServer:
 @contextmanager
 def live_server(store: Store, options: ServerOptions | None = None) -> Iterator[LiveServer]:
     with ServerThread(create_app(store, options=options)) as thread, httpx.Client(
-        base_url=thread.url, timeout=httpx.Timeout(10.0)
+        base_url=thread.url, timeout=httpx.Timeout(60.0)  # a loaded machine took over 10 s for /openapi.json
     ) as http:
         yield LiveServer(thread.url, http, store)
 

@@ -229,7 +229,7 @@ class PostgresBackend(Backend):
     def poll_interval(self) -> float:
         return 2.0
 
-    def listen(self, wake: feeds.Wake) -> None:
+    def listen(self, wake: feeds.Wake, active: Callable[[], bool] = lambda: True) -> None:
         self._listener = threading.Thread(target=self._listen, args=(wake,), name="joch-pg-listen",
                                           daemon=True)
         self._listener.start()

@@ -180,8 +180,9 @@ class Backend(abc.ABC):
     def notify(self, conn: Conn, revision: int) -> None:  # noqa: B027 - optional hook
         """Tell other processes about new changes (called inside the write transaction)."""
 
-    def listen(self, wake: feeds.Wake) -> None:  # noqa: B027 - optional hook
-        """Start waking ``wake`` when another process commits changes."""
+    def listen(self, wake: feeds.Wake, active: Callable[[], bool] = lambda: True) -> None:  # noqa: B027
+        """Start waking ``wake`` when another process commits changes (an optional hook); ``active``
+        says whether anyone listens now (a backend may look less often while nobody does)."""
 
     @property
     def poll_interval(self) -> float:
@@ -792,7 +793,7 @@ class SqlStore(Store):
             poll_interval=backend.poll_interval, compact=self._auto_compact if history else None,
             compact_interval=compact_interval,
         )
-        backend.listen(self.feed.wake)
+        backend.listen(self.feed.wake, lambda: self.feed.subscribers_count() > 0)
         if history:
             self.feed.start()  # the feed thread also compacts, so it runs even with no watcher
         try:

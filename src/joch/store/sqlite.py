@@ -5,9 +5,10 @@ behind a lock serializes writers in-process without busy-retries, while WAL lets
 their own connections without blocking it. Between processes (``joch server --workers``, or a
 ``joch controller`` beside a server) a write transaction also holds an exclusive ``flock`` on
 ``<file>.lock`` from before ``BEGIN IMMEDIATE`` to after ``COMMIT``: a process waiting for the other's
-transaction then sleeps in the kernel and wakes the moment the lock is released, where SQLite's own
-busy handler would poll by sleeping 1, 2, 5, 10… ms — with two server processes writing, that left
-most of the second core idle. ``synchronous`` defaults to NORMAL (durable across a
+transaction polls that lock every 0.2 ms and goes on within a fraction of a millisecond of its
+release, where SQLite's own busy handler sleeps 1, 2, 5, 10… ms between tries — with two server
+processes writing, that left most of the second core idle. The wait is bounded by the same 30 s as
+``busy_timeout`` (then SQLite decides, as before). ``synchronous`` defaults to NORMAL (durable across a
 process crash; the last commits may be lost on power loss) and can be set with
 ``sqlite:///path/joch.db?synchronous=FULL``.
 
@@ -34,7 +35,8 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,9 +51,14 @@ log = logging.getLogger(__name__)
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _SQLITE_IOERR = 10
 _SQLITE_FULL = 13
+_LOCK_WAIT_SECONDS = 30.0  # as the connections' busy_timeout
+_LOCK_POLL = 0.0002
 LOW_SPACE = 1024 * 1024
 """Below this many free bytes the store's filesystem counts as full (readiness fails)."""
 LISTEN_INTERVAL = 0.01
+IDLE_INTERVAL = 0.05
+"""How often the listener asks whether anyone watches while nobody does (every process's store has
+a listener, most of them with no watcher most of the time)."""
 """How often ``listen``'s thread looks for commits of other connections (seconds)."""
 
 
@@ -123,12 +130,23 @@ class SqliteBackend(Backend):
 
     @contextmanager
     def _other_processes_waiting(self) -> Iterator[None]:
-        """The lock between processes (see the module docstring); released however the block ends."""
-        fcntl.flock(self._between_processes, fcntl.LOCK_EX)
+        """The lock between processes (see the module docstring); released however the block ends.
+
+        The wait is bounded: a process stopped inside its transaction (Ctrl-Z on a ``joch controller``)
+        must not hang every writer for ever. Past ``busy_timeout`` the write goes on without the lock
+        and SQLite's own busy handler decides, which ends in its "database is locked" error as before.
+        The lock is polled every ``_LOCK_POLL`` seconds (a blocking ``flock`` cannot be given a deadline),
+        which still wakes a waiter well within a millisecond of the release."""
+        held = _try_lock(self._between_processes)
+        deadline = time.monotonic() + _LOCK_WAIT_SECONDS
+        while not held and time.monotonic() < deadline:
+            time.sleep(_LOCK_POLL)
+            held = _try_lock(self._between_processes)
         try:
             yield
         finally:
-            fcntl.flock(self._between_processes, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(self._between_processes, fcntl.LOCK_UN)
 
     @contextmanager
     def scrubbing(self) -> Iterator[None]:
@@ -192,17 +210,21 @@ class SqliteBackend(Backend):
             conn.execute("COMMIT")
             self._readers.put(conn)
 
-    def listen(self, wake: feeds.Wake) -> None:
+    def listen(self, wake: feeds.Wake, active: Callable[[], bool] = lambda: True) -> None:
         conn = self._connect()
         (seen,) = conn.execute("PRAGMA data_version").fetchone()  # before returning: no commit is missed
-        self._listener = threading.Thread(target=self._listen, args=(conn, int(seen), wake),
+        self._listener = threading.Thread(target=self._listen, args=(conn, int(seen), wake, active),
                                           name="joch-sqlite-listen", daemon=True)
         self._listener.start()
 
-    def _listen(self, conn: sqlite3.Connection, seen: int, wake: feeds.Wake) -> None:
+    def _listen(self, conn: sqlite3.Connection, seen: int, wake: feeds.Wake, active: Callable[[], bool]) -> None:
         failing = False  # a failure that repeats every 10 ms is logged once
         try:
             while not self._stop.wait(LISTEN_INTERVAL):
+                if not active():  # no watcher: nothing to wake; look again in a moment, without a query
+                    if self._stop.wait(IDLE_INTERVAL):
+                        return
+                    continue
                 try:
                     (version,) = conn.execute("PRAGMA data_version").fetchone()
                 except sqlite3.Error:
@@ -228,6 +250,14 @@ class SqliteBackend(Backend):
             if self._between_processes >= 0:
                 os.close(self._between_processes)
                 self._between_processes = -1
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _free_bytes(directory: Path) -> int | None:
