@@ -1,7 +1,9 @@
 """``/mcp`` on ``joch server``: MCP over streamable HTTP, each request acting as its bearer token's user.
 
-``install(app)`` adds the route and runs the SDK's session manager in the app's lifespan (uvicorn
-runs it; without a lifespan the route answers 503). The route sits behind the app's own middleware
+``install(app)`` adds the route. The SDK's session manager runs in the app's lifespan (uvicorn
+runs it; without a lifespan the route answers 503), started by the first MCP request: the SDK takes
+about a second of CPU to import, which a server nobody asks over MCP never spends, and which no
+server's start waits for. The route sits behind the app's own middleware
 like every other: ``guard.Guard`` refuses web pages of other origins and foreign ``Host`` names (so
 the SDK's own DNS-rebinding check, which knows nothing of ``--allowed-host``, is off), and the auth
 middleware answers 401 to a request without a valid token when authentication is configured
@@ -18,6 +20,7 @@ borrowed by another token.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -60,26 +63,22 @@ def bearer(headers: Mapping[str, str] | None) -> str | None:
 
 def install(app: Starlette) -> None:
     """Serve MCP at ``PATH`` on ``app``, calling ``app`` itself as each request's user. The MCP server
-    is built when the app starts (its lifespan), so building an app costs nothing more (tests build
-    hundreds) and the SDK is imported only by a server that serves."""
-    endpoint = _Endpoint()
+    is built by the first MCP request of a running app (its lifespan), so building an app costs
+    nothing more (tests build hundreds) and the SDK is imported only by a server asked over MCP."""
+    endpoint = _Endpoint(app)
     app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
     outer = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(instance: Any) -> AsyncIterator[Any]:
-        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-
         async with anyio.create_task_group() as tasks:
-            http = in_process_client(app, tasks)
-            manager = _session_manager(http)
-            async with manager.run(), http, outer(instance) as state:
-                endpoint.app = StreamableHTTPASGIApp(manager)
-                try:
+            endpoint.tasks = tasks
+            try:
+                async with outer(instance) as state:
                     yield state
-                finally:
-                    endpoint.app = None
-            tasks.cancel_scope.cancel()
+            finally:
+                endpoint.tasks = endpoint.app = None
+                tasks.cancel_scope.cancel()  # the sessions, if a request started them
 
     app.router.lifespan_context = lifespan
 
@@ -187,15 +186,19 @@ def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
 
 class _Endpoint:
     """The SDK's ASGI app for a POST, or a ``Status`` instead: 405 for GET and DELETE, and while
-    the sessions are not running (an app served without its lifespan, an embedder's choice) 503.
+    the app's lifespan is not running (an app served without it, an embedder's choice) 503.
 
     Stateless, the server has no stream to offer a GET and no session for a DELETE to end: the
     SDK would answer a GET with an event stream that never carries an event and stays open as
     long as the client likes (a connection and a task each, however many a caller opens). The
     spec's answer for a server without that stream is 405, which clients take in their stride."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: ASGIApp) -> None:
+        self.server = server
+        self.tasks: TaskGroup | None = None
+        """The lifespan's task group while it runs; the sessions and their in-process calls run in it."""
         self.app: ASGIApp | None = None
+        self.starting = anyio.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         _peer.set(scope.get("client"))
@@ -206,18 +209,40 @@ class _Endpoint:
             await JSONResponse(error.to_status(), status_code=error.code, headers={"Allow": "POST"})(
                 scope, receive, send)
             return
-        if self.app is not None:
-            try:
-                body = await _read_body(scope, receive)
-            except errors.RequestEntityTooLarge as exc:
-                await JSONResponse(exc.to_status(), status_code=exc.code, headers={"Connection": "close"})(
-                    scope, receive, send)
-                return
-            await _until_disconnected(self.app, scope, _replaying(body, receive), send)
+        app = await self._sessions()
+        if app is None:
+            error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its "
+                                              "lifespan (uvicorn --lifespan off), which runs the MCP sessions")
+            await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)
             return
-        error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its lifespan "
-                                          "(uvicorn --lifespan off), which runs the MCP sessions")
-        await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)
+        try:
+            body = await _read_body(scope, receive)
+        except errors.RequestEntityTooLarge as exc:
+            await JSONResponse(exc.to_status(), status_code=exc.code, headers={"Connection": "close"})(
+                scope, receive, send)
+            return
+        await _until_disconnected(app, scope, _replaying(body, receive), send)
+
+    async def _sessions(self) -> ASGIApp | None:
+        """The SDK's app, its session manager started in the lifespan's task group by the first caller."""
+        async with self.starting:
+            tasks = self.tasks
+            if self.app is None and tasks is not None:
+                # The import takes a second of CPU: in a thread, the loop goes on serving meanwhile.
+                module = await anyio.to_thread.run_sync(
+                    importlib.import_module, "mcp.server.streamable_http_manager")
+                http = in_process_client(self.server, tasks)
+                manager = _session_manager(http)
+
+                async def run(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+                    async with manager.run(), http:
+                        task_status.started()
+                        await anyio.sleep_forever()
+
+                await tasks.start(run)
+                if self.tasks is tasks:  # not stopped meanwhile
+                    self.app = module.StreamableHTTPASGIApp(manager)
+            return self.app
 
 
 async def _read_body(scope: Scope, receive: Receive) -> bytes:

@@ -491,3 +491,34 @@ def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(s
         assert r.status_code == 503 and "lifespan" in r.json()["message"], r.text
     finally:
         store.close()
+
+
+LAZY_SDK = """
+import sys, threading
+from starlette.testclient import TestClient
+from joch.server.app import create_app
+from joch.store import open_store
+
+store = open_store(sys.argv[1])
+message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+headers = {"Accept": "application/json, text/event-stream"}
+with TestClient(create_app(store), base_url="http://127.0.0.1") as client:
+    assert client.get("/readyz").status_code == 200
+    print("before", "mcp.server" in sys.modules)
+    answers = []
+    firsts = [threading.Thread(target=lambda: answers.append(client.post("/mcp", json=message, headers=headers)))
+              for _ in range(3)]
+    for t in firsts: t.start()
+    for t in firsts: t.join()
+    print("after", "mcp.server" in sys.modules)
+    print("tools", sorted(len(a.json()["result"]["tools"]) > 5 for a in answers))
+store.close()
+"""
+
+
+def test_the_sdk_is_imported_by_the_first_mcp_request_not_by_the_start(sqlite_url: str) -> None:
+    # Importing the MCP SDK took a second of CPU before every server answered /readyz; the suite and
+    # every `joch server` paid it, asked over MCP or not. Three first requests at once start it once.
+    done = subprocess.run([sys.executable, "-c", LAZY_SDK, sqlite_url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["before False", "after True", "tools [True, True, True]"], done.stdout
