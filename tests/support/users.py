@@ -55,6 +55,6 @@ def users_server(store: Store, options: ServerOptions | None = None) -> Iterator
     with tempfile.TemporaryDirectory() as folder:
         options = replace(options or ServerOptions(), auth=AuthOptions(token_file=token_file(Path(folder))))
         with ServerThread(create_app(store, options=options)) as thread, httpx.Client(
-            base_url=thread.url, timeout=httpx.Timeout(10.0), headers=as_user("admin"),
+            base_url=thread.url, timeout=httpx.Timeout(60.0), headers=as_user("admin"),
         ) as http:
             yield LiveServer(thread.url, http, store)

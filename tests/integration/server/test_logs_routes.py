@@ -95,7 +95,7 @@ def runtime(tmp_path: Path) -> Iterator[LocalRuntime]:
 @pytest.fixture
 def server(store: Store, runtime: LocalRuntime) -> Iterator[RunServer]:
     with ServerThread(create_app(store, options=FAST, runtime=runtime)) as thread, httpx.Client(
-        base_url=thread.url, timeout=httpx.Timeout(10.0)
+        base_url=thread.url, timeout=httpx.Timeout(60.0)
     ) as http:
         yield RunServer(thread.url, http, store, runtime)
 
@@ -361,7 +361,7 @@ def test_followers_take_watch_slots(store: Store, runtime: LocalRuntime, tmp_pat
     # followers of one run were all served by a server started with --max-watches 20.
     options = ServerOptions(bookmark_interval=0.3, sse_heartbeat_interval=0.3, max_watches=2)
     with ServerThread(create_app(store, options=options, runtime=runtime)) as thread, \
-            httpx.Client(base_url=thread.url, timeout=httpx.Timeout(10.0)) as http:
+            httpx.Client(base_url=thread.url, timeout=httpx.Timeout(60.0)) as http:
         server = RunServer(thread.url, http, store, runtime)
         gate = tmp_path / "gate"
         run = server.run("capped")
