@@ -51,11 +51,11 @@ class Joch:
         run = {"apiVersion": "runtime.joch.dev/v1alpha1", "kind": "AgentRun", "metadata": {"name": name},
                "spec": {"agentRef": {"name": agent}, "implementation": {"inline": {"text": text}},
                         "execution": {"coordinates": {"git": {"url": str(self.repo)}}}}}
-        r = httpx.post(f"{self.base}{RUNS}", json=run, timeout=10)
+        r = httpx.post(f"{self.base}{RUNS}", json=run, timeout=60)
         assert r.status_code in (200, 201), r.text
 
     def run(self, name: str) -> dict[str, Any]:
-        r = httpx.get(f"{self.base}{RUNS}/{name}", timeout=10)
+        r = httpx.get(f"{self.base}{RUNS}/{name}", timeout=60)
         r.raise_for_status()
         run: dict[str, Any] = r.json()
         return run
@@ -68,12 +68,12 @@ class Joch:
         return status
 
     def artifact(self, name: str, artifact: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/artifacts/{artifact}", timeout=10)
+        r = httpx.get(f"{self.base}{RUNS}/{name}/artifacts/{artifact}", timeout=60)
         assert r.status_code == 200, (artifact, r.text)
         return r.text
 
     def logs(self, name: str) -> str:
-        r = httpx.get(f"{self.base}{RUNS}/{name}/log", timeout=10)
+        r = httpx.get(f"{self.base}{RUNS}/{name}/log", timeout=60)
         return r.text if r.status_code == 200 else f"(no logs: {r.status_code})"
 
 

@@ -113,7 +113,7 @@ class Container:
 class Kubelet:
     def __init__(self, server: str, root: Path, *, logs: Path | None = None, cpus: float = 8.0,
                  max_grace: float = 5.0) -> None:
-        self.http = httpx.Client(base_url=server, timeout=10)
+        self.http = httpx.Client(base_url=server, timeout=60)
         self.root = root
         self.logs = logs or root / "pod-logs"
         self.cpus = cpus

@@ -107,7 +107,7 @@ def wipe(url: str) -> None:
 
     The server runs controllers, so deleting is a few rounds: a run's finalizer is removed by the run
     controller, which may write one last Event. The controllers' own Lease is left alone."""
-    with httpx.Client(base_url=url, timeout=10) as http:
+    with httpx.Client(base_url=url, timeout=60) as http:
         collections = []
         for group in http.get("/apis").json()["groups"]:
             group_version = group["preferredVersion"]["groupVersion"]
@@ -159,7 +159,7 @@ class Joch:
 @pytest.fixture
 def joch(server: Server) -> Joch:
     wipe(server.url)
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with httpx.Client(base_url=server.url, timeout=60) as http:
         for name in NAMESPACES:  # a namespace must exist before anything is created in it
             created = http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                             "metadata": {"name": name}})
