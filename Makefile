@@ -59,10 +59,10 @@ agent-clis: venv-dev
 
 # The suite runs on TEST_WORKERS pytest-xdist processes (most tests wait on subprocesses and sockets, so
 # more workers than cores pays), a module at a time: a module's tests stay in order on one worker
-# (tests/conftest.py), the slowest modules first. `make test TEST_WORKERS=0` runs it in this process, one test after another.
+# (tests/conftest.py). `make test TEST_WORKERS=0` runs it in this process, one test after another.
 TEST_WORKERS ?= 4
 test: venv-dev postgres-up sandbox-tools browser-tools agent-clis lint typecheck
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # `make lock` keeps every pin that still satisfies pyproject.toml; `make lock LOCK_FLAGS=--upgrade` takes the newest.
 LOCK_FLAGS ?=

@@ -10,10 +10,6 @@ a module's tests run in order on one worker, so a module-scoped ``joch server`` 
 is a process of its own, so the tests share only what lies outside a process, and that is kept apart:
 each test has its own ``tmp_path``, Postgres schema (its NOTIFY channel derives from it), ports
 (``support/ports.py`` for server subprocesses) and ``JOCH_CONFIG``; nothing is written into the checkout.
-The modules that take longest go to the workers first (``SLOW_FIRST``; the Makefile passes
-``--no-loadscope-reorder`` so that pytest-xdist keeps this order instead of sending the modules with
-the most tests first): sent last, the end-to-end modules (a server and real agent CLIs each, one
-of them a minute and a half) kept one worker busy for minutes after the others had finished.
 (``--dist loadgroup`` would do nothing more here: pytest-xdist 3.8 tags a grouped test's ``_nodeid``,
 which pytest 9 no longer reads, so groups are silently ignored.)
 """
@@ -32,25 +28,6 @@ import pytest
 from joch.store import Store, open_store
 
 POSTGRES = os.environ.get("JOCH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-SLOW_FIRST = (
-    "e2e/test_agents_openai.py", "integration/server/test_server_workers.py", "e2e/test_integrations.py",
-    "integration/server/test_server_serving.py", "e2e/test_agents_anthropic.py", "e2e/",
-    "integration/server/test_traces_and_logs.py", "integration/server/test_metrics.py",
-    "integration/server/test_metrics_multiprocess.py", "integration/server/test_server_schemathesis.py",
-    "integration/cli/", "integration/chart/", "integration/mcp/",
-)
-"""Paths under ``tests/``, longest first (from ``--durations``): their modules are scheduled first."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules of ``SLOW_FIRST`` first, in its order; within a module, the tests keep theirs."""
-    root = Path(__file__).parent
-
-    def rank(item: pytest.Item) -> int:
-        path = item.path.relative_to(root).as_posix()
-        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
-
-    items.sort(key=rank)
 
 
 def _postgres_reachable() -> str | None:
