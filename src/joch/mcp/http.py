@@ -20,7 +20,6 @@ borrowed by another token.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -63,24 +62,66 @@ def bearer(headers: Mapping[str, str] | None) -> str | None:
 
 def install(app: Starlette) -> None:
     """Serve MCP at ``PATH`` on ``app``, calling ``app`` itself as each request's user. The MCP server
-    is built by the first MCP request of a running app (its lifespan), so building an app costs
-    nothing more (tests build hundreds) and the SDK is imported only by a server asked over MCP."""
-    endpoint = _Endpoint(app)
+    is built once the first MCP request of a running app asks for it, by a task of the app's lifespan
+    (in its context, not the request's), so building or starting an app costs nothing more (tests
+    build hundreds) and the SDK is imported only by a server asked over MCP."""
+    endpoint = _Endpoint()
     app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
     outer = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(instance: Any) -> AsyncIterator[Any]:
+        sessions = _Sessions(app)
         async with anyio.create_task_group() as tasks:
-            endpoint.tasks = tasks
+            tasks.start_soon(sessions.serve_when_asked, tasks)
+            endpoint.sessions = sessions
             try:
                 async with outer(instance) as state:
                     yield state
             finally:
-                endpoint.tasks = endpoint.app = None
+                endpoint.sessions = None
+                sessions.stop()
                 tasks.cancel_scope.cancel()  # the sessions, if a request started them
 
     app.router.lifespan_context = lifespan
+
+
+class _Sessions:
+    """The SDK's session manager of one run of the app's lifespan, started when first asked for."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.server = app
+        self.asked = anyio.Event()
+        self.settled = anyio.Event()  # started, failed to start, or stopping
+        self.app: ASGIApp | None = None
+        self.problem = "the server is stopping"
+
+    async def get(self) -> ASGIApp | None:
+        self.asked.set()
+        await self.settled.wait()
+        return self.app
+
+    def stop(self) -> None:
+        self.app = None
+        self.settled.set()
+
+    async def serve_when_asked(self, tasks: TaskGroup) -> None:
+        await self.asked.wait()
+        http = in_process_client(self.server, tasks)
+        async with http:
+            try:
+                # The SDK's import and the tools' models take a second of CPU: in a thread, the loop
+                # goes on serving meanwhile.
+                app, manager = await anyio.to_thread.run_sync(_session_manager, http)
+            except Exception as exc:  # /mcp says so (503), and the server serves on
+                logger.exception("the MCP sessions could not start")
+                self.problem = f"the MCP sessions could not start ({type(exc).__name__}: {exc}; see the server log)"
+                self.settled.set()
+                return
+            async with manager.run():
+                self.app = app
+                self.settled.set()
+                await anyio.sleep_forever()
 
 
 def in_process_client(app: ASGIApp, tasks: TaskGroup) -> httpx.AsyncClient:
@@ -171,7 +212,9 @@ def _scope(request: httpx.Request) -> Scope:
     }
 
 
-def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
+def _session_manager(http: httpx.AsyncClient) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
+    """The SDK's ASGI app and its session manager, serving ``joch.mcp.server`` over ``http``."""
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
     from mcp.server.transport_security import TransportSecuritySettings
 
     from joch.mcp.server import create
@@ -181,7 +224,7 @@ def _session_manager(http: httpx.AsyncClient) -> StreamableHTTPSessionManager:
         streamable_http_path=PATH, stateless_http=True, json_response=True,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    return server.session_manager
+    return StreamableHTTPASGIApp(server.session_manager), server.session_manager
 
 
 class _Endpoint:
@@ -193,12 +236,9 @@ class _Endpoint:
     long as the client likes (a connection and a task each, however many a caller opens). The
     spec's answer for a server without that stream is 405, which clients take in their stride."""
 
-    def __init__(self, server: ASGIApp) -> None:
-        self.server = server
-        self.tasks: TaskGroup | None = None
-        """The lifespan's task group while it runs; the sessions and their in-process calls run in it."""
-        self.app: ASGIApp | None = None
-        self.starting = anyio.Lock()
+    def __init__(self) -> None:
+        self.sessions: _Sessions | None = None
+        """The running lifespan's sessions; None while the lifespan does not run."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         _peer.set(scope.get("client"))
@@ -209,10 +249,12 @@ class _Endpoint:
             await JSONResponse(error.to_status(), status_code=error.code, headers={"Allow": "POST"})(
                 scope, receive, send)
             return
-        app = await self._sessions()
+        sessions = self.sessions
+        app = None if sessions is None else await sessions.get()
         if app is None:
-            error = errors.ServiceUnavailable(f"{PATH} is not available: the server was started without its "
-                                              "lifespan (uvicorn --lifespan off), which runs the MCP sessions")
+            problem = ("the server was started without its lifespan (uvicorn --lifespan off), which runs the "
+                       "MCP sessions") if sessions is None else sessions.problem
+            error = errors.ServiceUnavailable(f"{PATH} is not available: {problem}")
             await JSONResponse(error.to_status(), status_code=error.code)(scope, receive, send)
             return
         try:
@@ -222,27 +264,6 @@ class _Endpoint:
                 scope, receive, send)
             return
         await _until_disconnected(app, scope, _replaying(body, receive), send)
-
-    async def _sessions(self) -> ASGIApp | None:
-        """The SDK's app, its session manager started in the lifespan's task group by the first caller."""
-        async with self.starting:
-            tasks = self.tasks
-            if self.app is None and tasks is not None:
-                # The import takes a second of CPU: in a thread, the loop goes on serving meanwhile.
-                module = await anyio.to_thread.run_sync(
-                    importlib.import_module, "mcp.server.streamable_http_manager")
-                http = in_process_client(self.server, tasks)
-                manager = _session_manager(http)
-
-                async def run(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-                    async with manager.run(), http:
-                        task_status.started()
-                        await anyio.sleep_forever()
-
-                await tasks.start(run)
-                if self.tasks is tasks:  # not stopped meanwhile
-                    self.app = module.StreamableHTTPASGIApp(manager)
-            return self.app
 
 
 async def _read_body(scope: Scope, receive: Receive) -> bytes:

@@ -325,26 +325,22 @@ def install(
     The routes themselves are built once per process (``_routes``): FastAPI analyses each endpoint's
     parameters into pydantic validators when a route is made, about 4 ms a route and three quarters
     of building an app, and a test suite builds hundreds of apps. Their endpoints find this app's
-    handlers through the request (``request.app``), so one set of routes serves every app."""
+    handlers through the request (``request.app``), so one set of routes serves every app, and
+    serves only an app they were installed on (copied into another app, they answer 500), and
+    ``app.dependency_overrides`` does not reach them."""
     h = KindHandlers(kind, store, options, slots)
-    handlers_of(app)[kind.key] = h
+    handlers_of(app)[kind] = h
     routes, create = _routes(kind, schemas)
     app.router.routes.extend(routes)
     creates_of(app)[create] = h
 
 
-def handlers_of(app: FastAPI) -> dict[str, KindHandlers]:
-    """Each kind's handlers on ``app`` (``install``), by ``KindInfo.key``."""
+def handlers_of(app: FastAPI) -> dict[KindInfo, KindHandlers]:
+    """Each kind's handlers on ``app`` (``install``), by kind and version."""
     if not hasattr(app.state, "kind_handlers"):
         app.state.kind_handlers = {}
-    handlers: dict[str, KindHandlers] = app.state.kind_handlers
+    handlers: dict[KindInfo, KindHandlers] = app.state.kind_handlers
     return handlers
-
-
-async def read_body(request: Request) -> bytes:
-    """The request's body, within the serving app's ``--max-body-bytes`` (a 413 past it)."""
-    options: ServerOptions = request.app.state.options
-    return await wire.body_reader(options.max_body_bytes)(request)
 
 
 @functools.cache
@@ -353,7 +349,10 @@ def _routes(kind: KindInfo, schemas: KindSchemas) -> tuple[tuple[BaseRoute, ...]
     router = APIRouter(route_class=server_errors.StatusRoute)
 
     def handlers(request: Request) -> KindHandlers:
-        return handlers_of(request.app)[kind.key]
+        return handlers_of(request.app)[kind]
+
+    async def read_body(request: Request) -> bytes:  # within the serving handlers' --max-body-bytes
+        return await wire.body_reader(handlers(request).options.max_body_bytes)(request)
 
     base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
     scope: Scope = namespace_scope if kind.namespaced else _cluster
@@ -378,9 +377,9 @@ def _routes(kind: KindInfo, schemas: KindSchemas) -> tuple[tuple[BaseRoute, ...]
                                                      body=method != "GET"),
         )
 
-    add(collection, lister(handlers, scope, kind), "GET", "list", responses=schemas.list_responses(kind))
+    add(collection, _lister(handlers, scope), "GET", "list", responses=schemas.list_responses(kind))
     if kind.namespaced:
-        add(f"{base}/{kind.plural}", lister(handlers, _cluster, kind), "GET", "listAllNamespaces",
+        add(f"{base}/{kind.plural}", _lister(handlers, _cluster), "GET", "listAllNamespaces",
             responses=schemas.list_responses(kind))
 
     def create(
@@ -449,15 +448,12 @@ def _routes(kind: KindInfo, schemas: KindSchemas) -> tuple[tuple[BaseRoute, ...]
     return tuple(router.routes), create
 
 
-def lister(
-    h: KindHandlers | Handlers, scope: Scope | None = None, kind: KindInfo | None = None,
-) -> Callable[..., Response]:
-    """The list-or-watch endpoint of a kind (``h``'s, or the ``kind`` whose handlers ``h`` finds per
-    request), scoped to the URL's namespace unless told otherwise."""
-    handlers: Handlers = (lambda _: h) if isinstance(h, KindHandlers) else h
-    namespaced = h.kind.namespaced if isinstance(h, KindHandlers) else kind is not None and kind.namespaced
-    scope = scope or (namespace_scope if namespaced else _cluster)
+def lister(h: KindHandlers, scope: Scope | None = None) -> Callable[..., Response]:
+    """The list-or-watch endpoint of ``h``'s kind, scoped to the URL's namespace unless told otherwise."""
+    return _lister(lambda _: h, scope or (namespace_scope if h.kind.namespaced else _cluster))
 
+
+def _lister(handlers: Handlers, scope: Scope) -> Callable[..., Response]:
     def list_objects(
         request: Request,
         namespace: str | None = Depends(scope),

@@ -494,11 +494,15 @@ def test_an_app_served_without_its_lifespan_answers_503_on_mcp_not_a_traceback(s
 
 
 LAZY_SDK = """
-import sys, threading
+import logging, sys, threading
 from starlette.testclient import TestClient
 from joch.server.app import create_app
 from joch.store import open_store
 
+started = []
+sdk = logging.getLogger("mcp.server.streamable_http_manager")
+sdk.setLevel(logging.INFO)
+sdk.addFilter(lambda record: started.append(record.getMessage()) and False)
 store = open_store(sys.argv[1])
 message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 headers = {"Accept": "application/json, text/event-stream"}
@@ -512,6 +516,8 @@ with TestClient(create_app(store), base_url="http://127.0.0.1") as client:
     for t in firsts: t.join()
     print("after", "mcp.server" in sys.modules)
     print("tools", sorted(len(a.json()["result"]["tools"]) > 5 for a in answers))
+    assert client.post("/mcp", json=message, headers=headers).status_code == 200
+    print("managers started", started.count("StreamableHTTP session manager started"))
 store.close()
 """
 
@@ -521,4 +527,5 @@ def test_the_sdk_is_imported_by_the_first_mcp_request_not_by_the_start(sqlite_ur
     # every `joch server` paid it, asked over MCP or not. Three first requests at once start it once.
     done = subprocess.run([sys.executable, "-c", LAZY_SDK, sqlite_url], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:3] == ["before False", "after True", "tools [True, True, True]"], done.stdout
+    assert done.stdout.split("\n")[:4] == ["before False", "after True", "tools [True, True, True]",
+                                           "managers started 1"], done.stdout
