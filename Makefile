@@ -9,7 +9,7 @@ PORT ?= 8080
 export JOCH_TEST_POSTGRES ?= postgresql://postgres@127.0.0.1:5432/test
 
 .PHONY: run test lint typecheck venv venv-dev lock postgres-up sandbox-tools bench bench-runs bench-watch-memory \
-	bench-policy bench-governance bench-http agent-clis browser-tools clean
+	bench-policy bench-governance bench-http bench-start agent-clis browser-tools clean
 
 venv:
 	@scripts/venv $(PYTHON) $(VENV) requirements.lock
@@ -95,6 +95,10 @@ bench-governance: venv-dev postgres-up
 # Single-object creates over HTTP: 4 server processes against one process of the code before issue 12's work.
 bench-http: venv-dev
 	$(BIN)/python bench/http_create_bench.py --workers 4 --compare 9f8e177
+
+# joch server's start to /readyz, against the code before the MCP SDK and the kind routes were made lazy.
+bench-start: venv-dev
+	$(BIN)/python bench/server_start_bench.py --compare 9727a8c
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(DATA_DIR)
