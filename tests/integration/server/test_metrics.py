@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -213,29 +213,38 @@ def test_metrics_public_serves_metrics_without_a_token_and_nothing_else(tmp_path
     assert second.value("joch_http_requests_total", method="GET", route="/metrics", code="200") == 1
 
 
-def test_joch_controller_serves_its_metrics_on_metrics_port(tmp_path: Path) -> None:
+@contextmanager
+def joch_controller(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[Callable[[], Scrape]]:
+    """``joch controller --metrics-port`` over ``tmp_path/data`` (its environment without ``JOCH_*``,
+    plus ``env``); yields a function that scrapes it until its work queues are reported. Stopped
+    afterwards, and fails the test if its log has a traceback."""
     port = ports.free_port()
     log = tmp_path / "controller.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}
     controller = subprocess.Popen([str(JOCH), "controller", "--data-dir", str(tmp_path / "data"), "--sandbox", "none",
                                    "--metrics-port", str(port)], stdout=log.open("a"), stderr=subprocess.STDOUT,
-                                  text=True, env=env, cwd=tmp_path)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        def scraped() -> Scrape | None:
-            assert controller.poll() is None, log.read_text()
-            try:
-                got = Scrape(httpx.get(f"{base}/metrics", timeout=5).text)
-            except httpx.TransportError:
-                return None
-            return got if got.samples("joch_workqueue_depth") else None
+                                  text=True, env={**environ, **(env or {})}, cwd=tmp_path)
 
-        got = wait_for(scraped, 30)
+    def scraped() -> Scrape | None:
+        assert controller.poll() is None, log.read_text()
+        try:
+            got = Scrape(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+        except httpx.TransportError:
+            return None
+        return got if got.samples("joch_workqueue_depth") else None
+
+    try:
+        yield lambda: wait_for(scraped, 30)
     finally:
         stop_server(controller)
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_joch_controller_serves_its_metrics_on_metrics_port(tmp_path: Path) -> None:
+    with joch_controller(tmp_path) as scrape_controller:
+        got = scrape_controller()
     assert {s.labels["name"] for s in got.samples("joch_workqueue_depth")} >= {"runs", "agents"}
     assert got.value("joch_store_revision") > 0
-    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def test_a_bad_metrics_port_is_an_error_not_a_traceback(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
-from integration.server.test_metrics import FAMILIES, Scrape, agent, scrape, wait_for
+from integration.server.test_metrics import FAMILIES, agent, joch_controller, scrape, wait_for
 from joch.telemetry import metrics
 from support import ports, stop_server, wait_ready
 
@@ -157,30 +157,11 @@ def test_process_exited_is_nothing_without_multiprocess_files(tmp_path: Path) ->
 def test_joch_controller_scrapes_the_sum_too(tmp_path: Path) -> None:
     multiproc = tmp_path / "prometheus"
     multiproc.mkdir()
-    port = ports.free_port()
-    log = tmp_path / "controller.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOCH_")}
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(multiproc)
-    controller = subprocess.Popen([str(JOCH), "controller", "--data-dir", str(tmp_path / "data"), "--sandbox", "none",
-                                   "--metrics-port", str(port)], stdout=log.open("a"), stderr=subprocess.STDOUT,
-                                  text=True, env=env, cwd=tmp_path)
-    try:
-        with server(tmp_path, "web", multiproc, "--no-controllers") as (base, _):
-            assert httpx.post(f"{base}{AGENTS}", json=agent("seen"), timeout=10).status_code == 201
-
-            def scraped() -> Scrape | None:
-                assert controller.poll() is None, log.read_text()
-                try:
-                    got = Scrape(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
-                except httpx.TransportError:
-                    return None
-                return got if got.samples("joch_workqueue_depth") else None
-
-            got = wait_for(scraped, 30)
-            web = wait_for(lambda: (s := scrape(base)).samples("joch_workqueue_depth") and s)
-    finally:
-        stop_server(controller)
+    with joch_controller(tmp_path, {"PROMETHEUS_MULTIPROC_DIR": str(multiproc)}) as scrape_controller, \
+            server(tmp_path, "web", multiproc, "--no-controllers") as (base, _):
+        assert httpx.post(f"{base}{AGENTS}", json=agent("seen"), timeout=10).status_code == 201
+        got = scrape_controller()
+        web = wait_for(lambda: (s := scrape(base)).samples("joch_workqueue_depth") and s)
     assert got.value("joch_http_requests_total", method="POST", route=COLLECTION, code="201") == 1
     assert {s.labels["name"] for s in web.samples("joch_workqueue_depth")} >= {"runs", "agents"}
     assert len(got.samples("joch_store_revision")) == 1
-    assert "Traceback" not in log.read_text(), log.read_text()
